@@ -1,0 +1,7 @@
+//! The `tessera` binary's library: command implementations and the glue
+//! between the policy document, the built-in plugins and the runtime.
+
+pub mod bench;
+pub mod check;
+pub mod load;
+pub mod native;

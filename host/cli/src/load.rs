@@ -1,0 +1,51 @@
+//! From a policy document to a running [`Policy`].
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use tessera_policy::{PluginEntry, PolicyDocument, Role, Source};
+use tessera_wasm::{Member, PluginSlot, PluginSpec, PluginVersion, Policy, Runtime};
+
+/// The component bytes a source names.
+pub fn component_bytes(plugin: &str, source: &Source) -> Result<Vec<u8>> {
+    match source {
+        Source::Builtin(name) => tessera_plugins::by_name(name)
+            .map(|a| a.bytes.to_vec())
+            .with_context(|| {
+                let known: Vec<&str> = tessera_plugins::ALL.iter().map(|a| a.name).collect();
+                format!("plugin {plugin}: no built-in plugin `{name}` (built in: {})", known.join(", "))
+            }),
+        Source::File(path) => std::fs::read(path)
+            .with_context(|| format!("plugin {plugin}: cannot read {}", path.display())),
+    }
+}
+
+/// The runtime spec of a policy entry.
+pub fn spec(entry: &PluginEntry, seed: u64) -> PluginSpec {
+    PluginSpec {
+        name: entry.name.clone(),
+        role: Some(entry.role),
+        sha256: entry.sha256.as_ref().map(|d| d.0.clone()),
+        limits: entry.limits,
+        grants: entry.grants,
+        config_json: PolicyDocument::config_json(entry),
+        seed,
+    }
+}
+
+/// Loads one entry of a policy.
+pub fn load_entry(rt: &Runtime, entry: &PluginEntry, seed: u64) -> Result<Arc<PluginVersion>> {
+    let bytes = component_bytes(&entry.name, &entry.source)?;
+    Ok(rt.load(&spec(entry, seed), &bytes)?.0)
+}
+
+/// Loads every plugin of a document; all or nothing.
+pub fn load_policy(rt: &Runtime, doc: &PolicyDocument) -> Result<Policy> {
+    let mut members = Vec::new();
+    for entry in &doc.plugins {
+        let version = load_entry(rt, entry, doc.seed)?;
+        let weight = if entry.role == Role::Scorer { entry.weight.0 } else { 0.0 };
+        members.push(Member { name: entry.name.clone(), weight, slot: Arc::new(PluginSlot::new(version)) });
+    }
+    Ok(Policy::new(doc.name.clone(), members))
+}

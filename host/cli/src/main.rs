@@ -1,0 +1,146 @@
+//! `tessera`: the command line of the Tessera GPU scheduler.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use tessera::{bench, check, load};
+use tessera_policy::PolicyDocument;
+use tessera_wasm::{Runtime, RuntimeConfig};
+
+#[derive(Parser)]
+#[command(name = "tessera", version, about = "GPU cluster scheduler with sandboxed WebAssembly policies")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Inspect, check and benchmark policy plugins.
+    #[command(subcommand)]
+    Plugin(PluginCmd),
+    /// Validate policy documents.
+    #[command(subcommand)]
+    Policy(PolicyCmd),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    Table,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum PluginCmd {
+    /// Load a component, report its world, exports and imports, and run the
+    /// canned calls. Exits 0 only if it is loadable.
+    Check {
+        /// The component (`.wasm`).
+        file: PathBuf,
+        /// Plugin configuration as JSON.
+        #[arg(long, default_value = "null")]
+        config: String,
+        /// Directory of the precompiled-component cache.
+        #[arg(long, env = "TESSERA_CACHE_DIR")]
+        cache_dir: Option<PathBuf>,
+        #[arg(long, value_enum, default_value = "table")]
+        format: Format,
+    },
+    /// Score N nodes through the Wasm plugin and through the same logic
+    /// compiled natively; print the per-node costs and their ratio.
+    Bench {
+        /// Nodes scored per call.
+        #[arg(long, default_value_t = 10_000)]
+        nodes: u32,
+        /// Built-in plugin to measure.
+        #[arg(long, default_value = "binpack")]
+        plugin: String,
+        /// Plugin configuration as JSON.
+        #[arg(long, default_value = "null")]
+        config: String,
+        /// Repetitions (the median is reported).
+        #[arg(long, default_value_t = 7)]
+        reps: u32,
+        #[arg(long, value_enum, default_value = "table")]
+        format: Format,
+    },
+    /// List the plugins built into this binary.
+    List,
+}
+
+#[derive(Subcommand)]
+enum PolicyCmd {
+    /// Validate a policy document and load (and check) all its plugins.
+    Check {
+        /// The policy document (YAML).
+        file: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("TESSERA_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Plugin(PluginCmd::Check { file, config, cache_dir, format }) => {
+            let rt = Runtime::new(RuntimeConfig { cache_dir, ..RuntimeConfig::default() })?;
+            let report = check::check_file(&rt, &file, &config);
+            match format {
+                Format::Table => print!("{}", report.to_table()),
+                Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+            }
+            Ok(if report.loadable { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+        }
+        Command::Plugin(PluginCmd::Bench { nodes, plugin, config, reps, format }) => {
+            let result = bench::run(&bench::BenchOptions { nodes, plugin, config_json: config, reps: reps.max(1) })?;
+            match format {
+                Format::Table => print!("{}", result.to_table()),
+                Format::Json => println!("{}", serde_json::to_string(&result)?),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Plugin(PluginCmd::List) => {
+            for a in tessera_plugins::ALL {
+                println!("{:<14} sha256:{}  {} bytes", a.name, tessera_wasm::sha256_hex(a.bytes), a.bytes.len());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Policy(PolicyCmd::Check { file }) => {
+            let mut doc = PolicyDocument::load(&file)?;
+            doc.resolve_paths(&file);
+            let rt = Runtime::new(RuntimeConfig::default())?;
+            let policy = load::load_policy(&rt, &doc).with_context(|| format!("policy {}", file.display()))?;
+            println!("policy {} is valid", policy.name());
+            for m in policy.scorers().iter().chain(policy.detectors()) {
+                let v = m.slot.current();
+                println!(
+                    "  {:<12} {:<8} {} {:<8} weight {:<5} deadline {} ms, memory {} MiB, sha256:{}",
+                    m.name,
+                    v.kind(),
+                    v.info().name,
+                    v.version(),
+                    m.weight,
+                    v.limits().deadline_ms.0,
+                    v.limits().memory_mib.0,
+                    &v.digest()[..12]
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

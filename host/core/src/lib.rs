@@ -1,0 +1,10 @@
+//! # tessera-core
+//!
+//! The deterministic core of Tessera: the cluster model and the decision
+//! logic that turns plugin scores into a placement. No IO, no clocks, no
+//! global state: the same inputs always give the same outputs.
+
+pub mod model;
+pub mod score;
+
+pub use model::{Gpu, GpuHealth, Node, NodeId, Pod, Resources, Tier};

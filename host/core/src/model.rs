@@ -1,0 +1,150 @@
+//! The cluster model: nodes with individual GPUs, and pods.
+//!
+//! Units are integers: CPU in millicores, memory in MiB, GPU share in
+//! thousandths of a GPU ("milli"), utilisation in tenths of a percent.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Dense node identifier, assigned by the cluster state and never reused
+/// while the node exists.
+pub type NodeId = u32;
+
+/// One whole GPU, in milli.
+pub const GPU_MILLI: u32 = 1000;
+
+/// CPU and memory quantities.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Resources {
+    /// Millicores.
+    pub cpu_milli: u64,
+    /// MiB.
+    pub memory_mib: u64,
+}
+
+impl Resources {
+    /// Whether `other` fits in `self`.
+    pub fn fits(&self, other: &Resources) -> bool {
+        other.cpu_milli <= self.cpu_milli && other.memory_mib <= self.memory_mib
+    }
+}
+
+/// Health of a GPU.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GpuHealth {
+    /// Fully usable.
+    #[default]
+    Healthy,
+    /// Usable but slower or hotter.
+    Degraded,
+    /// Unusable.
+    Failed,
+}
+
+/// One GPU of a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Gpu {
+    /// Unallocated share, 0..=1000.
+    pub free_milli: u32,
+    /// Device memory in MiB.
+    pub memory_mib: u32,
+    /// Health.
+    pub health: GpuHealth,
+    /// Utilisation, tenths of a percent.
+    pub util_permille: u16,
+}
+
+impl Default for Gpu {
+    fn default() -> Self {
+        Self { free_milli: GPU_MILLI, memory_mib: 0, health: GpuHealth::Healthy, util_permille: 0 }
+    }
+}
+
+/// A node.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Node {
+    /// Dense id.
+    pub id: NodeId,
+    /// Name.
+    pub name: String,
+    /// Topology zone.
+    pub zone: String,
+    /// GPU model ("" if CPU-only).
+    pub gpu_model: String,
+    /// Allocatable capacity.
+    pub capacity: Resources,
+    /// Capacity not requested by bound pods.
+    pub free: Resources,
+    /// GPUs, by index.
+    pub gpus: Vec<Gpu>,
+    /// CPU utilisation, tenths of a percent.
+    pub cpu_util_permille: u16,
+    /// Memory utilisation, tenths of a percent.
+    pub memory_util_permille: u16,
+    /// Accepts pods.
+    pub ready: bool,
+    /// Bound pods per workload.
+    pub workloads: BTreeMap<String, u32>,
+}
+
+impl Node {
+    /// A ready node with `gpus` idle GPUs of `model`.
+    pub fn new(id: NodeId, name: impl Into<String>, capacity: Resources, gpus: usize, model: &str) -> Self {
+        Self {
+            id,
+            name: name.into(),
+            zone: String::new(),
+            gpu_model: model.into(),
+            capacity,
+            free: capacity,
+            gpus: vec![Gpu::default(); gpus],
+            cpu_util_permille: 0,
+            memory_util_permille: 0,
+            ready: true,
+            workloads: BTreeMap::new(),
+        }
+    }
+
+    /// Free share over usable GPUs.
+    pub fn free_gpu_milli(&self) -> u32 {
+        self.gpus.iter().filter(|g| g.health != GpuHealth::Failed).map(|g| g.free_milli).sum()
+    }
+}
+
+/// Placement tier.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    /// Constraints must hold exactly.
+    Hard,
+    /// Online service.
+    #[default]
+    Soft,
+    /// Batch; may be preempted.
+    Opportunistic,
+}
+
+/// A pod.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pod {
+    /// Name.
+    pub name: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Owning workload ("" if none).
+    pub workload: String,
+    /// CPU and memory requests.
+    pub requests: Resources,
+    /// GPUs requested.
+    pub gpu_count: u32,
+    /// Share of each GPU (1000 = whole GPUs).
+    pub gpu_milli: u32,
+    /// Allowed GPU models; empty = any.
+    pub allowed_models: Vec<String>,
+    /// Priority.
+    pub priority: i32,
+    /// Tier.
+    pub tier: Tier,
+}

@@ -1,0 +1,255 @@
+//! # tessera-policy
+//!
+//! The policy document: which plugins make up a policy, their weights, their
+//! hard limits, what they are granted, and their own configuration.
+//!
+//! ```yaml
+//! name: default
+//! seed: 42
+//! plugins:
+//!   - name: binpack
+//!     source: builtin:binpack        # or a path, relative to this file
+//!     weight: 2
+//!     limits: { deadline_ms: 50, memory_mib: 64, fault_budget: 3 }
+//!     config: { gpu_weight: 3 }      # passed to the plugin as JSON
+//!   - name: spread
+//!     source: builtin:spread
+//!     sha256: 3f5c…                  # optional digest pin
+//! ```
+//!
+//! Parsing is strict (`deny_unknown_fields`) and every error carries the
+//! file, line and column and the reason.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+mod validate;
+
+pub use validate::{Bounded, Weight};
+
+/// A policy document.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyDocument {
+    /// Policy name.
+    pub name: String,
+    /// Seed for the plugins' random streams.
+    #[serde(default)]
+    pub seed: u64,
+    /// Plugins in evaluation order.
+    pub plugins: Vec<PluginEntry>,
+}
+
+/// Where a plugin's component comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum Source {
+    /// A plugin shipped inside the `tessera` binary (`builtin:NAME`).
+    Builtin(String),
+    /// A `.wasm` file; relative paths are relative to the policy file.
+    File(PathBuf),
+}
+
+impl TryFrom<String> for Source {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        if let Some(name) = s.strip_prefix("builtin:") {
+            if name.is_empty() {
+                return Err("`builtin:` needs a plugin name, e.g. `builtin:binpack`".into());
+            }
+            return Ok(Source::Builtin(name.into()));
+        }
+        if s.is_empty() {
+            return Err("source is empty".into());
+        }
+        if s.contains("://") {
+            return Err(format!("source `{s}`: only `builtin:NAME` and file paths are supported"));
+        }
+        Ok(Source::File(s.into()))
+    }
+}
+
+impl From<Source> for String {
+    fn from(s: Source) -> String {
+        s.to_string()
+    }
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Builtin(n) => write!(f, "builtin:{n}"),
+            Source::File(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+/// Which world the plugin must implement.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Filter and score (`scorer` world).
+    #[default]
+    Scorer,
+    /// Detect anomalies (`detector` world).
+    Detector,
+}
+
+/// One plugin of a policy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginEntry {
+    /// Unique name within the policy.
+    pub name: String,
+    /// Component source.
+    pub source: Source,
+    /// Optional pin: hex SHA-256 of the component bytes.
+    #[serde(default)]
+    pub sha256: Option<Digest>,
+    /// Role; must match the component's world.
+    #[serde(default)]
+    pub role: Role,
+    /// Weight of its normalised scores.
+    #[serde(default)]
+    pub weight: Weight,
+    /// Hard limits.
+    #[serde(default)]
+    pub limits: Limits,
+    /// Capabilities beyond the default sandbox.
+    #[serde(default)]
+    pub grants: Grants,
+    /// Plugin-specific configuration, passed to the guest as JSON.
+    #[serde(default)]
+    pub config: serde_json::Value,
+}
+
+/// A hex SHA-256 digest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Digest(pub String);
+
+impl TryFrom<String> for Digest {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        let hex = s.strip_prefix("sha256:").unwrap_or(&s).to_ascii_lowercase();
+        if hex.len() != 64 || hex::decode(&hex).is_err() {
+            return Err(format!("`{s}` is not a SHA-256 digest (64 hex digits)"));
+        }
+        Ok(Digest(hex))
+    }
+}
+
+impl From<Digest> for String {
+    fn from(d: Digest) -> String {
+        d.0
+    }
+}
+
+/// Per-plugin hard limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Wall-clock deadline of one call, ms (1..=10000).
+    pub deadline_ms: Bounded<1, 10_000>,
+    /// Linear memory cap per instance, MiB (1..=4096).
+    pub memory_mib: Bounded<1, 4096>,
+    /// Optional fuel per call (needs a runtime with fuel enabled).
+    pub fuel: Option<Bounded<1, { u64::MAX }>>,
+    /// Faults tolerated within `fault_window` calls before quarantine.
+    pub fault_budget: Bounded<0, 1_000_000>,
+    /// Window, in calls, over which faults are counted.
+    pub fault_window: Bounded<1, 1_000_000_000>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            deadline_ms: Bounded(50),
+            memory_mib: Bounded(64),
+            fuel: None,
+            fault_budget: Bounded(3),
+            fault_window: Bounded(1000),
+        }
+    }
+}
+
+/// Capabilities beyond the default sandbox. By default a plugin has no
+/// filesystem, no network, a frozen clock, a host-seeded deterministic random
+/// stream and discarded stdout/stderr.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Grants {
+    /// Real wall and monotonic clocks.
+    pub clock: bool,
+    /// Operating-system entropy instead of the seeded stream.
+    pub random: bool,
+    /// Guest stdout/stderr forwarded to the host's stderr.
+    pub stdio: bool,
+}
+
+/// A rejected document.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    /// The file could not be read.
+    #[error("{file}: {source}")]
+    Read {
+        /// File.
+        file: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The document is invalid.
+    #[error("{file}:{line}:{column}: {reason}")]
+    Invalid {
+        /// File.
+        file: String,
+        /// 1-based line (0 if unknown).
+        line: usize,
+        /// 1-based column (0 if unknown).
+        column: usize,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl PolicyDocument {
+    /// Reads and validates a policy file.
+    pub fn load(path: &Path) -> Result<Self, PolicyError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| PolicyError::Read { file: path.display().to_string(), source })?;
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    /// Parses and validates a document; `file` names it in errors.
+    pub fn parse(text: &str, file: &str) -> Result<Self, PolicyError> {
+        let doc: PolicyDocument = serde_yaml_ng::from_str(text).map_err(|e| {
+            let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
+            PolicyError::Invalid { file: file.into(), line, column, reason: validate::clean(&e.to_string()) }
+        })?;
+        validate::semantics(&doc, text, file)?;
+        Ok(doc)
+    }
+
+    /// Resolves file sources relative to the directory of the policy file.
+    pub fn resolve_paths(&mut self, policy_file: &Path) {
+        let base = policy_file.parent().unwrap_or(Path::new("."));
+        for p in &mut self.plugins {
+            if let Source::File(f) = &mut p.source {
+                if f.is_relative() {
+                    *f = base.join(&*f);
+                }
+            }
+        }
+    }
+
+    /// The plugin-specific configuration of `entry` as the JSON text the
+    /// guest's `configure` receives (`null` when absent).
+    pub fn config_json(entry: &PluginEntry) -> String {
+        entry.config.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,103 @@
+use super::*;
+
+const GOOD: &str = r#"
+name: default
+seed: 7
+plugins:
+  - name: binpack
+    source: builtin:binpack
+    weight: 2
+    limits: { deadline_ms: 20, memory_mib: 32 }
+    config: { gpu_weight: 3 }
+  - name: spread
+    source: plugins/spread.wasm
+    sha256: sha256:00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff
+"#;
+
+fn invalid(text: &str) -> (usize, usize, String) {
+    match PolicyDocument::parse(text, "p.yaml") {
+        Err(PolicyError::Invalid { file, line, column, reason }) => {
+            assert_eq!(file, "p.yaml");
+            (line, column, reason)
+        }
+        other => panic!("expected an invalid document, got {other:?}"),
+    }
+}
+
+#[test]
+fn parses_a_good_document_with_defaults() {
+    let doc = PolicyDocument::parse(GOOD, "p.yaml").unwrap();
+    assert_eq!(doc.seed, 7);
+    let b = &doc.plugins[0];
+    assert_eq!(b.source, Source::Builtin("binpack".into()));
+    assert_eq!(b.weight.0, 2.0);
+    assert_eq!(b.limits.deadline_ms.0, 20);
+    assert_eq!(b.limits.fault_budget.0, 3, "defaults fill unspecified limits");
+    assert_eq!(PolicyDocument::config_json(b), r#"{"gpu_weight":3}"#);
+    let s = &doc.plugins[1];
+    assert_eq!(s.weight.0, 1.0);
+    assert_eq!(s.sha256.as_ref().unwrap().0.len(), 64);
+    assert_eq!(PolicyDocument::config_json(s), "null");
+}
+
+#[test]
+fn unknown_field_is_reported_with_its_line() {
+    let text = GOOD.replace("    weight: 2\n", "    weight: 2\n    wieght: 3\n");
+    let (line, column, reason) = invalid(&text);
+    assert_eq!(line, 8, "{reason}");
+    assert!(column > 0);
+    assert!(reason.contains("unknown field `wieght`"), "{reason}");
+}
+
+#[test]
+fn out_of_range_limit_is_reported_with_its_line() {
+    let text = GOOD.replace("deadline_ms: 20", "deadline_ms: 0");
+    let (line, _, reason) = invalid(&text);
+    assert_eq!(line, 8);
+    assert!(reason.contains("0 is out of range 1..=10000"), "{reason}");
+}
+
+#[test]
+fn negative_weight_and_bad_digest_and_bad_source() {
+    let (_, _, r) = invalid(&GOOD.replace("weight: 2", "weight: -1"));
+    assert!(r.contains("must be finite and >= 0"), "{r}");
+    let (line, _, r) = invalid(&GOOD.replace("sha256:0011", "sha256:zz11"));
+    assert_eq!(line, 13);
+    assert!(r.contains("not a SHA-256 digest"), "{r}");
+    let (_, _, r) = invalid(&GOOD.replace("builtin:binpack", "https://evil/x.wasm"));
+    assert!(r.contains("only `builtin:NAME` and file paths"), "{r}");
+}
+
+#[test]
+fn duplicate_plugin_names_point_at_the_second() {
+    let text = GOOD.replace("name: spread", "name: binpack");
+    let (line, _, reason) = invalid(&text);
+    assert_eq!(line, 11);
+    assert!(reason.contains("listed twice"), "{reason}");
+}
+
+#[test]
+fn semantic_checks() {
+    let (_, _, r) = invalid("name: x\nplugins: []\n");
+    assert!(r.contains("at least one plugin"), "{r}");
+    let (_, _, r) = invalid("name: x\nplugins:\n  - name: a\n    source: builtin:a\n    weight: 0\n");
+    assert!(r.contains("weight 0"), "{r}");
+    let (line, _, r) = invalid("name: x\nplugins:\n  - name: Bad Name\n    source: builtin:a\n");
+    assert_eq!(line, 3);
+    assert!(r.contains("must be 1-63"), "{r}");
+    let (_, _, r) = invalid("name: x\nplugins:\n  - name: a\n    source: builtin:a\n    config: [1]\n");
+    assert!(r.contains("must be a mapping"), "{r}");
+}
+
+#[test]
+fn file_errors_name_the_file_and_paths_resolve_relative_to_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope.yaml");
+    let e = PolicyDocument::load(&missing).unwrap_err().to_string();
+    assert!(e.contains("nope.yaml"), "{e}");
+    let file = dir.path().join("p.yaml");
+    std::fs::write(&file, GOOD).unwrap();
+    let mut doc = PolicyDocument::load(&file).unwrap();
+    doc.resolve_paths(&file);
+    assert_eq!(doc.plugins[1].source, Source::File(dir.path().join("plugins/spread.wasm")));
+}

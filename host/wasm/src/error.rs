@@ -1,0 +1,239 @@
+//! Errors of the plugin runtime. Every error names the plugin at fault.
+
+use std::fmt;
+use std::sync::Arc;
+
+/// Why a plugin could not be loaded. Nothing already running is affected.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The runtime itself could not be set up.
+    #[error("plugin runtime: {0}")]
+    Runtime(String),
+    /// The component file could not be read.
+    #[error("plugin {plugin}: cannot read {path}: {source}")]
+    Read {
+        /// Plugin name.
+        plugin: String,
+        /// File.
+        path: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The digest pinned in the policy does not match the component.
+    #[error("plugin {plugin}: digest sha256:{actual} does not match the pinned sha256:{expected}")]
+    DigestMismatch {
+        /// Plugin name.
+        plugin: String,
+        /// Pinned digest.
+        expected: String,
+        /// Digest of the bytes.
+        actual: String,
+    },
+    /// The bytes are not a valid component for this engine.
+    #[error("plugin {plugin}: not a valid WebAssembly component: {reason}")]
+    Compile {
+        /// Plugin name.
+        plugin: String,
+        /// Cause.
+        reason: String,
+    },
+    /// The component exports neither world of the contract.
+    #[error(
+        "plugin {plugin}: exports [{}], which is neither the `scorer` nor the `detector` world of tessera:policy@0.1.0",
+        .exports.join(", ")
+    )]
+    WrongWorld {
+        /// Plugin name.
+        plugin: String,
+        /// What it exports.
+        exports: Vec<String>,
+    },
+    /// The component is of the other world than the policy expects.
+    #[error("plugin {plugin}: is a {found} plugin but the policy uses it as a {expected}")]
+    RoleMismatch {
+        /// Plugin name.
+        plugin: String,
+        /// What the policy wanted.
+        expected: WorldKind,
+        /// What the component is.
+        found: WorldKind,
+    },
+    /// The component imports something the host does not provide.
+    #[error("plugin {plugin}: cannot be linked: {reason}")]
+    Link {
+        /// Plugin name.
+        plugin: String,
+        /// Cause (names the import).
+        reason: String,
+    },
+    /// Limits in the policy are invalid for this runtime.
+    #[error("plugin {plugin}: {reason}")]
+    Limits {
+        /// Plugin name.
+        plugin: String,
+        /// Cause.
+        reason: String,
+    },
+    /// Instantiation or the canned calls failed.
+    #[error("plugin {plugin}: failed its load check: {error}")]
+    Check {
+        /// Plugin name.
+        plugin: String,
+        /// The failing call.
+        error: Box<CallError>,
+    },
+}
+
+/// The two worlds of `tessera:policy@0.1.0`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WorldKind {
+    /// `scorer`: filter and score.
+    Scorer,
+    /// `detector`: telemetry window to findings.
+    Detector,
+}
+
+impl fmt::Display for WorldKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            WorldKind::Scorer => "scorer",
+            WorldKind::Detector => "detector",
+        })
+    }
+}
+
+/// A failed call into a plugin.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("plugin {plugin}@{version}: {kind} (in `{call}`)")]
+pub struct CallError {
+    /// Plugin name.
+    pub plugin: Arc<str>,
+    /// Plugin version.
+    pub version: Arc<str>,
+    /// The WIT function called.
+    pub call: &'static str,
+    /// What went wrong.
+    pub kind: FaultKind,
+}
+
+impl CallError {
+    /// Whether this counts against the plugin's fault budget.
+    pub fn is_fault(&self) -> bool {
+        self.kind.is_fault()
+    }
+}
+
+/// What went wrong in a call.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FaultKind {
+    /// The epoch deadline passed.
+    Timeout {
+        /// The deadline.
+        deadline_ms: u64,
+    },
+    /// The guest tried to grow memory past its cap.
+    MemoryExceeded {
+        /// The cap.
+        cap_mib: u64,
+        /// What it asked for.
+        requested_mib: u64,
+    },
+    /// The fuel budget ran out.
+    FuelExhausted {
+        /// The budget.
+        fuel: u64,
+    },
+    /// Any other trap (panic, unreachable, out-of-bounds access, …).
+    Trap {
+        /// Wasmtime's description.
+        trap: String,
+        /// Last line the guest wrote to stderr (e.g. its panic message).
+        guest_said: Option<String>,
+    },
+    /// The result does not have one value per candidate.
+    WrongLength {
+        /// What
+        what: &'static str,
+        /// Candidates.
+        expected: usize,
+        /// Values returned.
+        got: usize,
+    },
+    /// The result exceeds the host's size limit for this call.
+    OversizedOutput {
+        /// What
+        what: &'static str,
+        /// Size in bytes.
+        bytes: usize,
+        /// Limit in bytes.
+        limit: usize,
+    },
+    /// A filter verdict names a reason the plugin never declared.
+    UnknownReason {
+        /// The verdict.
+        verdict: u8,
+        /// Declared reasons.
+        declared: usize,
+    },
+    /// The plugin returned an error value (not a fault: its instance stays).
+    Guest(String),
+    /// The plugin is quarantined after exceeding its fault budget.
+    Quarantined {
+        /// Faults in the window that tripped the budget.
+        faults: u32,
+    },
+    /// A fresh instance could not be created.
+    Instantiate(String),
+}
+
+impl FaultKind {
+    /// Whether this counts against the fault budget and replaces the instance.
+    pub fn is_fault(&self) -> bool {
+        !matches!(self, FaultKind::Guest(_) | FaultKind::Quarantined { .. })
+    }
+
+    /// Stable reason code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            FaultKind::Timeout { .. } => "PLUGIN-TIMEOUT",
+            FaultKind::MemoryExceeded { .. } => "PLUGIN-MEMORY",
+            FaultKind::FuelExhausted { .. } => "PLUGIN-FUEL",
+            FaultKind::Trap { .. } => "PLUGIN-TRAP",
+            FaultKind::WrongLength { .. } => "PLUGIN-WRONG-LENGTH",
+            FaultKind::OversizedOutput { .. } => "PLUGIN-OVERSIZED",
+            FaultKind::UnknownReason { .. } => "PLUGIN-BAD-REASON",
+            FaultKind::Guest(_) => "PLUGIN-ERROR",
+            FaultKind::Quarantined { .. } => "PLUGIN-QUARANTINED",
+            FaultKind::Instantiate(_) => "PLUGIN-INSTANTIATE",
+        }
+    }
+}
+
+impl fmt::Display for FaultKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: ", self.code())?;
+        match self {
+            FaultKind::Timeout { deadline_ms } => write!(f, "ran past its {deadline_ms} ms deadline"),
+            FaultKind::MemoryExceeded { cap_mib, requested_mib } => {
+                write!(f, "tried to grow memory to {requested_mib} MiB, over its {cap_mib} MiB cap")
+            }
+            FaultKind::FuelExhausted { fuel } => write!(f, "used up its fuel budget of {fuel}"),
+            FaultKind::Trap { trap, guest_said: None } => write!(f, "trapped: {trap}"),
+            FaultKind::Trap { trap, guest_said: Some(said) } => write!(f, "trapped: {trap}; guest said: {said}"),
+            FaultKind::WrongLength { what, expected, got } => {
+                write!(f, "returned {got} {what} for {expected} candidates")
+            }
+            FaultKind::OversizedOutput { what, bytes, limit } => {
+                write!(f, "returned {bytes} bytes of {what}, over the {limit}-byte limit")
+            }
+            FaultKind::UnknownReason { verdict, declared } => {
+                write!(f, "filter verdict {verdict} names no reason (it declares {declared})")
+            }
+            FaultKind::Guest(msg) => write!(f, "returned an error: {msg}"),
+            FaultKind::Quarantined { faults } => {
+                write!(f, "quarantined after {faults} faults; reload it to release")
+            }
+            FaultKind::Instantiate(msg) => write!(f, "could not be instantiated: {msg}"),
+        }
+    }
+}

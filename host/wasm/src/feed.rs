@@ -1,0 +1,207 @@
+//! The host side of the node mirror: the current node records in WIT form,
+//! and a log of which nodes changed at which generation, so each plugin
+//! instance receives only the deltas it has not seen (or a full snapshot
+//! when it is new or too far behind).
+
+use tessera_core::{GpuHealth, Node, NodeId, Pod, Tier};
+
+use crate::bindings::types as wit;
+
+/// Current node state plus a change log, shared by a policy's plugins.
+#[derive(Debug, Default)]
+pub struct NodeFeed {
+    nodes: Vec<Option<wit::Node>>,
+    present: usize,
+    /// `(generation, node)` of each change, oldest first.
+    log: Vec<(u64, NodeId)>,
+    /// Generation before the oldest entry in `log`.
+    log_start: u64,
+    generation: u64,
+}
+
+impl NodeFeed {
+    /// An empty feed.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Current generation; bumps on every change.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Number of nodes present.
+    pub fn len(&self) -> usize {
+        self.present
+    }
+
+    /// Whether no node is present.
+    pub fn is_empty(&self) -> bool {
+        self.present == 0
+    }
+
+    /// Inserts or replaces a node.
+    pub fn upsert(&mut self, node: &Node) {
+        let i = node.id as usize;
+        if i >= self.nodes.len() {
+            self.nodes.resize_with(i + 1, || None);
+        }
+        if self.nodes[i].is_none() {
+            self.present += 1;
+        }
+        self.nodes[i] = Some(to_wit_node(node));
+        self.record(node.id);
+    }
+
+    /// Inserts or replaces many nodes.
+    pub fn upsert_all<'a>(&mut self, nodes: impl IntoIterator<Item = &'a Node>) {
+        for n in nodes {
+            self.upsert(n);
+        }
+    }
+
+    /// Removes a node (no-op if absent).
+    pub fn remove(&mut self, id: NodeId) {
+        if let Some(slot) = self.nodes.get_mut(id as usize) {
+            if slot.take().is_some() {
+                self.present -= 1;
+                self.record(id);
+            }
+        }
+    }
+
+    fn record(&mut self, id: NodeId) {
+        self.generation += 1;
+        self.log.push((self.generation, id));
+        // Keep the log proportional to the cluster: an instance further
+        // behind than that gets a full snapshot instead.
+        if self.log.len() > 2 * self.nodes.len() + 1024 {
+            self.log_start = self.generation;
+            self.log.clear();
+        }
+    }
+
+    /// Deltas that bring an instance synced at `since` up to date.
+    pub fn deltas_since(&self, since: u64) -> Vec<wit::NodeDelta> {
+        if since == self.generation {
+            return Vec::new();
+        }
+        if since == 0 || since < self.log_start {
+            return self.nodes.iter().flatten().cloned().map(wit::NodeDelta::Upsert).collect();
+        }
+        let first = self.log.partition_point(|(g, _)| *g <= since);
+        let mut ids: Vec<NodeId> = self.log[first..].iter().map(|(_, id)| *id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids.into_iter()
+            .map(|id| match self.nodes.get(id as usize).and_then(Option::as_ref) {
+                Some(n) => wit::NodeDelta::Upsert(n.clone()),
+                None => wit::NodeDelta::Remove(id),
+            })
+            .collect()
+    }
+}
+
+/// A core node in WIT form.
+pub fn to_wit_node(n: &Node) -> wit::Node {
+    wit::Node {
+        id: n.id,
+        name: n.name.clone(),
+        zone: n.zone.clone(),
+        gpu_model: n.gpu_model.clone(),
+        capacity: wit::Resources { cpu_milli: n.capacity.cpu_milli, memory_mib: n.capacity.memory_mib },
+        free: wit::Resources { cpu_milli: n.free.cpu_milli, memory_mib: n.free.memory_mib },
+        gpus: n
+            .gpus
+            .iter()
+            .enumerate()
+            .map(|(i, g)| wit::Gpu {
+                index: i as u8,
+                free_milli: g.free_milli,
+                memory_mib: g.memory_mib,
+                health: match g.health {
+                    GpuHealth::Healthy => wit::GpuHealth::Healthy,
+                    GpuHealth::Degraded => wit::GpuHealth::Degraded,
+                    GpuHealth::Failed => wit::GpuHealth::Failed,
+                },
+                util_permille: g.util_permille,
+            })
+            .collect(),
+        cpu_util_permille: n.cpu_util_permille,
+        memory_util_permille: n.memory_util_permille,
+        ready: n.ready,
+        workloads: n
+            .workloads
+            .iter()
+            .map(|(w, &pods)| wit::WorkloadCount { workload: w.clone(), pods })
+            .collect(),
+    }
+}
+
+/// A core pod in WIT form.
+pub fn to_wit_pod(p: &Pod) -> wit::Pod {
+    wit::Pod {
+        name: p.name.clone(),
+        namespace: p.namespace.clone(),
+        workload: p.workload.clone(),
+        requests: wit::Resources { cpu_milli: p.requests.cpu_milli, memory_mib: p.requests.memory_mib },
+        gpu_count: p.gpu_count,
+        gpu_milli: p.gpu_milli,
+        allowed_models: p.allowed_models.clone(),
+        priority: p.priority,
+        tier: match p.tier {
+            Tier::Hard => wit::Tier::Hard,
+            Tier::Soft => wit::Tier::Soft,
+            Tier::Opportunistic => wit::Tier::Opportunistic,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_core::Resources;
+
+    fn node(id: NodeId) -> Node {
+        Node::new(id, format!("n{id}"), Resources { cpu_milli: 1000, memory_mib: 1024 }, 2, "T4")
+    }
+
+    fn ids(deltas: &[wit::NodeDelta]) -> Vec<(bool, NodeId)> {
+        deltas
+            .iter()
+            .map(|d| match d {
+                wit::NodeDelta::Upsert(n) => (true, n.id),
+                wit::NodeDelta::Remove(id) => (false, *id),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn new_instances_get_a_snapshot_and_old_ones_only_changes() {
+        let mut f = NodeFeed::new();
+        for id in 0..4 {
+            f.upsert(&node(id));
+        }
+        let g = f.generation();
+        assert_eq!(ids(&f.deltas_since(0)), [(true, 0), (true, 1), (true, 2), (true, 3)]);
+        assert!(f.deltas_since(g).is_empty());
+        f.upsert(&node(2));
+        f.remove(1);
+        f.upsert(&node(2));
+        assert_eq!(ids(&f.deltas_since(g)), [(false, 1), (true, 2)]);
+        assert_eq!(f.len(), 3);
+        assert_eq!(ids(&f.deltas_since(0)), [(true, 0), (true, 2), (true, 3)]);
+    }
+
+    #[test]
+    fn far_behind_instances_get_a_snapshot() {
+        let mut f = NodeFeed::new();
+        f.upsert(&node(0));
+        let g = f.generation();
+        for _ in 0..3000 {
+            f.upsert(&node(1));
+        }
+        let d = f.deltas_since(g);
+        assert_eq!(ids(&d), [(true, 0), (true, 1)], "snapshot after the log was compacted");
+    }
+}

@@ -1,0 +1,39 @@
+//! # tessera-wasm
+//!
+//! The sandboxed plugin runtime. Policies are WebAssembly components of the
+//! `tessera:policy@0.1.0` contract, run by wasmtime with:
+//!
+//! - **compile once**: precompiled artifacts cached by component digest and
+//!   engine settings ([`ArtifactCache`]), verified before use;
+//! - **cheap instances**: `InstancePre` plus the pooling allocator;
+//! - **hard limits** per plugin: a per-call epoch deadline, a memory cap,
+//!   optional fuel; no filesystem, network, clock or entropy unless granted;
+//! - **faults contained**: a trap, timeout, memory overrun or malformed
+//!   result fails only that call, with an error naming the plugin and the
+//!   cause; the instance is replaced, faults are counted, and a plugin over
+//!   its budget is quarantined while the rest of the policy keeps deciding;
+//! - **hot reload**: a new version is loaded and checked beside the running
+//!   one and swapped in atomically; calls in flight finish on the old one.
+//!
+//! Data rule: one call per pod per plugin. Each instance mirrors the nodes,
+//! fed with deltas ([`NodeFeed`]); calls pass candidate ids and get one value
+//! per candidate back.
+
+mod bindings;
+mod cache;
+mod check;
+mod error;
+mod feed;
+mod host;
+mod plugin;
+mod policy;
+mod runtime;
+
+pub use bindings::types as wit;
+pub use cache::{ArtifactCache, CacheOutcome, sha256_hex};
+pub use check::{canned_nodes, canned_pods};
+pub use error::{CallError, FaultKind, LoadError, WorldKind};
+pub use feed::{NodeFeed, to_wit_node, to_wit_pod};
+pub use plugin::{MAX_GUEST_ERROR, PluginInfo, PluginSlot, PluginVersion, ScoreOutput, SlotStats};
+pub use policy::{Decision, Member, PluginOutcome, Policy, Rejection};
+pub use runtime::{LoadReport, PluginSpec, Runtime, RuntimeConfig};

@@ -1,0 +1,512 @@
+//! A loaded plugin version (compiled component, linked, checked) with its
+//! pool of live instances, and the slot that holds the current version of a
+//! plugin, swaps in new versions atomically and counts faults.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use arc_swap::ArcSwap;
+use tessera_policy::{Grants, Limits};
+use wasmtime::{Engine, Store, Trap};
+
+use crate::bindings::{detector, scorer, types as wit};
+use crate::error::{CallError, FaultKind, WorldKind};
+use crate::feed::NodeFeed;
+use crate::host::HostState;
+
+/// Largest error message a guest may return, in bytes.
+pub const MAX_GUEST_ERROR: usize = 4096;
+
+/// What a plugin says about itself (`info`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginInfo {
+    /// Name the plugin reports.
+    pub name: String,
+    /// Version the plugin reports.
+    pub version: String,
+    /// Description.
+    pub description: String,
+    /// Filter reason codes, by verdict `k - 1`.
+    pub filter_reasons: Vec<String>,
+}
+
+pub(crate) enum Pre {
+    Scorer(scorer::ScorerPre<HostState>),
+    Detector(detector::DetectorPre<HostState>),
+}
+
+enum Bound {
+    Scorer(scorer::Scorer),
+    Detector(detector::Detector),
+}
+
+/// A live instance and the feed generation its mirror reflects.
+struct Instance {
+    store: Store<HostState>,
+    bound: Bound,
+    synced: u64,
+}
+
+/// Scores returned by a scorer, validated.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScoreOutput {
+    /// One per candidate.
+    pub values: Vec<i64>,
+    /// Empty or one per candidate (255 = none).
+    pub gpu_hints: Vec<u8>,
+}
+
+/// One compiled, linked and checked version of a plugin.
+pub struct PluginVersion {
+    pub(crate) name: Arc<str>,
+    pub(crate) version: Arc<str>,
+    pub(crate) info: PluginInfo,
+    pub(crate) digest: String,
+    pub(crate) kind: WorldKind,
+    pub(crate) pre: Pre,
+    pub(crate) engine: Engine,
+    pub(crate) epoch_tick_ms: u64,
+    pub(crate) fuel_enabled: bool,
+    pub(crate) limits: Limits,
+    pub(crate) grants: Grants,
+    pub(crate) config_json: String,
+    pub(crate) seed: u64,
+    pool: Mutex<Vec<Instance>>,
+    instances_created: AtomicU64,
+}
+
+impl std::fmt::Debug for PluginVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginVersion")
+            .field("name", &self.name)
+            .field("version", &self.version)
+            .field("digest", &self.digest)
+            .field("kind", &self.kind)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PluginVersion {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        name: &str,
+        digest: String,
+        kind: WorldKind,
+        pre: Pre,
+        engine: Engine,
+        epoch_tick_ms: u64,
+        fuel_enabled: bool,
+        limits: Limits,
+        grants: Grants,
+        config_json: String,
+        seed: u64,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            version: "?".into(),
+            info: PluginInfo {
+                name: name.into(),
+                version: "?".into(),
+                description: String::new(),
+                filter_reasons: Vec::new(),
+            },
+            digest,
+            kind,
+            pre,
+            engine,
+            epoch_tick_ms,
+            fuel_enabled,
+            limits,
+            grants,
+            config_json,
+            seed,
+            pool: Mutex::new(Vec::new()),
+            instances_created: AtomicU64::new(0),
+        }
+    }
+
+    /// Plugin name (from the policy).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Version the plugin reports.
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// What the plugin reports about itself.
+    pub fn info(&self) -> &PluginInfo {
+        &self.info
+    }
+
+    /// Hex SHA-256 of the component bytes.
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    /// The world the component implements.
+    pub fn kind(&self) -> WorldKind {
+        self.kind
+    }
+
+    /// The limits it runs under.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Instances created so far (the first, and each replacement).
+    pub fn instances_created(&self) -> u64 {
+        self.instances_created.load(Ordering::Relaxed)
+    }
+
+    fn err(&self, call: &'static str, kind: FaultKind) -> CallError {
+        CallError { plugin: self.name.clone(), version: self.version.clone(), call, kind }
+    }
+
+    /// Arms the deadline (and fuel) for the next guest call.
+    fn arm(&self, store: &mut Store<HostState>) {
+        let ticks = self.limits.deadline_ms.0.div_ceil(self.epoch_tick_ms).max(1);
+        store.set_epoch_deadline(ticks);
+        if let (true, Some(fuel)) = (self.fuel_enabled, self.limits.fuel) {
+            // Fuel was validated as enabled at load time.
+            let _ = store.set_fuel(fuel.0);
+        }
+        store.data_mut().limiter.denied = None;
+    }
+
+    fn classify(&self, store: &Store<HostState>, error: wasmtime::Error) -> FaultKind {
+        if let Some(requested) = store.data().limiter.denied {
+            return FaultKind::MemoryExceeded {
+                cap_mib: self.limits.memory_mib.0,
+                requested_mib: (requested as u64).div_ceil(1 << 20),
+            };
+        }
+        match error.downcast_ref::<Trap>() {
+            Some(Trap::Interrupt) => FaultKind::Timeout { deadline_ms: self.limits.deadline_ms.0 },
+            Some(Trap::OutOfFuel) => FaultKind::FuelExhausted { fuel: self.limits.fuel.map_or(0, |f| f.0) },
+            Some(trap) => FaultKind::Trap { trap: trap.to_string(), guest_said: store.data().last_stderr_line() },
+            None => FaultKind::Trap {
+                trap: format!("{error:#}").lines().next().unwrap_or_default().to_string(),
+                guest_said: store.data().last_stderr_line(),
+            },
+        }
+    }
+
+    /// A fresh, configured instance.
+    fn instantiate(&self) -> Result<Instance, FaultKind> {
+        let n = self.instances_created.fetch_add(1, Ordering::Relaxed);
+        let seed = self.seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let cap = (self.limits.memory_mib.0 as usize) << 20;
+        let mut store = Store::new(&self.engine, HostState::new(self.name.clone(), self.grants, cap, seed));
+        store.limiter(|s| &mut s.limiter);
+        store.epoch_deadline_trap();
+        self.arm(&mut store);
+        let bound = match &self.pre {
+            Pre::Scorer(pre) => pre.instantiate(&mut store).map(Bound::Scorer),
+            Pre::Detector(pre) => pre.instantiate(&mut store).map(Bound::Detector),
+        };
+        let bound = bound.map_err(|e| match self.classify(&store, e) {
+            FaultKind::Trap { trap, .. } => FaultKind::Instantiate(trap),
+            other => other,
+        })?;
+        self.arm(&mut store);
+        let configured = match &bound {
+            Bound::Scorer(b) => b.tessera_policy_scoring().call_configure(&mut store, &self.config_json),
+            Bound::Detector(b) => b.tessera_policy_detection().call_configure(&mut store, &self.config_json),
+        };
+        match configured {
+            Ok(Ok(())) => Ok(Instance { store, bound, synced: 0 }),
+            Ok(Err(msg)) => Err(FaultKind::Guest(format!("configure: {}", clip(msg)))),
+            Err(e) => Err(self.classify(&store, e)),
+        }
+    }
+
+    /// Runs `f` on a pooled (or new) instance; a fault drops the instance so
+    /// the next call gets a fresh one.
+    fn with_instance<R>(
+        &self,
+        call: &'static str,
+        f: impl FnOnce(&Self, &mut Instance) -> Result<R, (FaultKind, bool)>,
+    ) -> Result<R, CallError> {
+        let pooled = self.pool.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let mut inst = match pooled {
+            Some(i) => i,
+            None => self.instantiate().map_err(|k| self.err(call, k))?,
+        };
+        match f(self, &mut inst) {
+            Ok(r) => {
+                self.pool.lock().unwrap_or_else(|p| p.into_inner()).push(inst);
+                Ok(r)
+            }
+            Err((kind, keep)) => {
+                if keep {
+                    self.pool.lock().unwrap_or_else(|p| p.into_inner()).push(inst);
+                }
+                Err(self.err(call, kind))
+            }
+        }
+    }
+
+    /// Brings the instance's mirror up to date with `feed`.
+    fn sync(&self, inst: &mut Instance, feed: &RwLock<NodeFeed>) -> Result<(), (FaultKind, bool)> {
+        let (deltas, generation) = {
+            let feed = feed.read().unwrap_or_else(|p| p.into_inner());
+            if feed.generation() == inst.synced {
+                return Ok(());
+            }
+            (feed.deltas_since(inst.synced), feed.generation())
+        };
+        let Bound::Scorer(b) = &inst.bound else { return Ok(()) };
+        self.arm(&mut inst.store);
+        match b.tessera_policy_scoring().call_apply(&mut inst.store, &deltas) {
+            Ok(Ok(())) => {
+                inst.synced = generation;
+                Ok(())
+            }
+            // The mirror may be half-applied: do not reuse this instance.
+            Ok(Err(msg)) => Err((FaultKind::Guest(format!("apply: {}", clip(msg))), false)),
+            Err(e) => Err((self.classify(&inst.store, e), false)),
+        }
+    }
+
+    /// Filters `candidates` for `pod`: one verdict per candidate.
+    pub fn filter(&self, feed: &RwLock<NodeFeed>, pod: &wit::Pod, candidates: &[u32]) -> Result<Vec<u8>, CallError> {
+        self.with_instance("filter", |this, inst| {
+            this.sync(inst, feed)?;
+            let Bound::Scorer(b) = &inst.bound else { unreachable!("scorer call on a detector") };
+            this.arm(&mut inst.store);
+            match b.tessera_policy_scoring().call_filter(&mut inst.store, pod, candidates) {
+                Ok(Ok(v)) => {
+                    if v.len() != candidates.len() {
+                        return Err((wrong_len("verdicts", candidates.len(), v.len(), 1), false));
+                    }
+                    let declared = this.info.filter_reasons.len();
+                    if let Some(&bad) = v.iter().find(|&&k| k as usize > declared) {
+                        return Err((FaultKind::UnknownReason { verdict: bad, declared }, false));
+                    }
+                    Ok(v)
+                }
+                Ok(Err(msg)) => Err((FaultKind::Guest(clip(msg)), true)),
+                Err(e) => Err((this.classify(&inst.store, e), false)),
+            }
+        })
+    }
+
+    /// Scores `candidates` for `pod`: one value per candidate.
+    pub fn score(
+        &self,
+        feed: &RwLock<NodeFeed>,
+        pod: &wit::Pod,
+        candidates: &[u32],
+    ) -> Result<ScoreOutput, CallError> {
+        self.with_instance("score", |this, inst| {
+            this.sync(inst, feed)?;
+            let Bound::Scorer(b) = &inst.bound else { unreachable!("scorer call on a detector") };
+            this.arm(&mut inst.store);
+            match b.tessera_policy_scoring().call_score(&mut inst.store, pod, candidates) {
+                Ok(Ok(s)) => {
+                    let n = candidates.len();
+                    if s.values.len() != n {
+                        return Err((wrong_len("scores", n, s.values.len(), 8), false));
+                    }
+                    if !s.gpu_hints.is_empty() && s.gpu_hints.len() != n {
+                        return Err((wrong_len("GPU hints", n, s.gpu_hints.len(), 1), false));
+                    }
+                    Ok(ScoreOutput { values: s.values, gpu_hints: s.gpu_hints })
+                }
+                Ok(Err(msg)) => Err((FaultKind::Guest(clip(msg)), true)),
+                Err(e) => Err((this.classify(&inst.store, e), false)),
+            }
+        })
+    }
+
+    /// Appends a telemetry frame to a detector's window. Every pooled
+    /// instance keeps its own window, so frames go to one instance that is
+    /// kept for detection (detectors are called from one loop).
+    pub fn observe(&self, frame: &wit::TelemetryFrame) -> Result<(), CallError> {
+        self.with_instance("observe", |this, inst| {
+            let Bound::Detector(b) = &inst.bound else { unreachable!("detector call on a scorer") };
+            this.arm(&mut inst.store);
+            match b.tessera_policy_detection().call_observe(&mut inst.store, frame) {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(msg)) => Err((FaultKind::Guest(clip(msg)), true)),
+                Err(e) => Err((this.classify(&inst.store, e), false)),
+            }
+        })
+    }
+
+    /// Findings over the detector's window.
+    pub fn detect(&self) -> Result<Vec<wit::Finding>, CallError> {
+        self.with_instance("detect", |this, inst| {
+            let Bound::Detector(b) = &inst.bound else { unreachable!("detector call on a scorer") };
+            this.arm(&mut inst.store);
+            match b.tessera_policy_detection().call_detect(&mut inst.store) {
+                Ok(Ok(f)) => {
+                    let bytes: usize = f.iter().map(|x| 16 + x.message.len()).sum();
+                    if bytes > 16 << 20 {
+                        return Err((FaultKind::OversizedOutput { what: "findings", bytes, limit: 16 << 20 }, false));
+                    }
+                    Ok(f)
+                }
+                Ok(Err(msg)) => Err((FaultKind::Guest(clip(msg)), true)),
+                Err(e) => Err((this.classify(&inst.store, e), false)),
+            }
+        })
+    }
+
+    /// Calls `info` on a fresh instance (used once at load).
+    pub(crate) fn fetch_info(&mut self) -> Result<(), CallError> {
+        let mut inst = self.instantiate().map_err(|k| self.err("configure", k))?;
+        self.arm(&mut inst.store);
+        let info = match &inst.bound {
+            Bound::Scorer(b) => b.tessera_policy_scoring().call_info(&mut inst.store),
+            Bound::Detector(b) => b.tessera_policy_detection().call_info(&mut inst.store),
+        };
+        let info = info.map_err(|e| self.err("info", self.classify(&inst.store, e)))?;
+        self.version = Arc::from(info.version.as_str());
+        self.info = PluginInfo {
+            name: info.name,
+            version: info.version,
+            description: info.description,
+            filter_reasons: info.filter_reasons,
+        };
+        self.pool.get_mut().unwrap_or_else(|p| p.into_inner()).push(inst);
+        Ok(())
+    }
+
+    /// Drops pooled instances (their mirrors are rebuilt on demand).
+    pub(crate) fn drain(&self) {
+        self.pool.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+}
+
+fn wrong_len(what: &'static str, expected: usize, got: usize, elem: usize) -> FaultKind {
+    let bytes = got * elem;
+    // Far more than asked for is an attempt to flood the host.
+    if got > expected.saturating_mul(4).max(1 << 16) {
+        FaultKind::OversizedOutput { what, bytes, limit: expected * elem }
+    } else {
+        FaultKind::WrongLength { what, expected, got }
+    }
+}
+
+fn clip(msg: String) -> String {
+    if msg.len() <= MAX_GUEST_ERROR {
+        return msg;
+    }
+    let mut end = MAX_GUEST_ERROR;
+    while !msg.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes, clipped)", &msg[..end], msg.len())
+}
+
+/// Fault accounting over a sliding window of calls.
+#[derive(Debug, Default)]
+struct FaultWindow {
+    calls: u64,
+    faults_total: u64,
+    /// Call numbers of recent faults.
+    recent: VecDeque<u64>,
+    quarantined: Option<u32>,
+}
+
+/// Counters of one plugin slot.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SlotStats {
+    /// Calls made (including failed ones).
+    pub calls: u64,
+    /// Faults counted (not guest errors).
+    pub faults: u64,
+    /// Whether the plugin is quarantined.
+    pub quarantined: bool,
+    /// Versions loaded into this slot so far.
+    pub versions: u64,
+}
+
+/// The current version of a plugin, swappable while calls are in flight.
+pub struct PluginSlot {
+    current: ArcSwap<PluginVersion>,
+    faults: Mutex<FaultWindow>,
+    versions: AtomicU64,
+}
+
+impl std::fmt::Debug for PluginSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginSlot").field("current", &self.current.load()).finish_non_exhaustive()
+    }
+}
+
+impl PluginSlot {
+    /// A slot holding `version`.
+    pub fn new(version: Arc<PluginVersion>) -> Self {
+        Self { current: ArcSwap::new(version), faults: Mutex::default(), versions: AtomicU64::new(1) }
+    }
+
+    /// The version serving new calls.
+    pub fn current(&self) -> Arc<PluginVersion> {
+        self.current.load_full()
+    }
+
+    /// Swaps in a checked new version: calls already running finish on the
+    /// old one; the fault record and any quarantine start afresh.
+    pub fn swap(&self, version: Arc<PluginVersion>) -> Arc<PluginVersion> {
+        let old = self.current.swap(version);
+        *self.faults.lock().unwrap_or_else(|p| p.into_inner()) = FaultWindow::default();
+        self.versions.fetch_add(1, Ordering::Relaxed);
+        old.drain();
+        old
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> SlotStats {
+        let w = self.faults.lock().unwrap_or_else(|p| p.into_inner());
+        SlotStats {
+            calls: w.calls,
+            faults: w.faults_total,
+            quarantined: w.quarantined.is_some(),
+            versions: self.versions.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Runs a call on the current version with fault accounting.
+    pub fn call<R>(&self, f: impl FnOnce(&PluginVersion) -> Result<R, CallError>) -> Result<R, CallError> {
+        let version = self.current();
+        if let Some(faults) = self.faults.lock().unwrap_or_else(|p| p.into_inner()).quarantined {
+            return Err(CallError {
+                plugin: version.name.clone(),
+                version: version.version.clone(),
+                call: "any",
+                kind: FaultKind::Quarantined { faults },
+            });
+        }
+        let result = f(&version);
+        let mut w = self.faults.lock().unwrap_or_else(|p| p.into_inner());
+        // A result from a version that was swapped out meanwhile does not
+        // count against the new one.
+        if !Arc::ptr_eq(&version, &self.current.load()) {
+            return result;
+        }
+        w.calls += 1;
+        if let Err(e) = &result {
+            if e.is_fault() {
+                w.faults_total += 1;
+                let now = w.calls;
+                w.recent.push_back(now);
+                let window = version.limits.fault_window.0;
+                while w.recent.front().is_some_and(|&c| c + window <= now) {
+                    w.recent.pop_front();
+                }
+                let count = w.recent.len() as u32;
+                if u64::from(count) > version.limits.fault_budget.0 && w.quarantined.is_none() {
+                    w.quarantined = Some(count);
+                    tracing::error!(plugin = %version.name, version = %version.version, faults = count,
+                        "plugin quarantined: over its fault budget of {} in {window} calls", version.limits.fault_budget.0);
+                }
+            }
+        }
+        result
+    }
+}

@@ -1,0 +1,200 @@
+//! A policy at run time: its plugins (each in a hot-swappable slot), their
+//! weights, and the node feed they mirror. `decide` runs one placement
+//! decision: every scorer filters and scores the candidates once; a plugin
+//! that faults or is quarantined abstains and the rest still decide.
+
+use std::sync::{Arc, RwLock};
+
+use tessera_core::{Node, NodeId, Pod, score};
+
+use crate::error::{CallError, WorldKind};
+use crate::feed::{NodeFeed, to_wit_pod};
+use crate::plugin::{PluginSlot, PluginVersion};
+
+/// One plugin of a running policy.
+#[derive(Debug, Clone)]
+pub struct Member {
+    /// Name in the policy.
+    pub name: String,
+    /// Weight of its normalised scores.
+    pub weight: f64,
+    /// The slot holding its current version.
+    pub slot: Arc<PluginSlot>,
+}
+
+/// What one plugin contributed to a decision.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PluginOutcome {
+    /// Plugin name.
+    pub plugin: String,
+    /// Version that answered.
+    pub version: String,
+    /// Weight.
+    pub weight: f64,
+    /// Raw scores over the feasible candidates (empty if it abstained).
+    pub scores: Vec<i64>,
+    /// Why it abstained, if it did.
+    pub error: Option<CallError>,
+}
+
+/// A filter rejection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    /// Node.
+    pub node: NodeId,
+    /// Plugin.
+    pub plugin: String,
+    /// Reason code.
+    pub reason: String,
+}
+
+/// The outcome of one placement decision.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Decision {
+    /// Candidates that passed every plugin filter, in node-id order.
+    pub feasible: Vec<NodeId>,
+    /// Candidates rejected by a plugin filter.
+    pub rejections: Vec<Rejection>,
+    /// Each scorer's contribution.
+    pub outcomes: Vec<PluginOutcome>,
+    /// Weighted, normalised totals over `feasible`.
+    pub totals: Vec<f64>,
+    /// The chosen node.
+    pub chosen: Option<NodeId>,
+    /// GPU index suggested for a sharing pod by the heaviest plugin that
+    /// gave one.
+    pub gpu_hint: Option<u8>,
+    /// Every call error, faults and guest errors alike.
+    pub errors: Vec<CallError>,
+}
+
+/// A running policy.
+#[derive(Debug)]
+pub struct Policy {
+    name: String,
+    scorers: Vec<Member>,
+    detectors: Vec<Member>,
+    feed: Arc<RwLock<NodeFeed>>,
+}
+
+impl Policy {
+    /// A policy over loaded plugin slots.
+    pub fn new(name: impl Into<String>, members: Vec<Member>) -> Self {
+        let (scorers, detectors) = members.into_iter().partition(|m| m.slot.current().kind() == WorldKind::Scorer);
+        Self { name: name.into(), scorers, detectors, feed: Arc::new(RwLock::new(NodeFeed::new())) }
+    }
+
+    /// Policy name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Scoring plugins.
+    pub fn scorers(&self) -> &[Member] {
+        &self.scorers
+    }
+
+    /// Detection plugins.
+    pub fn detectors(&self) -> &[Member] {
+        &self.detectors
+    }
+
+    /// The member with this name.
+    pub fn member(&self, name: &str) -> Option<&Member> {
+        self.scorers.iter().chain(&self.detectors).find(|m| m.name == name)
+    }
+
+    /// Tells the plugins about new or changed nodes.
+    pub fn upsert_nodes<'a>(&self, nodes: impl IntoIterator<Item = &'a Node>) {
+        let mut feed = self.feed.write().unwrap_or_else(|p| p.into_inner());
+        for n in nodes {
+            feed.upsert(n);
+        }
+    }
+
+    /// Tells the plugins that nodes left.
+    pub fn remove_nodes(&self, ids: impl IntoIterator<Item = NodeId>) {
+        let mut feed = self.feed.write().unwrap_or_else(|p| p.into_inner());
+        for id in ids {
+            feed.remove(id);
+        }
+    }
+
+    /// Hot-swaps the named plugin to a checked new version.
+    pub fn swap(&self, name: &str, version: Arc<PluginVersion>) -> Option<Arc<PluginVersion>> {
+        self.member(name).map(|m| m.slot.swap(version))
+    }
+
+    /// One decision for `pod` over `candidates` (sorted by node id, already
+    /// through the host's hard filter).
+    pub fn decide(&self, pod: &Pod, candidates: &[NodeId]) -> Decision {
+        let wit_pod = to_wit_pod(pod);
+        let mut d = Decision::default();
+
+        // Filter: a candidate must pass every plugin that answers.
+        let mut ok = vec![true; candidates.len()];
+        for m in &self.scorers {
+            let mut reasons = Vec::new();
+            let answered = m.slot.call(|v| {
+                reasons.clone_from(&v.info().filter_reasons);
+                v.filter(&self.feed, &wit_pod, candidates)
+            });
+            match answered {
+                Ok(verdicts) => {
+                    for (i, &k) in verdicts.iter().enumerate() {
+                        if k != 0 && ok[i] {
+                            ok[i] = false;
+                            d.rejections.push(Rejection {
+                                node: candidates[i],
+                                plugin: m.name.clone(),
+                                reason: reasons.get(k as usize - 1).cloned().unwrap_or_default(),
+                            });
+                        }
+                    }
+                }
+                Err(e) => d.errors.push(e),
+            }
+        }
+        d.feasible = candidates.iter().zip(&ok).filter(|(_, ok)| **ok).map(|(id, _)| *id).collect();
+        d.totals = vec![0.0; d.feasible.len()];
+        if d.feasible.is_empty() {
+            return d;
+        }
+
+        // Score: one call per plugin, one value per feasible candidate.
+        let mut hints: Option<(f64, Vec<u8>)> = None;
+        for m in &self.scorers {
+            let version = m.slot.current();
+            match m.slot.call(|v| v.score(&self.feed, &wit_pod, &d.feasible)) {
+                Ok(out) => {
+                    score::accumulate(&mut d.totals, &out.values, m.weight);
+                    if !out.gpu_hints.is_empty() && hints.as_ref().is_none_or(|(w, _)| m.weight > *w) {
+                        hints = Some((m.weight, out.gpu_hints));
+                    }
+                    d.outcomes.push(PluginOutcome {
+                        plugin: m.name.clone(),
+                        version: version.version().to_string(),
+                        weight: m.weight,
+                        scores: out.values,
+                        error: None,
+                    });
+                }
+                Err(e) => {
+                    d.outcomes.push(PluginOutcome {
+                        plugin: m.name.clone(),
+                        version: version.version().to_string(),
+                        weight: m.weight,
+                        scores: Vec::new(),
+                        error: Some(e.clone()),
+                    });
+                    d.errors.push(e);
+                }
+            }
+        }
+        if let Some(i) = score::select(&d.totals) {
+            d.chosen = Some(d.feasible[i]);
+            d.gpu_hint = hints.and_then(|(_, h)| h.get(i).copied()).filter(|&g| g != u8::MAX);
+        }
+        d
+    }
+}

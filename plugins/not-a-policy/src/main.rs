@@ -1,0 +1,1 @@
+fn main() { println!("I am a WASI command, not a Tessera policy"); }

@@ -33,11 +33,15 @@ pub mod detector_bindings {
 use scorer_bindings::tessera::policy::types as st;
 
 fn resources(r: st::Resources) -> crate::Resources {
-    crate::Resources { cpu_milli: r.cpu_milli, memory_mib: r.memory_mib }
+    let sat = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
+    crate::Resources {
+        cpu_milli: sat(r.cpu_milli),
+        memory_mib: sat(r.memory_mib),
+    }
 }
 
-fn node(n: st::Node) -> crate::Node {
-    crate::Node {
+fn node(n: st::Node) -> crate::NodeRecord {
+    crate::NodeRecord {
         id: n.id,
         name: n.name,
         zone: n.zone,
@@ -47,8 +51,7 @@ fn node(n: st::Node) -> crate::Node {
         gpus: n
             .gpus
             .into_iter()
-            .map(|g| crate::Gpu {
-                index: g.index,
+            .map(|g| crate::GpuRecord {
                 free_milli: g.free_milli,
                 memory_mib: g.memory_mib,
                 health: match g.health {
@@ -65,7 +68,10 @@ fn node(n: st::Node) -> crate::Node {
         workloads: n
             .workloads
             .into_iter()
-            .map(|w| crate::WorkloadCount { workload: w.workload, pods: w.pods })
+            .map(|w| crate::WorkloadCount {
+                workload: w.workload,
+                pods: w.pods,
+            })
             .collect(),
     }
 }
@@ -101,20 +107,25 @@ pub fn scorer_info<S: Scorer>() -> st::PluginInfo {
     }
 }
 
-pub fn scorer_configure<S: Scorer>(state: &'static ScorerState<S>, config: &str) -> Result<(), String> {
+pub fn scorer_configure<S: Scorer>(
+    state: &'static ScorerState<S>,
+    config: &str,
+) -> Result<(), String> {
     let harness = ScorerHarness::<S>::new(config)?;
     state.with_borrow_mut(|s| *s = Some(harness));
     Ok(())
 }
 
-pub fn scorer_apply<S: Scorer>(state: &'static ScorerState<S>, deltas: Vec<st::NodeDelta>) -> Result<(), String> {
+pub fn scorer_apply<S: Scorer>(
+    state: &'static ScorerState<S>,
+    deltas: Vec<st::NodeDelta>,
+) -> Result<(), String> {
     state.with_borrow_mut(|s| {
         let h = s.as_mut().ok_or(NOT_CONFIGURED)?;
         h.apply(deltas.into_iter().map(|d| match d {
             st::NodeDelta::Upsert(n) => crate::NodeDelta::Upsert(node(n)),
             st::NodeDelta::Remove(id) => crate::NodeDelta::Remove(id),
-        }));
-        Ok(())
+        }))
     })
 }
 
@@ -157,42 +168,63 @@ pub fn detector_info<D: Detector>() -> dt::PluginInfo {
     }
 }
 
-pub fn detector_configure<D: Detector>(state: &'static DetectorState<D>, config: &str) -> Result<(), String> {
+pub fn detector_configure<D: Detector>(
+    state: &'static DetectorState<D>,
+    config: &str,
+) -> Result<(), String> {
     let harness = DetectorHarness::<D>::new(config)?;
     state.with_borrow_mut(|s| *s = Some(harness));
     Ok(())
 }
 
-pub fn detector_observe<D: Detector>(state: &'static DetectorState<D>, f: dt::TelemetryFrame) -> Result<(), String> {
+pub fn detector_observe<D: Detector>(
+    state: &'static DetectorState<D>,
+    f: dt::TelemetryFrame,
+) -> Result<(), String> {
     let n = f.nodes.len();
-    if [f.gpu_util_permille.len(), f.memory_free_permille.len(), f.cpu_util_permille.len(), f.stranded_gpu_milli.len()]
-        .iter()
-        .any(|&l| l != n)
+    if [
+        f.gpu_util_permille.len(),
+        f.memory_free_permille.len(),
+        f.cpu_util_permille.len(),
+        f.stranded_gpu_milli.len(),
+    ]
+    .iter()
+    .any(|&l| l != n)
     {
-        return Err(format!("telemetry frame {}: columns differ in length from {n} nodes", f.seq));
+        return Err(format!(
+            "telemetry frame {}: columns differ in length from {n} nodes",
+            f.seq
+        ));
     }
     let samples = (0..n)
         .map(|i| {
-            (f.nodes[i], crate::Sample {
-                gpu_util_permille: f.gpu_util_permille[i],
-                memory_free_permille: f.memory_free_permille[i],
-                cpu_util_permille: f.cpu_util_permille[i],
-                stranded_gpu_milli: f.stranded_gpu_milli[i],
-            })
+            (
+                f.nodes[i],
+                crate::Sample {
+                    gpu_util_permille: f.gpu_util_permille[i],
+                    memory_free_permille: f.memory_free_permille[i],
+                    cpu_util_permille: f.cpu_util_permille[i],
+                    stranded_gpu_milli: f.stranded_gpu_milli[i],
+                },
+            )
         })
         .collect();
     state.with_borrow_mut(|s| {
         let h = s.as_mut().ok_or(NOT_CONFIGURED)?;
-        h.observe(crate::Frame { seq: f.seq, samples });
+        h.observe(crate::Frame {
+            seq: f.seq,
+            samples,
+        });
         Ok(())
     })
 }
 
-pub fn detector_detect<D: Detector>(state: &'static DetectorState<D>) -> Result<Vec<dt::Finding>, String> {
+pub fn detector_detect<D: Detector>(
+    state: &'static DetectorState<D>,
+) -> Result<Vec<dt::Finding>, String> {
     state.with_borrow(|s| {
         let h = s.as_ref().ok_or(NOT_CONFIGURED)?;
-        Ok(h
-            .detect()
+        Ok(h.detect()
             .into_iter()
             .map(|f| dt::Finding {
                 node: f.node,

@@ -28,7 +28,10 @@ impl<S: Scorer> ScorerHarness<S> {
     /// Configures the plugin from JSON (empty or `null` = default config).
     pub fn new(config_json: &str) -> Result<Self, String> {
         let config = parse_config::<S::Config>(config_json)?;
-        Ok(Self { plugin: S::new(config)?, nodes: NodeTable::new() })
+        Ok(Self {
+            plugin: S::new(config)?,
+            nodes: NodeTable::new(),
+        })
     }
 
     /// The node mirror.
@@ -41,22 +44,41 @@ impl<S: Scorer> ScorerHarness<S> {
         &self.plugin
     }
 
-    /// Applies deltas to the mirror.
-    pub fn apply(&mut self, deltas: impl IntoIterator<Item = NodeDelta>) {
+    /// Applies deltas to the mirror. On an invalid record the deltas before
+    /// it stay applied and the error names the node.
+    pub fn apply(&mut self, deltas: impl IntoIterator<Item = NodeDelta>) -> Result<(), String> {
+        let mut result = Ok(());
         for delta in deltas {
-            self.nodes.apply(delta);
+            let id = match &delta {
+                NodeDelta::Upsert(rec) => rec.id,
+                NodeDelta::Remove(id) => *id,
+            };
+            result = self.nodes.apply(delta);
+            if result.is_err() {
+                break;
+            }
+            match self.nodes.get(id) {
+                Some(node) => self.plugin.on_node(&node),
+                None => self.plugin.on_remove(id),
+            }
         }
         self.plugin.on_apply(&self.nodes);
+        result
     }
 
     /// One verdict per candidate: 0 = feasible, `k > 0` = reason `k - 1`.
-    pub fn filter(&mut self, pod: &Pod, candidates: &[NodeId], out: &mut Vec<u8>) -> Result<(), String> {
+    pub fn filter(
+        &mut self,
+        pod: &Pod,
+        candidates: &[NodeId],
+        out: &mut Vec<u8>,
+    ) -> Result<(), String> {
         out.clear();
         out.reserve(candidates.len());
         self.plugin.prepare(pod, &self.nodes);
         for &id in candidates {
             let node = self.nodes.get(id).ok_or_else(|| unknown(id))?;
-            out.push(match self.plugin.filter(pod, node) {
+            out.push(match self.plugin.filter(pod, &node) {
                 Ok(()) => 0,
                 Err(reason) => reason.saturating_add(1),
             });
@@ -64,7 +86,9 @@ impl<S: Scorer> ScorerHarness<S> {
         Ok(())
     }
 
-    /// One score per candidate; `hints` is filled only if some score names a GPU.
+    /// One score per candidate; `hints` gets one GPU index per candidate
+    /// (255 = none) if the plugin declares [`Scorer::SUGGESTS_GPU`], else
+    /// stays empty.
     pub fn score(
         &mut self,
         pod: &Pod,
@@ -72,22 +96,56 @@ impl<S: Scorer> ScorerHarness<S> {
         values: &mut Vec<i64>,
         hints: &mut Vec<u8>,
     ) -> Result<(), String> {
-        values.clear();
-        hints.clear();
-        values.reserve(candidates.len());
         self.plugin.prepare(pod, &self.nodes);
-        for (i, &id) in candidates.iter().enumerate() {
-            let node = self.nodes.get(id).ok_or_else(|| unknown(id))?;
-            let score = self.plugin.score(pod, node);
-            values.push(score.value);
-            if let Some(gpu) = score.gpu {
-                if hints.is_empty() {
-                    hints.resize(i, u8::MAX);
-                }
-                hints.push(gpu);
-            } else if !hints.is_empty() {
-                hints.push(u8::MAX);
+        // Outputs sized up front and written in place, and no call in the
+        // loop (not even on its error path): Cranelift, which compiles the
+        // component, spills every live register around a call.
+        hints.clear();
+        let mut missing = None;
+        if S::SUGGESTS_GPU {
+            values.clear();
+            values.resize(candidates.len(), 0);
+            hints.resize(candidates.len(), u8::MAX);
+            for ((value, hint), &id) in values.iter_mut().zip(hints.iter_mut()).zip(candidates) {
+                let Some(node) = self.nodes.get(id) else {
+                    missing = Some(id);
+                    break;
+                };
+                let score = self.plugin.score(pod, &node);
+                *value = score.value;
+                *hint = score.gpu.unwrap_or(u8::MAX);
             }
+        } else {
+            values.clear();
+            values.resize(candidates.len(), 0);
+            // Two nodes per iteration: Cranelift reloads and re-spills loop
+            // invariants at every back edge, so halving the back edges
+            // matters more than it would natively.
+            let mut out = values.chunks_exact_mut(2);
+            let mut ids = candidates.chunks_exact(2);
+            for (pair, id_pair) in (&mut out).zip(&mut ids) {
+                let (Some(a), Some(b)) = (self.nodes.get(id_pair[0]), self.nodes.get(id_pair[1]))
+                else {
+                    missing = id_pair
+                        .iter()
+                        .copied()
+                        .find(|&id| self.nodes.get(id).is_none());
+                    break;
+                };
+                pair[0] = self.plugin.score(pod, &a).value;
+                pair[1] = self.plugin.score(pod, &b).value;
+            }
+            if missing.is_none() {
+                for (value, &id) in out.into_remainder().iter_mut().zip(ids.remainder()) {
+                    match self.nodes.get(id) {
+                        Some(node) => *value = self.plugin.score(pod, &node).value,
+                        None => missing = Some(id),
+                    }
+                }
+            }
+        }
+        if let Some(id) = missing {
+            return Err(unknown(id));
         }
         Ok(())
     }
@@ -109,7 +167,13 @@ impl<D: Detector> DetectorHarness<D> {
         let config = parse_config::<D::Config>(config_json)?;
         let plugin = D::new(config)?;
         let capacity = plugin.window().max(1);
-        Ok(Self { plugin, window: Window { frames: VecDeque::with_capacity(capacity), capacity } })
+        Ok(Self {
+            plugin,
+            window: Window {
+                frames: VecDeque::with_capacity(capacity),
+                capacity,
+            },
+        })
     }
 
     /// Appends one frame, dropping the oldest beyond the window size.
@@ -148,6 +212,95 @@ impl Window {
     /// How many of the newest frames in a row satisfy `pred` for `node`
     /// (a frame without a sample of the node ends the run).
     pub fn consecutive(&self, node: NodeId, mut pred: impl FnMut(&crate::Sample) -> bool) -> usize {
-        self.frames.iter().rev().take_while(|f| f.get(node).is_some_and(&mut pred)).count()
+        self.frames
+            .iter()
+            .rev()
+            .take_while(|f| f.get(node).is_some_and(&mut pred))
+            .count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Node, NodeRecord, Resources, Score};
+
+    /// Scores by free CPU and records the hooks it sees.
+    #[derive(Default)]
+    struct Probe {
+        seen: Vec<NodeId>,
+        removed: Vec<NodeId>,
+    }
+
+    impl Scorer for Probe {
+        type Config = ();
+        const NAME: &'static str = "probe";
+        const VERSION: &'static str = "0";
+        fn new(_: ()) -> Result<Self, String> {
+            Ok(Self::default())
+        }
+        fn on_node(&mut self, node: &Node<'_>) {
+            self.seen.push(node.id());
+        }
+        fn on_remove(&mut self, id: NodeId) {
+            self.removed.push(id);
+        }
+        fn score(&self, _pod: &Pod, node: &Node<'_>) -> Score {
+            Score::new(i64::from(node.free.cpu_milli))
+        }
+    }
+
+    fn rec(id: NodeId) -> NodeDelta {
+        NodeDelta::Upsert(NodeRecord {
+            id,
+            free: Resources {
+                cpu_milli: id * 10,
+                memory_mib: 0,
+            },
+            ..NodeRecord::default()
+        })
+    }
+
+    #[test]
+    fn scores_in_candidate_order_for_odd_and_even_counts() {
+        let mut h = ScorerHarness::<Probe>::new("").unwrap();
+        h.apply((0..5).map(rec)).unwrap();
+        let (mut v, mut hints) = (Vec::new(), Vec::new());
+        h.score(&Pod::default(), &[4, 0, 3], &mut v, &mut hints)
+            .unwrap();
+        assert_eq!(v, [40, 0, 30]);
+        h.score(&Pod::default(), &[1, 2, 3, 4], &mut v, &mut hints)
+            .unwrap();
+        assert_eq!(v, [10, 20, 30, 40]);
+        assert!(hints.is_empty());
+    }
+
+    #[test]
+    fn unknown_candidates_are_errors_wherever_they_stand() {
+        let mut h = ScorerHarness::<Probe>::new("").unwrap();
+        h.apply((0..4).map(rec)).unwrap();
+        let (mut v, mut hints) = (Vec::new(), Vec::new());
+        for ids in [&[9, 0][..], &[0, 9], &[0, 1, 9], &[9]] {
+            let e = h
+                .score(&Pod::default(), ids, &mut v, &mut hints)
+                .unwrap_err();
+            assert!(e.contains("unknown node id 9"), "{ids:?}: {e}");
+        }
+        let mut out = Vec::new();
+        assert!(
+            h.filter(&Pod::default(), &[0, 7], &mut out)
+                .unwrap_err()
+                .contains("unknown node id 7")
+        );
+    }
+
+    #[test]
+    fn node_hooks_see_each_change() {
+        let mut h = ScorerHarness::<Probe>::new("").unwrap();
+        h.apply([rec(2), rec(0), NodeDelta::Remove(2), rec(0)])
+            .unwrap();
+        assert_eq!(h.plugin().seen, [2, 0, 0]);
+        assert_eq!(h.plugin().removed, [2]);
+        assert_eq!(h.nodes().len(), 1);
     }
 }

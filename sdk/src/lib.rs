@@ -24,7 +24,7 @@
 //!         Ok(Self)
 //!     }
 //!
-//!     fn score(&self, _pod: &Pod, node: &Node) -> Score {
+//!     fn score(&self, _pod: &Pod, node: &Node<'_>) -> Score {
 //!         Score::new(node.free.cpu_milli as i64)
 //!     }
 //! }
@@ -34,9 +34,9 @@
 //!
 //! // And natively, in its tests, the very same glue:
 //! let mut h = tessera_sdk::ScorerHarness::<MostFreeCpu>::new("").unwrap();
-//! let mut node = Node { id: 0, ..Node::default() };
+//! let mut node = tessera_sdk::NodeRecord { id: 0, ..Default::default() };
 //! node.free.cpu_milli = 4000;
-//! h.apply([tessera_sdk::NodeDelta::Upsert(node)]);
+//! h.apply([tessera_sdk::NodeDelta::Upsert(node)]).unwrap();
 //! let (mut values, mut hints) = (Vec::new(), Vec::new());
 //! h.score(&Pod::default(), &[0], &mut values, &mut hints).unwrap();
 //! assert_eq!(values, [4000]);
@@ -45,10 +45,11 @@
 
 mod harness;
 mod mirror;
+pub mod simd;
 mod types;
 
 pub use harness::{DetectorHarness, ScorerHarness, Window, parse_config};
-pub use mirror::NodeTable;
+pub use mirror::{NodeMeta, NodeTable};
 pub use types::*;
 
 #[cfg(target_arch = "wasm32")]
@@ -67,9 +68,21 @@ pub trait Scorer: Sized + 'static {
     const DESCRIPTION: &'static str = "";
     /// Stable reason codes [`Scorer::filter`] may return, by index.
     const FILTER_REASONS: &'static [&'static str] = &[];
+    /// Whether [`Scorer::score`] names GPUs ([`Score::with_gpu`]) for
+    /// sharing pods. If false, any GPU named is ignored and the host picks
+    /// the GPU on the chosen node.
+    const SUGGESTS_GPU: bool = false;
 
     /// Builds the plugin from its configuration.
     fn new(config: Self::Config) -> Result<Self, String>;
+
+    /// Called for each node that arrived or changed, after the mirror has
+    /// it, e.g. to keep per-node terms that depend on the plugin's
+    /// configuration (O(changes), not O(nodes)).
+    fn on_node(&mut self, _node: &Node<'_>) {}
+
+    /// Called for each node that left.
+    fn on_remove(&mut self, _id: NodeId) {}
 
     /// Called after each batch of deltas, with the updated mirror.
     fn on_apply(&mut self, _nodes: &NodeTable) {}
@@ -81,12 +94,12 @@ pub trait Scorer: Sized + 'static {
     /// `Ok(())` if the pod may run on the node, else the index of the reason
     /// in [`Scorer::FILTER_REASONS`]. The host has already checked resources,
     /// GPU fit, model and health.
-    fn filter(&self, _pod: &Pod, _node: &Node) -> Result<(), u8> {
+    fn filter(&self, _pod: &Pod, _node: &Node<'_>) -> Result<(), u8> {
         Ok(())
     }
 
     /// Score of the node for the pod; higher is better.
-    fn score(&self, pod: &Pod, node: &Node) -> Score;
+    fn score(&self, pod: &Pod, node: &Node<'_>) -> Score;
 }
 
 /// A detection policy over a sliding window of telemetry.
@@ -229,3 +242,8 @@ macro_rules! export_detector {
         };
     };
 }
+
+/// The README's example plugin compiles (as a doctest).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

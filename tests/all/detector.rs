@@ -1,0 +1,68 @@
+//! The detector world end to end: a window of telemetry frames in,
+//! findings out, through the real `overload` component.
+
+use tessera_plugins::OVERLOAD;
+use tessera_wasm::{WorldKind, wit};
+
+use crate::{load, runtime};
+
+fn frame(seq: u64, util: [u16; 3]) -> wit::TelemetryFrame {
+    wit::TelemetryFrame {
+        seq,
+        nodes: vec![10, 11, 12],
+        gpu_util_permille: util.to_vec(),
+        memory_free_permille: vec![500, 500, 40],
+        cpu_util_permille: vec![100; 3],
+        stranded_gpu_milli: vec![0; 3],
+    }
+}
+
+#[test]
+fn overload_detector_reports_sustained_overload_and_memory_pressure() {
+    let rt = runtime();
+    let v = load(
+        &rt,
+        OVERLOAD,
+        "overload",
+        r#"{"gpu_intervals": 5, "memory_intervals": 3}"#,
+    );
+    assert_eq!(v.kind(), WorldKind::Detector);
+    for seq in 0..4 {
+        v.observe(&frame(seq, [950, 980, 100])).unwrap();
+    }
+    let kinds = |f: &[wit::Finding]| {
+        f.iter()
+            .map(|f| (f.node, format!("{:?}", f.kind)))
+            .collect::<Vec<_>>()
+    };
+    // After 4 intervals: only memory pressure on node 12 (3 intervals).
+    assert_eq!(
+        kinds(&v.detect().unwrap()),
+        [(12, "FindingKind::MemoryPressure".to_string())]
+    );
+    v.observe(&frame(4, [950, 500, 100])).unwrap();
+    let f = v.detect().unwrap();
+    assert_eq!(
+        kinds(&f),
+        [
+            (10, "FindingKind::Overload".to_string()),
+            (12, "FindingKind::MemoryPressure".to_string())
+        ]
+    );
+    assert!(
+        f[0].message.contains("5 consecutive intervals"),
+        "{}",
+        f[0].message
+    );
+}
+
+#[test]
+fn malformed_frames_are_guest_errors() {
+    let rt = runtime();
+    let v = load(&rt, OVERLOAD, "overload", "null");
+    let mut bad = frame(0, [1, 2, 3]);
+    bad.cpu_util_permille.pop();
+    let e = v.observe(&bad).unwrap_err();
+    assert!(!e.is_fault());
+    assert!(e.to_string().contains("columns differ in length"), "{e}");
+}

@@ -67,7 +67,10 @@ pub fn check_file(rt: &Runtime, path: &Path, config_json: &str) -> CheckReport {
             return r;
         }
     };
-    let name = path.file_stem().map(|s| s.to_string_lossy().replace(|c: char| !c.is_ascii_alphanumeric(), "-"));
+    let name = path.file_stem().map(|s| {
+        s.to_string_lossy()
+            .replace(|c: char| !c.is_ascii_alphanumeric(), "-")
+    });
     let mut spec = PluginSpec::new(name.unwrap_or_else(|| "plugin".into()));
     spec.config_json = config_json.into();
     let (version, report) = match rt.load(&spec, &bytes) {
@@ -86,10 +89,14 @@ pub fn check_file(rt: &Runtime, path: &Path, config_json: &str) -> CheckReport {
         .find(|e| e.starts_with("tessera:policy/"))
         .and_then(|e| e.split_once('@'))
         .map(|(_, v)| v.to_string());
-    r.plugin = Some(format!("{} {}", version.info().name, version.info().version));
+    r.plugin = Some(format!(
+        "{} {}",
+        version.info().name,
+        version.info().version
+    ));
     r.description = Some(version.info().description.clone());
     r.filter_reasons = version.info().filter_reasons.clone();
-    r.sha256 = Some(report.digest.clone());
+    r.sha256 = Some(tessera_wasm::sha256_hex(&bytes));
     r.exports = report.exports.clone();
     r.imports = report.imports.clone();
     r.compile_us = Some(report.compile.as_micros());
@@ -109,7 +116,11 @@ pub fn check_file(rt: &Runtime, path: &Path, config_json: &str) -> CheckReport {
             let ids: Vec<u32> = nodes.iter().map(|n| n.id).collect();
             for pod in canned_pods() {
                 let d = policy.decide(&pod, &ids);
-                let scores = d.outcomes.first().map(|o| format!("{:?}", o.scores)).unwrap_or_default();
+                let scores = d
+                    .outcomes
+                    .first()
+                    .map(|o| format!("{:?}", o.scores))
+                    .unwrap_or_default();
                 r.canned.push(format!(
                     "pod {:<8} feasible {:?} scores {} chosen {:?} gpu {:?}{}",
                     pod.name,
@@ -117,7 +128,10 @@ pub fn check_file(rt: &Runtime, path: &Path, config_json: &str) -> CheckReport {
                     scores,
                     d.chosen,
                     d.gpu_hint,
-                    d.errors.first().map(|e| format!(" error: {e}")).unwrap_or_default()
+                    d.errors
+                        .first()
+                        .map(|e| format!(" error: {e}"))
+                        .unwrap_or_default()
                 ));
             }
         }
@@ -138,7 +152,10 @@ pub fn check_file(rt: &Runtime, path: &Path, config_json: &str) -> CheckReport {
             match version.detect() {
                 Ok(findings) => {
                     for f in findings {
-                        r.canned.push(format!("finding node {} {:?} severity {}: {}", f.node, f.kind, f.severity, f.message));
+                        r.canned.push(format!(
+                            "finding node {} {:?} severity {}: {}",
+                            f.node, f.kind, f.severity, f.message
+                        ));
                     }
                 }
                 Err(e) => r.canned.push(format!("detect: {e}")),
@@ -160,7 +177,13 @@ impl CheckReport {
         }
         for (k, v) in [
             ("world", &self.world),
-            ("contract", &self.contract.as_ref().map(|v| format!("tessera:policy@{v}"))),
+            (
+                "contract",
+                &self
+                    .contract
+                    .as_ref()
+                    .map(|v| format!("tessera:policy@{v}")),
+            ),
             ("plugin", &self.plugin),
             ("description", &self.description),
             ("sha256", &self.sha256),

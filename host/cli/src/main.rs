@@ -10,7 +10,11 @@ use tessera_policy::PolicyDocument;
 use tessera_wasm::{Runtime, RuntimeConfig};
 
 #[derive(Parser)]
-#[command(name = "tessera", version, about = "GPU cluster scheduler with sandboxed WebAssembly policies")]
+#[command(
+    name = "tessera",
+    version,
+    about = "GPU cluster scheduler with sandboxed WebAssembly policies"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -82,7 +86,8 @@ enum PolicyCmd {
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("TESSERA_LOG").unwrap_or_else(|_| "warn".into()),
+            tracing_subscriber::EnvFilter::try_from_env("TESSERA_LOG")
+                .unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -97,17 +102,40 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        Command::Plugin(PluginCmd::Check { file, config, cache_dir, format }) => {
-            let rt = Runtime::new(RuntimeConfig { cache_dir, ..RuntimeConfig::default() })?;
+        Command::Plugin(PluginCmd::Check {
+            file,
+            config,
+            cache_dir,
+            format,
+        }) => {
+            let rt = Runtime::new(RuntimeConfig {
+                cache_dir,
+                ..RuntimeConfig::default()
+            })?;
             let report = check::check_file(&rt, &file, &config);
             match format {
                 Format::Table => print!("{}", report.to_table()),
                 Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
             }
-            Ok(if report.loadable { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+            Ok(if report.loadable {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
         }
-        Command::Plugin(PluginCmd::Bench { nodes, plugin, config, reps, format }) => {
-            let result = bench::run(&bench::BenchOptions { nodes, plugin, config_json: config, reps: reps.max(1) })?;
+        Command::Plugin(PluginCmd::Bench {
+            nodes,
+            plugin,
+            config,
+            reps,
+            format,
+        }) => {
+            let result = bench::run(&bench::BenchOptions {
+                nodes,
+                plugin,
+                config_json: config,
+                reps: reps.max(1),
+            })?;
             match format {
                 Format::Table => print!("{}", result.to_table()),
                 Format::Json => println!("{}", serde_json::to_string(&result)?),
@@ -116,7 +144,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Plugin(PluginCmd::List) => {
             for a in tessera_plugins::ALL {
-                println!("{:<14} sha256:{}  {} bytes", a.name, tessera_wasm::sha256_hex(a.bytes), a.bytes.len());
+                println!(
+                    "{:<14} sha256:{}  {} bytes",
+                    a.name,
+                    tessera_wasm::sha256_hex(a.bytes),
+                    a.bytes.len()
+                );
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -124,20 +157,20 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let mut doc = PolicyDocument::load(&file)?;
             doc.resolve_paths(&file);
             let rt = Runtime::new(RuntimeConfig::default())?;
-            let policy = load::load_policy(&rt, &doc).with_context(|| format!("policy {}", file.display()))?;
+            let policy = load::load_policy(&rt, &doc)
+                .with_context(|| format!("policy {}", file.display()))?;
             println!("policy {} is valid", policy.name());
             for m in policy.scorers().iter().chain(policy.detectors()) {
                 let v = m.slot.current();
                 println!(
-                    "  {:<12} {:<8} {} {:<8} weight {:<5} deadline {} ms, memory {} MiB, sha256:{}",
+                    "  {:<12} {:<8} {} {:<8} weight {:<5} deadline {} ms, memory {} MiB",
                     m.name,
-                    v.kind(),
+                    v.kind().to_string(),
                     v.info().name,
                     v.version(),
                     m.weight,
                     v.limits().deadline_ms.0,
                     v.limits().memory_mib.0,
-                    &v.digest()[..12]
                 );
             }
             Ok(ExitCode::SUCCESS)

@@ -5,21 +5,30 @@
 use tessera_core::{GpuHealth, Node, Pod, Tier};
 use tessera_sdk as sdk;
 
-/// A core node as the SDK sees it.
-pub fn sdk_node(n: &Node) -> sdk::Node {
-    sdk::Node {
+fn sat(v: u64) -> u32 {
+    u32::try_from(v).unwrap_or(u32::MAX)
+}
+
+fn resources(r: &tessera_core::Resources) -> sdk::Resources {
+    sdk::Resources {
+        cpu_milli: sat(r.cpu_milli),
+        memory_mib: sat(r.memory_mib),
+    }
+}
+
+/// A core node as the SDK's mirror receives it.
+pub fn sdk_node(n: &Node) -> sdk::NodeRecord {
+    sdk::NodeRecord {
         id: n.id,
         name: n.name.clone(),
         zone: n.zone.clone(),
         gpu_model: n.gpu_model.clone(),
-        capacity: sdk::Resources { cpu_milli: n.capacity.cpu_milli, memory_mib: n.capacity.memory_mib },
-        free: sdk::Resources { cpu_milli: n.free.cpu_milli, memory_mib: n.free.memory_mib },
+        capacity: resources(&n.capacity),
+        free: resources(&n.free),
         gpus: n
             .gpus
             .iter()
-            .enumerate()
-            .map(|(i, g)| sdk::Gpu {
-                index: i as u8,
+            .map(|g| sdk::GpuRecord {
                 free_milli: g.free_milli,
                 memory_mib: g.memory_mib,
                 health: match g.health {
@@ -36,7 +45,10 @@ pub fn sdk_node(n: &Node) -> sdk::Node {
         workloads: n
             .workloads
             .iter()
-            .map(|(w, &pods)| sdk::WorkloadCount { workload: w.clone(), pods })
+            .map(|(w, &pods)| sdk::WorkloadCount {
+                workload: w.clone(),
+                pods,
+            })
             .collect(),
     }
 }
@@ -47,7 +59,7 @@ pub fn sdk_pod(p: &Pod) -> sdk::Pod {
         name: p.name.clone(),
         namespace: p.namespace.clone(),
         workload: p.workload.clone(),
-        requests: sdk::Resources { cpu_milli: p.requests.cpu_milli, memory_mib: p.requests.memory_mib },
+        requests: resources(&p.requests),
         gpu_count: p.gpu_count,
         gpu_milli: p.gpu_milli,
         allowed_models: p.allowed_models.clone(),
@@ -63,16 +75,31 @@ pub fn sdk_pod(p: &Pod) -> sdk::Pod {
 /// A natively compiled scorer behind one interface.
 pub trait NativeScorer {
     /// Applies node deltas.
-    fn apply(&mut self, nodes: &[Node]);
+    fn apply(&mut self, nodes: &[Node]) -> Result<(), String>;
     /// Scores candidates.
-    fn score(&mut self, pod: &sdk::Pod, candidates: &[u32], values: &mut Vec<i64>, hints: &mut Vec<u8>) -> Result<(), String>;
+    fn score(
+        &mut self,
+        pod: &sdk::Pod,
+        candidates: &[u32],
+        values: &mut Vec<i64>,
+        hints: &mut Vec<u8>,
+    ) -> Result<(), String>;
 }
 
 impl<S: sdk::Scorer> NativeScorer for sdk::ScorerHarness<S> {
-    fn apply(&mut self, nodes: &[Node]) {
-        sdk::ScorerHarness::apply(self, nodes.iter().map(|n| sdk::NodeDelta::Upsert(sdk_node(n))));
+    fn apply(&mut self, nodes: &[Node]) -> Result<(), String> {
+        sdk::ScorerHarness::apply(
+            self,
+            nodes.iter().map(|n| sdk::NodeDelta::Upsert(sdk_node(n))),
+        )
     }
-    fn score(&mut self, pod: &sdk::Pod, candidates: &[u32], values: &mut Vec<i64>, hints: &mut Vec<u8>) -> Result<(), String> {
+    fn score(
+        &mut self,
+        pod: &sdk::Pod,
+        candidates: &[u32],
+        values: &mut Vec<i64>,
+        hints: &mut Vec<u8>,
+    ) -> Result<(), String> {
         sdk::ScorerHarness::score(self, pod, candidates, values, hints)
     }
 }

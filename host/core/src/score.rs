@@ -18,7 +18,9 @@ pub const MAX_NORMALISED: f64 = 100.0;
 /// before it gets here.
 pub fn accumulate(totals: &mut [f64], values: &[i64], weight: f64) {
     assert_eq!(totals.len(), values.len(), "one score per candidate");
-    let (Some(&min), Some(&max)) = (values.iter().min(), values.iter().max()) else { return };
+    let (Some(&min), Some(&max)) = (values.iter().min(), values.iter().max()) else {
+        return;
+    };
     if min == max || weight == 0.0 {
         return;
     }

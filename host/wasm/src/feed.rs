@@ -62,11 +62,11 @@ impl NodeFeed {
 
     /// Removes a node (no-op if absent).
     pub fn remove(&mut self, id: NodeId) {
-        if let Some(slot) = self.nodes.get_mut(id as usize) {
-            if slot.take().is_some() {
-                self.present -= 1;
-                self.record(id);
-            }
+        if let Some(slot) = self.nodes.get_mut(id as usize)
+            && slot.take().is_some()
+        {
+            self.present -= 1;
+            self.record(id);
         }
     }
 
@@ -87,17 +87,25 @@ impl NodeFeed {
             return Vec::new();
         }
         if since == 0 || since < self.log_start {
-            return self.nodes.iter().flatten().cloned().map(wit::NodeDelta::Upsert).collect();
+            return self
+                .nodes
+                .iter()
+                .flatten()
+                .cloned()
+                .map(wit::NodeDelta::Upsert)
+                .collect();
         }
         let first = self.log.partition_point(|(g, _)| *g <= since);
         let mut ids: Vec<NodeId> = self.log[first..].iter().map(|(_, id)| *id).collect();
         ids.sort_unstable();
         ids.dedup();
         ids.into_iter()
-            .map(|id| match self.nodes.get(id as usize).and_then(Option::as_ref) {
-                Some(n) => wit::NodeDelta::Upsert(n.clone()),
-                None => wit::NodeDelta::Remove(id),
-            })
+            .map(
+                |id| match self.nodes.get(id as usize).and_then(Option::as_ref) {
+                    Some(n) => wit::NodeDelta::Upsert(n.clone()),
+                    None => wit::NodeDelta::Remove(id),
+                },
+            )
             .collect()
     }
 }
@@ -109,8 +117,14 @@ pub fn to_wit_node(n: &Node) -> wit::Node {
         name: n.name.clone(),
         zone: n.zone.clone(),
         gpu_model: n.gpu_model.clone(),
-        capacity: wit::Resources { cpu_milli: n.capacity.cpu_milli, memory_mib: n.capacity.memory_mib },
-        free: wit::Resources { cpu_milli: n.free.cpu_milli, memory_mib: n.free.memory_mib },
+        capacity: wit::Resources {
+            cpu_milli: n.capacity.cpu_milli,
+            memory_mib: n.capacity.memory_mib,
+        },
+        free: wit::Resources {
+            cpu_milli: n.free.cpu_milli,
+            memory_mib: n.free.memory_mib,
+        },
         gpus: n
             .gpus
             .iter()
@@ -133,7 +147,10 @@ pub fn to_wit_node(n: &Node) -> wit::Node {
         workloads: n
             .workloads
             .iter()
-            .map(|(w, &pods)| wit::WorkloadCount { workload: w.clone(), pods })
+            .map(|(w, &pods)| wit::WorkloadCount {
+                workload: w.clone(),
+                pods,
+            })
             .collect(),
     }
 }
@@ -144,7 +161,10 @@ pub fn to_wit_pod(p: &Pod) -> wit::Pod {
         name: p.name.clone(),
         namespace: p.namespace.clone(),
         workload: p.workload.clone(),
-        requests: wit::Resources { cpu_milli: p.requests.cpu_milli, memory_mib: p.requests.memory_mib },
+        requests: wit::Resources {
+            cpu_milli: p.requests.cpu_milli,
+            memory_mib: p.requests.memory_mib,
+        },
         gpu_count: p.gpu_count,
         gpu_milli: p.gpu_milli,
         allowed_models: p.allowed_models.clone(),
@@ -163,7 +183,16 @@ mod tests {
     use tessera_core::Resources;
 
     fn node(id: NodeId) -> Node {
-        Node::new(id, format!("n{id}"), Resources { cpu_milli: 1000, memory_mib: 1024 }, 2, "T4")
+        Node::new(
+            id,
+            format!("n{id}"),
+            Resources {
+                cpu_milli: 1000,
+                memory_mib: 1024,
+            },
+            2,
+            "T4",
+        )
     }
 
     fn ids(deltas: &[wit::NodeDelta]) -> Vec<(bool, NodeId)> {
@@ -183,7 +212,10 @@ mod tests {
             f.upsert(&node(id));
         }
         let g = f.generation();
-        assert_eq!(ids(&f.deltas_since(0)), [(true, 0), (true, 1), (true, 2), (true, 3)]);
+        assert_eq!(
+            ids(&f.deltas_since(0)),
+            [(true, 0), (true, 1), (true, 2), (true, 3)]
+        );
         assert!(f.deltas_since(g).is_empty());
         f.upsert(&node(2));
         f.remove(1);
@@ -202,6 +234,10 @@ mod tests {
             f.upsert(&node(1));
         }
         let d = f.deltas_since(g);
-        assert_eq!(ids(&d), [(true, 0), (true, 1)], "snapshot after the log was compacted");
+        assert_eq!(
+            ids(&d),
+            [(true, 0), (true, 1)],
+            "snapshot after the log was compacted"
+        );
     }
 }

@@ -10,7 +10,9 @@ use tessera_policy::Grants;
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
-use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi::{
+    HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView,
+};
 
 use crate::bindings::host_iface::{self, LogLevel};
 use crate::bindings::types;
@@ -30,7 +32,12 @@ pub(crate) struct Limiter {
 }
 
 impl ResourceLimiter for Limiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         if desired > self.memory_cap {
             self.denied = Some(desired);
             return Err(wasmtime::Error::msg(format!(
@@ -41,7 +48,12 @@ impl ResourceLimiter for Limiter {
         Ok(true)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         Ok(desired <= 1 << 20)
     }
 }
@@ -105,7 +117,10 @@ impl HostState {
         Self {
             wasi: b.build(),
             table: ResourceTable::new(),
-            limiter: Limiter { memory_cap, denied: None },
+            limiter: Limiter {
+                memory_cap,
+                denied: None,
+            },
             rng: ChaCha8Rng::seed_from_u64(seed),
             plugin,
             log_budget: LOG_LINES_PER_INSTANCE,
@@ -113,11 +128,19 @@ impl HostState {
         }
     }
 
-    /// The last non-empty line the guest wrote to stderr (e.g. a panic message).
+    /// The last thing the guest wrote to stderr, e.g. its panic message
+    /// (Rust writes `panicked at FILE:LINE:COL:` and the message on the next
+    /// line, then a `note:` on backtraces, which is skipped).
     pub(crate) fn last_stderr_line(&self) -> Option<String> {
         let bytes = self.stderr.as_ref()?.contents();
         let text = String::from_utf8_lossy(&bytes);
-        text.lines().rev().find(|l| !l.trim().is_empty()).map(|l| truncate(l.trim(), LOG_LINE_MAX))
+        let lines: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with("note:"))
+            .collect();
+        let tail = &lines[lines.len().saturating_sub(2)..];
+        (!tail.is_empty()).then(|| truncate(&tail.join(" "), LOG_LINE_MAX))
     }
 }
 
@@ -134,7 +157,10 @@ fn truncate(s: &str, max: usize) -> String {
 
 impl WasiView for HostState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
     }
 }
 
@@ -156,7 +182,10 @@ impl host_iface::Host for HostState {
             LogLevel::Error => tracing::error!(plugin, "{message}"),
         }
         if self.log_budget == 0 {
-            tracing::warn!(plugin, "log budget of {LOG_LINES_PER_INSTANCE} lines used up; further lines dropped");
+            tracing::warn!(
+                plugin,
+                "log budget of {LOG_LINES_PER_INSTANCE} lines used up; further lines dropped"
+            );
         }
     }
 

@@ -30,7 +30,7 @@ mod policy;
 mod runtime;
 
 pub use bindings::types as wit;
-pub use cache::{ArtifactCache, CacheOutcome, sha256_hex};
+pub use cache::{ArtifactCache, CacheOutcome, content_key, sha256_hex};
 pub use check::{canned_nodes, canned_pods};
 pub use error::{CallError, FaultKind, LoadError, WorldKind};
 pub use feed::{NodeFeed, to_wit_node, to_wit_pod};

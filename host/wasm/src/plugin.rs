@@ -62,7 +62,7 @@ pub struct PluginVersion {
     pub(crate) name: Arc<str>,
     pub(crate) version: Arc<str>,
     pub(crate) info: PluginInfo,
-    pub(crate) digest: String,
+    pub(crate) key: String,
     pub(crate) kind: WorldKind,
     pub(crate) pre: Pre,
     pub(crate) engine: Engine,
@@ -81,7 +81,7 @@ impl std::fmt::Debug for PluginVersion {
         f.debug_struct("PluginVersion")
             .field("name", &self.name)
             .field("version", &self.version)
-            .field("digest", &self.digest)
+            .field("key", &self.key)
             .field("kind", &self.kind)
             .finish_non_exhaustive()
     }
@@ -91,7 +91,7 @@ impl PluginVersion {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         name: &str,
-        digest: String,
+        key: String,
         kind: WorldKind,
         pre: Pre,
         engine: Engine,
@@ -111,7 +111,7 @@ impl PluginVersion {
                 description: String::new(),
                 filter_reasons: Vec::new(),
             },
-            digest,
+            key,
             kind,
             pre,
             engine,
@@ -141,9 +141,9 @@ impl PluginVersion {
         &self.info
     }
 
-    /// Hex SHA-256 of the component bytes.
-    pub fn digest(&self) -> &str {
-        &self.digest
+    /// Content key of the component (hex XXH3-128 of its bytes).
+    pub fn key(&self) -> &str {
+        &self.key
     }
 
     /// The world the component implements.
@@ -162,16 +162,27 @@ impl PluginVersion {
     }
 
     fn err(&self, call: &'static str, kind: FaultKind) -> CallError {
-        CallError { plugin: self.name.clone(), version: self.version.clone(), call, kind }
+        CallError {
+            plugin: self.name.clone(),
+            version: self.version.clone(),
+            call,
+            kind,
+        }
     }
 
     /// Arms the deadline (and fuel) for the next guest call.
     fn arm(&self, store: &mut Store<HostState>) {
-        let ticks = self.limits.deadline_ms.0.div_ceil(self.epoch_tick_ms).max(1);
+        let ticks = self
+            .limits
+            .deadline_ms
+            .0
+            .div_ceil(self.epoch_tick_ms)
+            .max(1);
         store.set_epoch_deadline(ticks);
-        if let (true, Some(fuel)) = (self.fuel_enabled, self.limits.fuel) {
-            // Fuel was validated as enabled at load time.
-            let _ = store.set_fuel(fuel.0);
+        if self.fuel_enabled {
+            // A plugin without a fuel limit on a metering runtime runs
+            // unmetered in effect; `set_fuel` cannot fail when metering is on.
+            let _ = store.set_fuel(self.limits.fuel.map_or(u64::MAX, |f| f.0));
         }
         store.data_mut().limiter.denied = None;
     }
@@ -184,11 +195,22 @@ impl PluginVersion {
             };
         }
         match error.downcast_ref::<Trap>() {
-            Some(Trap::Interrupt) => FaultKind::Timeout { deadline_ms: self.limits.deadline_ms.0 },
-            Some(Trap::OutOfFuel) => FaultKind::FuelExhausted { fuel: self.limits.fuel.map_or(0, |f| f.0) },
-            Some(trap) => FaultKind::Trap { trap: trap.to_string(), guest_said: store.data().last_stderr_line() },
+            Some(Trap::Interrupt) => FaultKind::Timeout {
+                deadline_ms: self.limits.deadline_ms.0,
+            },
+            Some(Trap::OutOfFuel) => FaultKind::FuelExhausted {
+                fuel: self.limits.fuel.map_or(0, |f| f.0),
+            },
+            Some(trap) => FaultKind::Trap {
+                trap: trap.to_string(),
+                guest_said: store.data().last_stderr_line(),
+            },
             None => FaultKind::Trap {
-                trap: format!("{error:#}").lines().next().unwrap_or_default().to_string(),
+                trap: format!("{error:#}")
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .to_string(),
                 guest_said: store.data().last_stderr_line(),
             },
         }
@@ -199,7 +221,10 @@ impl PluginVersion {
         let n = self.instances_created.fetch_add(1, Ordering::Relaxed);
         let seed = self.seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let cap = (self.limits.memory_mib.0 as usize) << 20;
-        let mut store = Store::new(&self.engine, HostState::new(self.name.clone(), self.grants, cap, seed));
+        let mut store = Store::new(
+            &self.engine,
+            HostState::new(self.name.clone(), self.grants, cap, seed),
+        );
         store.limiter(|s| &mut s.limiter);
         store.epoch_deadline_trap();
         self.arm(&mut store);
@@ -213,11 +238,19 @@ impl PluginVersion {
         })?;
         self.arm(&mut store);
         let configured = match &bound {
-            Bound::Scorer(b) => b.tessera_policy_scoring().call_configure(&mut store, &self.config_json),
-            Bound::Detector(b) => b.tessera_policy_detection().call_configure(&mut store, &self.config_json),
+            Bound::Scorer(b) => b
+                .tessera_policy_scoring()
+                .call_configure(&mut store, &self.config_json),
+            Bound::Detector(b) => b
+                .tessera_policy_detection()
+                .call_configure(&mut store, &self.config_json),
         };
         match configured {
-            Ok(Ok(())) => Ok(Instance { store, bound, synced: 0 }),
+            Ok(Ok(())) => Ok(Instance {
+                store,
+                bound,
+                synced: 0,
+            }),
             Ok(Err(msg)) => Err(FaultKind::Guest(format!("configure: {}", clip(msg)))),
             Err(e) => Err(self.classify(&store, e)),
         }
@@ -237,12 +270,18 @@ impl PluginVersion {
         };
         match f(self, &mut inst) {
             Ok(r) => {
-                self.pool.lock().unwrap_or_else(|p| p.into_inner()).push(inst);
+                self.pool
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(inst);
                 Ok(r)
             }
             Err((kind, keep)) => {
                 if keep {
-                    self.pool.lock().unwrap_or_else(|p| p.into_inner()).push(inst);
+                    self.pool
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(inst);
                 }
                 Err(self.err(call, kind))
             }
@@ -258,9 +297,14 @@ impl PluginVersion {
             }
             (feed.deltas_since(inst.synced), feed.generation())
         };
-        let Bound::Scorer(b) = &inst.bound else { return Ok(()) };
+        let Bound::Scorer(b) = &inst.bound else {
+            return Ok(());
+        };
         self.arm(&mut inst.store);
-        match b.tessera_policy_scoring().call_apply(&mut inst.store, &deltas) {
+        match b
+            .tessera_policy_scoring()
+            .call_apply(&mut inst.store, &deltas)
+        {
             Ok(Ok(())) => {
                 inst.synced = generation;
                 Ok(())
@@ -272,19 +316,35 @@ impl PluginVersion {
     }
 
     /// Filters `candidates` for `pod`: one verdict per candidate.
-    pub fn filter(&self, feed: &RwLock<NodeFeed>, pod: &wit::Pod, candidates: &[u32]) -> Result<Vec<u8>, CallError> {
+    pub fn filter(
+        &self,
+        feed: &RwLock<NodeFeed>,
+        pod: &wit::Pod,
+        candidates: &[u32],
+    ) -> Result<Vec<u8>, CallError> {
         self.with_instance("filter", |this, inst| {
             this.sync(inst, feed)?;
-            let Bound::Scorer(b) = &inst.bound else { unreachable!("scorer call on a detector") };
+            let Bound::Scorer(b) = &inst.bound else {
+                unreachable!("scorer call on a detector")
+            };
             this.arm(&mut inst.store);
-            match b.tessera_policy_scoring().call_filter(&mut inst.store, pod, candidates) {
+            match b
+                .tessera_policy_scoring()
+                .call_filter(&mut inst.store, pod, candidates)
+            {
                 Ok(Ok(v)) => {
                     if v.len() != candidates.len() {
                         return Err((wrong_len("verdicts", candidates.len(), v.len(), 1), false));
                     }
                     let declared = this.info.filter_reasons.len();
                     if let Some(&bad) = v.iter().find(|&&k| k as usize > declared) {
-                        return Err((FaultKind::UnknownReason { verdict: bad, declared }, false));
+                        return Err((
+                            FaultKind::UnknownReason {
+                                verdict: bad,
+                                declared,
+                            },
+                            false,
+                        ));
                     }
                     Ok(v)
                 }
@@ -303,9 +363,14 @@ impl PluginVersion {
     ) -> Result<ScoreOutput, CallError> {
         self.with_instance("score", |this, inst| {
             this.sync(inst, feed)?;
-            let Bound::Scorer(b) = &inst.bound else { unreachable!("scorer call on a detector") };
+            let Bound::Scorer(b) = &inst.bound else {
+                unreachable!("scorer call on a detector")
+            };
             this.arm(&mut inst.store);
-            match b.tessera_policy_scoring().call_score(&mut inst.store, pod, candidates) {
+            match b
+                .tessera_policy_scoring()
+                .call_score(&mut inst.store, pod, candidates)
+            {
                 Ok(Ok(s)) => {
                     let n = candidates.len();
                     if s.values.len() != n {
@@ -314,7 +379,10 @@ impl PluginVersion {
                     if !s.gpu_hints.is_empty() && s.gpu_hints.len() != n {
                         return Err((wrong_len("GPU hints", n, s.gpu_hints.len(), 1), false));
                     }
-                    Ok(ScoreOutput { values: s.values, gpu_hints: s.gpu_hints })
+                    Ok(ScoreOutput {
+                        values: s.values,
+                        gpu_hints: s.gpu_hints,
+                    })
                 }
                 Ok(Err(msg)) => Err((FaultKind::Guest(clip(msg)), true)),
                 Err(e) => Err((this.classify(&inst.store, e), false)),
@@ -327,9 +395,14 @@ impl PluginVersion {
     /// kept for detection (detectors are called from one loop).
     pub fn observe(&self, frame: &wit::TelemetryFrame) -> Result<(), CallError> {
         self.with_instance("observe", |this, inst| {
-            let Bound::Detector(b) = &inst.bound else { unreachable!("detector call on a scorer") };
+            let Bound::Detector(b) = &inst.bound else {
+                unreachable!("detector call on a scorer")
+            };
             this.arm(&mut inst.store);
-            match b.tessera_policy_detection().call_observe(&mut inst.store, frame) {
+            match b
+                .tessera_policy_detection()
+                .call_observe(&mut inst.store, frame)
+            {
                 Ok(Ok(())) => Ok(()),
                 Ok(Err(msg)) => Err((FaultKind::Guest(clip(msg)), true)),
                 Err(e) => Err((this.classify(&inst.store, e), false)),
@@ -340,13 +413,22 @@ impl PluginVersion {
     /// Findings over the detector's window.
     pub fn detect(&self) -> Result<Vec<wit::Finding>, CallError> {
         self.with_instance("detect", |this, inst| {
-            let Bound::Detector(b) = &inst.bound else { unreachable!("detector call on a scorer") };
+            let Bound::Detector(b) = &inst.bound else {
+                unreachable!("detector call on a scorer")
+            };
             this.arm(&mut inst.store);
             match b.tessera_policy_detection().call_detect(&mut inst.store) {
                 Ok(Ok(f)) => {
                     let bytes: usize = f.iter().map(|x| 16 + x.message.len()).sum();
                     if bytes > 16 << 20 {
-                        return Err((FaultKind::OversizedOutput { what: "findings", bytes, limit: 16 << 20 }, false));
+                        return Err((
+                            FaultKind::OversizedOutput {
+                                what: "findings",
+                                bytes,
+                                limit: 16 << 20,
+                            },
+                            false,
+                        ));
                     }
                     Ok(f)
                 }
@@ -372,7 +454,10 @@ impl PluginVersion {
             description: info.description,
             filter_reasons: info.filter_reasons,
         };
-        self.pool.get_mut().unwrap_or_else(|p| p.into_inner()).push(inst);
+        self.pool
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(inst);
         Ok(())
     }
 
@@ -386,9 +471,17 @@ fn wrong_len(what: &'static str, expected: usize, got: usize, elem: usize) -> Fa
     let bytes = got * elem;
     // Far more than asked for is an attempt to flood the host.
     if got > expected.saturating_mul(4).max(1 << 16) {
-        FaultKind::OversizedOutput { what, bytes, limit: expected * elem }
+        FaultKind::OversizedOutput {
+            what,
+            bytes,
+            limit: expected * elem,
+        }
     } else {
-        FaultKind::WrongLength { what, expected, got }
+        FaultKind::WrongLength {
+            what,
+            expected,
+            got,
+        }
     }
 }
 
@@ -435,14 +528,20 @@ pub struct PluginSlot {
 
 impl std::fmt::Debug for PluginSlot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PluginSlot").field("current", &self.current.load()).finish_non_exhaustive()
+        f.debug_struct("PluginSlot")
+            .field("current", &self.current.load())
+            .finish_non_exhaustive()
     }
 }
 
 impl PluginSlot {
     /// A slot holding `version`.
     pub fn new(version: Arc<PluginVersion>) -> Self {
-        Self { current: ArcSwap::new(version), faults: Mutex::default(), versions: AtomicU64::new(1) }
+        Self {
+            current: ArcSwap::new(version),
+            faults: Mutex::default(),
+            versions: AtomicU64::new(1),
+        }
     }
 
     /// The version serving new calls.
@@ -472,9 +571,17 @@ impl PluginSlot {
     }
 
     /// Runs a call on the current version with fault accounting.
-    pub fn call<R>(&self, f: impl FnOnce(&PluginVersion) -> Result<R, CallError>) -> Result<R, CallError> {
+    pub fn call<R>(
+        &self,
+        f: impl FnOnce(&PluginVersion) -> Result<R, CallError>,
+    ) -> Result<R, CallError> {
         let version = self.current();
-        if let Some(faults) = self.faults.lock().unwrap_or_else(|p| p.into_inner()).quarantined {
+        if let Some(faults) = self
+            .faults
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .quarantined
+        {
             return Err(CallError {
                 plugin: version.name.clone(),
                 version: version.version.clone(),
@@ -490,21 +597,21 @@ impl PluginSlot {
             return result;
         }
         w.calls += 1;
-        if let Err(e) = &result {
-            if e.is_fault() {
-                w.faults_total += 1;
-                let now = w.calls;
-                w.recent.push_back(now);
-                let window = version.limits.fault_window.0;
-                while w.recent.front().is_some_and(|&c| c + window <= now) {
-                    w.recent.pop_front();
-                }
-                let count = w.recent.len() as u32;
-                if u64::from(count) > version.limits.fault_budget.0 && w.quarantined.is_none() {
-                    w.quarantined = Some(count);
-                    tracing::error!(plugin = %version.name, version = %version.version, faults = count,
+        if let Err(e) = &result
+            && e.is_fault()
+        {
+            w.faults_total += 1;
+            let now = w.calls;
+            w.recent.push_back(now);
+            let window = version.limits.fault_window.0;
+            while w.recent.front().is_some_and(|&c| c + window <= now) {
+                w.recent.pop_front();
+            }
+            let count = w.recent.len() as u32;
+            if u64::from(count) > version.limits.fault_budget.0 && w.quarantined.is_none() {
+                w.quarantined = Some(count);
+                tracing::error!(plugin = %version.name, version = %version.version, faults = count,
                         "plugin quarantined: over its fault budget of {} in {window} calls", version.limits.fault_budget.0);
-                }
             }
         }
         result

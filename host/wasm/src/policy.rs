@@ -80,8 +80,15 @@ pub struct Policy {
 impl Policy {
     /// A policy over loaded plugin slots.
     pub fn new(name: impl Into<String>, members: Vec<Member>) -> Self {
-        let (scorers, detectors) = members.into_iter().partition(|m| m.slot.current().kind() == WorldKind::Scorer);
-        Self { name: name.into(), scorers, detectors, feed: Arc::new(RwLock::new(NodeFeed::new())) }
+        let (scorers, detectors) = members
+            .into_iter()
+            .partition(|m| m.slot.current().kind() == WorldKind::Scorer);
+        Self {
+            name: name.into(),
+            scorers,
+            detectors,
+            feed: Arc::new(RwLock::new(NodeFeed::new())),
+        }
     }
 
     /// Policy name.
@@ -101,7 +108,10 @@ impl Policy {
 
     /// The member with this name.
     pub fn member(&self, name: &str) -> Option<&Member> {
-        self.scorers.iter().chain(&self.detectors).find(|m| m.name == name)
+        self.scorers
+            .iter()
+            .chain(&self.detectors)
+            .find(|m| m.name == name)
     }
 
     /// Tells the plugins about new or changed nodes.
@@ -155,7 +165,12 @@ impl Policy {
                 Err(e) => d.errors.push(e),
             }
         }
-        d.feasible = candidates.iter().zip(&ok).filter(|(_, ok)| **ok).map(|(id, _)| *id).collect();
+        d.feasible = candidates
+            .iter()
+            .zip(&ok)
+            .filter(|(_, ok)| **ok)
+            .map(|(id, _)| *id)
+            .collect();
         d.totals = vec![0.0; d.feasible.len()];
         if d.feasible.is_empty() {
             return d;
@@ -168,7 +183,9 @@ impl Policy {
             match m.slot.call(|v| v.score(&self.feed, &wit_pod, &d.feasible)) {
                 Ok(out) => {
                     score::accumulate(&mut d.totals, &out.values, m.weight);
-                    if !out.gpu_hints.is_empty() && hints.as_ref().is_none_or(|(w, _)| m.weight > *w) {
+                    if !out.gpu_hints.is_empty()
+                        && hints.as_ref().is_none_or(|(w, _)| m.weight > *w)
+                    {
                         hints = Some((m.weight, out.gpu_hints));
                     }
                     d.outcomes.push(PluginOutcome {
@@ -193,7 +210,9 @@ impl Policy {
         }
         if let Some(i) = score::select(&d.totals) {
             d.chosen = Some(d.feasible[i]);
-            d.gpu_hint = hints.and_then(|(_, h)| h.get(i).copied()).filter(|&g| g != u8::MAX);
+            d.gpu_hint = hints
+                .and_then(|(_, h)| h.get(i).copied())
+                .filter(|&g| g != u8::MAX);
         }
         d
     }

@@ -10,7 +10,7 @@ use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use crate::bindings::{detector, scorer};
-use crate::cache::{ArtifactCache, CacheOutcome, sha256_hex};
+use crate::cache::{ArtifactCache, CacheOutcome, content_key, sha256_hex};
 use crate::check;
 use crate::error::{LoadError, WorldKind};
 use crate::host::HostState;
@@ -80,8 +80,8 @@ impl PluginSpec {
 /// Timings and facts of one load, for `plugin check` and benchmarks.
 #[derive(Debug, Clone)]
 pub struct LoadReport {
-    /// Hex SHA-256 of the component.
-    pub digest: String,
+    /// Content key of the component (hex XXH3-128 of its bytes).
+    pub key: String,
     /// What the cache did.
     pub cache: CacheOutcome,
     /// Time to obtain the compiled component (compile or cache hit).
@@ -122,7 +122,9 @@ pub struct Runtime {
 
 impl std::fmt::Debug for Runtime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Runtime").field("config", &self.config).finish_non_exhaustive()
+        f.debug_struct("Runtime")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
     }
 }
 
@@ -173,7 +175,16 @@ impl Runtime {
                 }
             })
             .map_err(|e| rt(&e))?;
-        Ok(Self { engine, linker, cache, config, _ticker: Ticker { stop, handle: Some(handle) } })
+        Ok(Self {
+            engine,
+            linker,
+            cache,
+            config,
+            _ticker: Ticker {
+                stop,
+                handle: Some(handle),
+            },
+        })
     }
 
     /// The engine.
@@ -193,7 +204,11 @@ impl Runtime {
 
     /// Compiles (or loads from the cache), links, instantiates and checks a
     /// plugin with canned calls. A plugin that fails any step is not loaded.
-    pub fn load(&self, spec: &PluginSpec, wasm: &[u8]) -> Result<(Arc<PluginVersion>, LoadReport), LoadError> {
+    pub fn load(
+        &self,
+        spec: &PluginSpec,
+        wasm: &[u8],
+    ) -> Result<(Arc<PluginVersion>, LoadReport), LoadError> {
         let plugin = spec.name.clone();
         if spec.limits.memory_mib.0 > u64::from(self.config.max_memory_mib) {
             return Err(LoadError::Limits {
@@ -211,27 +226,51 @@ impl Runtime {
             });
         }
         let t0 = Instant::now();
-        let digest = sha256_hex(wasm);
+        // SHA-256 only to check a pin (it costs ~0.15 ms per 200 KB); the
+        // cache is keyed by the much cheaper XXH3-128 of the bytes.
         if let Some(expected) = &spec.sha256 {
-            if *expected != digest {
-                return Err(LoadError::DigestMismatch { plugin, expected: expected.clone(), actual: digest });
+            let actual = sha256_hex(wasm);
+            if *expected != actual {
+                return Err(LoadError::DigestMismatch {
+                    plugin,
+                    expected: expected.clone(),
+                    actual,
+                });
             }
         }
-        let compile_err = |e: wasmtime::Error| LoadError::Compile { plugin: plugin.clone(), reason: format!("{e:#}") };
+        let key = content_key(wasm);
+        let compile_err = |e: wasmtime::Error| LoadError::Compile {
+            plugin: plugin.clone(),
+            reason: format!("{e:#}"),
+        };
         let (component, cache) = match &self.cache {
-            Some(cache) => cache.load_or_compile(&self.engine, &digest, wasm).map_err(compile_err)?,
-            None => (Component::new(&self.engine, wasm).map_err(compile_err)?, CacheOutcome::Disabled),
+            Some(cache) => cache
+                .load_or_compile(&self.engine, &key, wasm)
+                .map_err(compile_err)?,
+            None => (
+                Component::new(&self.engine, wasm).map_err(compile_err)?,
+                CacheOutcome::Disabled,
+            ),
         };
         let compile = t0.elapsed();
 
         let t1 = Instant::now();
         let ty = component.component_type();
-        let exports: Vec<String> = ty.exports(&self.engine).map(|(n, _)| n.to_string()).collect();
-        let imports: Vec<String> = ty.imports(&self.engine).map(|(n, _)| n.to_string()).collect();
-        let instance_pre = self
-            .linker
-            .instantiate_pre(&component)
-            .map_err(|e| LoadError::Link { plugin: plugin.clone(), reason: format!("{e:#}") })?;
+        let exports: Vec<String> = ty
+            .exports(&self.engine)
+            .map(|(n, _)| n.to_string())
+            .collect();
+        let imports: Vec<String> = ty
+            .imports(&self.engine)
+            .map(|(n, _)| n.to_string())
+            .collect();
+        let instance_pre =
+            self.linker
+                .instantiate_pre(&component)
+                .map_err(|e| LoadError::Link {
+                    plugin: plugin.clone(),
+                    reason: format!("{e:#}"),
+                })?;
         let (kind, pre) = if let Ok(p) = scorer::ScorerPre::new(instance_pre.clone()) {
             (WorldKind::Scorer, Pre::Scorer(p))
         } else if let Ok(p) = detector::DetectorPre::new(instance_pre) {
@@ -244,17 +283,21 @@ impl Runtime {
             Some(Role::Detector) => Some(WorldKind::Detector),
             None => None,
         };
-        if let Some(expected) = expected {
-            if expected != kind {
-                return Err(LoadError::RoleMismatch { plugin, expected, found: kind });
-            }
+        if let Some(expected) = expected
+            && expected != kind
+        {
+            return Err(LoadError::RoleMismatch {
+                plugin,
+                expected,
+                found: kind,
+            });
         }
         let link = t1.elapsed();
 
         let t2 = Instant::now();
         let mut version = PluginVersion::new(
             &spec.name,
-            digest.clone(),
+            key.clone(),
             kind,
             pre,
             self.engine.clone(),
@@ -265,10 +308,24 @@ impl Runtime {
             spec.config_json.clone(),
             spec.seed,
         );
-        version.fetch_info().map_err(|e| LoadError::Check { plugin: plugin.clone(), error: Box::new(e) })?;
-        check::canned(&version).map_err(|e| LoadError::Check { plugin: plugin.clone(), error: Box::new(e) })?;
+        version.fetch_info().map_err(|e| LoadError::Check {
+            plugin: plugin.clone(),
+            error: Box::new(e),
+        })?;
+        check::canned(&version).map_err(|e| LoadError::Check {
+            plugin: plugin.clone(),
+            error: Box::new(e),
+        })?;
         let check = t2.elapsed();
-        let report = LoadReport { digest, cache, compile, link, check, exports, imports };
+        let report = LoadReport {
+            key,
+            cache,
+            compile,
+            link,
+            check,
+            exports,
+            imports,
+        };
         Ok((Arc::new(version), report))
     }
 }

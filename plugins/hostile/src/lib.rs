@@ -1,8 +1,9 @@
 //! A hostile scorer. Configured by JSON:
-//! `{"mode": "loop|alloc|panic|wrong-length|oversized|oversized-error|guest-error|none",
+//! `{"mode": "loop|alloc|panic|spin|wrong-length|oversized|oversized-error|guest-error|none",
 //!   "on": "score|filter|apply|configure", "after": N, "every": K}`.
 //! The misbehaviour fires on the chosen call once `after` such calls have
-//! succeeded, and then on every `every`-th call (default: every call).
+//! succeeded, and then on every `every`-th call (default: every call);
+//! `min_candidates` restricts it to calls with that many candidates or more.
 //! Until then the plugin behaves: it scores every candidate 0.
 #![cfg_attr(target_arch = "wasm32", allow(unsafe_code))]
 
@@ -15,6 +16,13 @@ pub struct Config {
     pub every: Option<u64>,
     /// Bytes the `alloc` mode tries to allocate (default 1 GiB).
     pub bytes: Option<usize>,
+    /// Iterations of busy work the `spin` mode does before answering.
+    pub spin: u64,
+    /// Misbehave only in filter/score calls with at least this many
+    /// candidates (the load check uses 4).
+    pub min_candidates: usize,
+    /// Version reported by `info` (default 0.1.0).
+    pub version: Option<String>,
 }
 
 #[cfg(target_arch = "wasm32")]
@@ -32,16 +40,20 @@ mod component {
         static CALLS: RefCell<u64> = const { RefCell::new(0) };
     }
 
-    fn misbehave(call: &str) -> Option<String> {
+    fn misbehave(call: &str, candidates: usize) -> Option<String> {
         let cfg = CFG.with_borrow(|c| c.clone());
-        if cfg.on.as_deref().unwrap_or("score") != call || cfg.mode.is_empty() || cfg.mode == "none" {
+        if cfg.on.as_deref().unwrap_or("score") != call
+            || cfg.mode.is_empty()
+            || cfg.mode == "none"
+            || candidates < cfg.min_candidates
+        {
             return None;
         }
         let n = CALLS.with_borrow_mut(|c| {
             *c += 1;
             *c
         });
-        if n <= cfg.after || (n - cfg.after - 1) % cfg.every.unwrap_or(1).max(1) != 0 {
+        if n <= cfg.after || !(n - cfg.after - 1).is_multiple_of(cfg.every.unwrap_or(1).max(1)) {
             return None;
         }
         match cfg.mode.as_str() {
@@ -56,6 +68,13 @@ mod component {
                 Some(format!("allocated {} bytes", std::hint::black_box(v).len()))
             }
             "panic" => panic!("hostile plugin panics on purpose"),
+            "spin" => {
+                let mut x = 0u64;
+                for i in 0..cfg.spin {
+                    x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+                }
+                Some(format!("spun {x}"))
+            }
             other => Some(other.to_string()),
         }
     }
@@ -66,7 +85,9 @@ mod component {
         fn info() -> PluginInfo {
             PluginInfo {
                 name: "hostile".into(),
-                version: "0.1.0".into(),
+                version: CFG
+                    .with_borrow(|c| c.version.clone())
+                    .unwrap_or_else(|| "0.1.0".into()),
                 description: "misbehaves on purpose".into(),
                 filter_reasons: vec![],
             }
@@ -79,14 +100,14 @@ mod component {
                 serde_json::from_str(&config).map_err(|e| e.to_string())?
             };
             CFG.with_borrow_mut(|c| *c = cfg);
-            match misbehave("configure").as_deref() {
+            match misbehave("configure", usize::MAX).as_deref() {
                 Some("guest-error") => Err("hostile: configure refuses".into()),
                 _ => Ok(()),
             }
         }
 
         fn apply(_deltas: Vec<NodeDelta>) -> Result<(), String> {
-            match misbehave("apply").as_deref() {
+            match misbehave("apply", usize::MAX).as_deref() {
                 Some("guest-error") => Err("hostile: apply refuses".into()),
                 _ => Ok(()),
             }
@@ -94,7 +115,7 @@ mod component {
 
         fn filter(_pod: Pod, candidates: Vec<u32>) -> Result<Vec<u8>, String> {
             let n = candidates.len();
-            match misbehave("filter").as_deref() {
+            match misbehave("filter", n).as_deref() {
                 Some("wrong-length") => Ok(vec![0; n + 1]),
                 Some("guest-error") => Err("hostile: filter refuses".into()),
                 _ => Ok(vec![0; n]),
@@ -103,12 +124,21 @@ mod component {
 
         fn score(_pod: Pod, candidates: Vec<u32>) -> Result<Scores, String> {
             let n = candidates.len();
-            match misbehave("score").as_deref() {
-                Some("wrong-length") => Ok(Scores { values: vec![1; n.saturating_sub(1)], gpu_hints: vec![] }),
-                Some("oversized") => Ok(Scores { values: vec![1; 3_000_000], gpu_hints: vec![] }),
-                Some("oversized-error") => Err("x".repeat(8 << 20)),
+            match misbehave("score", n).as_deref() {
+                Some("wrong-length") => Ok(Scores {
+                    values: vec![1; n.saturating_sub(1)],
+                    gpu_hints: vec![],
+                }),
+                Some("oversized") => Ok(Scores {
+                    values: vec![1; 200_000],
+                    gpu_hints: vec![],
+                }),
+                Some("oversized-error") => Err("x".repeat(1 << 20)),
                 Some("guest-error") => Err("hostile: score refuses".into()),
-                _ => Ok(Scores { values: vec![0; n], gpu_hints: vec![] }),
+                _ => Ok(Scores {
+                    values: vec![0; n],
+                    gpu_hints: vec![],
+                }),
             }
         }
     }

@@ -1,1 +1,3 @@
-fn main() { println!("I am a WASI command, not a Tessera policy"); }
+fn main() {
+    println!("I am a WASI command, not a Tessera policy");
+}

@@ -1,0 +1,138 @@
+//! The `tessera` binary as a user runs it.
+
+use std::process::Command;
+
+fn tessera(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(args)
+        .output()
+        .expect("run tessera");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+#[test]
+fn plugin_check_accepts_a_good_scorer() {
+    let (ok, out, err) = tessera(&["plugin", "check", tessera_plugins::BINPACK.path]);
+    assert!(ok, "{out}\n{err}");
+    assert!(out.contains("loadable        yes"), "{out}");
+    assert!(out.contains("world           scorer"), "{out}");
+    assert!(
+        out.contains("contract        tessera:policy@0.1.0"),
+        "{out}"
+    );
+    assert!(out.contains("tessera:policy/scoring@0.1.0"), "{out}");
+    assert!(out.contains("pod shared"), "canned calls are shown: {out}");
+}
+
+#[test]
+fn plugin_check_json_for_a_detector() {
+    let (ok, out, _) = tessera(&[
+        "plugin",
+        "check",
+        tessera_plugins::OVERLOAD.path,
+        "--format",
+        "json",
+    ]);
+    assert!(ok, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["world"], "detector");
+    assert_eq!(v["contract"], "0.1.0");
+    assert!(
+        v["canned"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c.as_str().unwrap().contains("Overload")),
+        "{v}"
+    );
+}
+
+#[test]
+fn plugin_check_fails_on_foreign_world_hostile_and_missing_files() {
+    let (ok, out, _) = tessera(&["plugin", "check", tessera_plugins::NOT_A_POLICY.path]);
+    assert!(!ok);
+    assert!(out.contains("loadable        NO"), "{out}");
+    assert!(
+        out.contains("neither the `scorer` nor the `detector` world"),
+        "{out}"
+    );
+
+    let (ok, out, _) = tessera(&[
+        "plugin",
+        "check",
+        tessera_plugins::HOSTILE.path,
+        "--config",
+        r#"{"mode":"loop"}"#,
+    ]);
+    assert!(!ok);
+    assert!(out.contains("PLUGIN-TIMEOUT"), "{out}");
+
+    let (ok, out, _) = tessera(&["plugin", "check", "/nonexistent/x.wasm"]);
+    assert!(!ok);
+    assert!(out.contains("cannot read /nonexistent/x.wasm"), "{out}");
+}
+
+#[test]
+fn policy_check_loads_plugins_and_reports_bad_documents_with_location() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.yaml");
+    std::fs::write(
+        &good,
+        format!(
+            "name: demo\nplugins:\n  - name: binpack\n    source: builtin:binpack\n    weight: 2\n  - name: spread\n    source: {}\n",
+            tessera_plugins::SPREAD.path
+        ),
+    )
+    .unwrap();
+    let (ok, out, err) = tessera(&["policy", "check", good.to_str().unwrap()]);
+    assert!(ok, "{out}\n{err}");
+    assert!(out.contains("policy demo is valid"), "{out}");
+    assert!(out.contains("binpack"), "{out}");
+
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "name: demo\nplugins:\n  - name: binpack\n    source: builtin:binpack\n    colour: red\n",
+    )
+    .unwrap();
+    let (ok, _, err) = tessera(&["policy", "check", bad.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(
+        err.contains("bad.yaml:5:5: plugins[0]: unknown field `colour`"),
+        "{err}"
+    );
+
+    let missing = dir.path().join("missing.yaml");
+    std::fs::write(
+        &missing,
+        "name: demo\nplugins:\n  - name: x\n    source: builtin:nope\n",
+    )
+    .unwrap();
+    let (ok, _, err) = tessera(&["policy", "check", missing.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains("plugin x: no built-in plugin `nope`"), "{err}");
+}
+
+#[test]
+fn plugin_bench_prints_the_documented_json() {
+    let (ok, out, err) = tessera(&[
+        "plugin", "bench", "--nodes", "200", "--reps", "1", "--format", "json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    for key in [
+        "nodes",
+        "wasm_ns_per_call",
+        "wasm_ns_per_node",
+        "native_ns_per_node",
+        "ratio",
+        "cache_hit_load_us",
+    ] {
+        assert!(v.get(key).is_some_and(|x| x.is_number()), "{key} in {v}");
+    }
+    assert_eq!(v["nodes"], 200);
+}

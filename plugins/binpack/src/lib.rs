@@ -84,7 +84,12 @@ impl Scorer for BinPack {
             pod.requests.memory_mib as f32,
             pod.gpu_demand_milli() as f32,
         ];
-        for ((wr, w), req) in self.weighted_request.iter_mut().zip(self.weights).zip(request) {
+        for ((wr, w), req) in self
+            .weighted_request
+            .iter_mut()
+            .zip(self.weights)
+            .zip(request)
+        {
             *wr = w * req;
         }
     }

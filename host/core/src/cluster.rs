@@ -1,0 +1,444 @@
+//! Cluster state: the host's hard filter, GPU assignment and binding.
+//!
+//! The hard filter is what no policy may override: resources, GPU share
+//! fit, GPU model and health. Binding assigns concrete GPUs: a sharing pod
+//! (`gpu_milli < 1000`) takes part of one GPU, a whole-GPU pod takes
+//! `gpu_count` entirely free GPUs.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{GPU_MILLI, GpuHealth, Node, NodeId, Pod};
+
+/// Why a node cannot take a pod. Codes follow `SCENARIO-RESOURCE-ACTION`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum FilterReason {
+    /// Cordoned, not ready or unreachable.
+    NodeNotReady,
+    /// Not enough free CPU.
+    CpuInsufficient,
+    /// Not enough free memory.
+    MemoryInsufficient,
+    /// The node's GPU model is not among the pod's allowed models.
+    ModelMismatch,
+    /// Not enough GPUs, or no GPU with enough free share.
+    GpuInsufficient,
+}
+
+impl FilterReason {
+    /// All reasons, in a stable order.
+    pub const ALL: [FilterReason; 5] = [
+        FilterReason::NodeNotReady,
+        FilterReason::CpuInsufficient,
+        FilterReason::MemoryInsufficient,
+        FilterReason::ModelMismatch,
+        FilterReason::GpuInsufficient,
+    ];
+
+    /// Stable code.
+    pub fn code(self) -> &'static str {
+        match self {
+            FilterReason::NodeNotReady => "SCHED-NODE-NOT-READY",
+            FilterReason::CpuInsufficient => "SCHED-CPU-INSUFFICIENT",
+            FilterReason::MemoryInsufficient => "SCHED-MEMORY-INSUFFICIENT",
+            FilterReason::ModelMismatch => "SCHED-MODEL-MISMATCH",
+            FilterReason::GpuInsufficient => "SCHED-GPU-INSUFFICIENT",
+        }
+    }
+}
+
+/// A set of GPU indices on one node (bit `i` = GPU `i`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct GpuSet(pub u32);
+
+impl GpuSet {
+    /// The GPU indices, ascending.
+    pub fn indices(self) -> impl Iterator<Item = usize> {
+        (0..32).filter(move |i| self.0 & (1 << i) != 0)
+    }
+
+    /// Number of GPUs.
+    pub fn len(self) -> u32 {
+        self.0.count_ones()
+    }
+
+    /// Whether empty.
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+}
+
+/// Where a bound pod runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placement {
+    /// Node.
+    pub node: NodeId,
+    /// GPUs it uses.
+    pub gpus: GpuSet,
+}
+
+/// A bind that cannot happen.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BindError {
+    /// The node does not exist.
+    #[error("node {0} does not exist")]
+    NoSuchNode(NodeId),
+    /// The hard filter rejects the node.
+    #[error("node {node} cannot take pod {pod}: {}", .reason.code())]
+    Rejected {
+        /// Node.
+        node: NodeId,
+        /// Pod name.
+        pod: String,
+        /// Why.
+        reason: FilterReason,
+    },
+    /// The GPUs given do not suit the pod.
+    #[error("node {node}: GPUs {gpus:?} cannot hold pod {pod}")]
+    BadGpus {
+        /// Node.
+        node: NodeId,
+        /// Pod name.
+        pod: String,
+        /// The GPUs given.
+        gpus: GpuSet,
+    },
+}
+
+fn usable(g: &crate::model::Gpu) -> bool {
+    g.health != GpuHealth::Failed
+}
+
+/// The hard filter: can `node` take `pod` now?
+pub fn check(node: &Node, pod: &Pod) -> Result<(), FilterReason> {
+    if !node.ready {
+        return Err(FilterReason::NodeNotReady);
+    }
+    if pod.requests.cpu_milli > node.free.cpu_milli {
+        return Err(FilterReason::CpuInsufficient);
+    }
+    if pod.requests.memory_mib > node.free.memory_mib {
+        return Err(FilterReason::MemoryInsufficient);
+    }
+    if pod.gpu_count == 0 {
+        return Ok(());
+    }
+    if !pod.allowed_models.is_empty() && !pod.allowed_models.iter().any(|m| *m == node.gpu_model) {
+        return Err(FilterReason::ModelMismatch);
+    }
+    let ok = if pod.gpu_milli < GPU_MILLI {
+        node.gpus
+            .iter()
+            .any(|g| usable(g) && g.free_milli >= pod.gpu_milli)
+    } else {
+        node.gpus
+            .iter()
+            .filter(|g| usable(g) && g.free_milli == GPU_MILLI)
+            .count() as u32
+            >= pod.gpu_count
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(FilterReason::GpuInsufficient)
+    }
+}
+
+/// The GPUs a pod would use on `node`: for a sharing pod the `hint` if it
+/// fits, else the best fit (least free share that fits, lowest index on
+/// ties); for whole-GPU pods the lowest-index entirely free GPUs. `None` if
+/// the pod does not fit.
+pub fn choose_gpus(node: &Node, pod: &Pod, hint: Option<u8>) -> Option<GpuSet> {
+    if pod.gpu_count == 0 {
+        return Some(GpuSet::default());
+    }
+    if pod.gpu_milli < GPU_MILLI {
+        let fits = |i: usize| {
+            node.gpus
+                .get(i)
+                .is_some_and(|g| usable(g) && g.free_milli >= pod.gpu_milli)
+        };
+        if let Some(h) = hint.map(usize::from).filter(|&h| fits(h)) {
+            return Some(GpuSet(1 << h));
+        }
+        return (0..node.gpus.len())
+            .filter(|&i| fits(i))
+            .min_by_key(|&i| (node.gpus[i].free_milli, i))
+            .map(|i| GpuSet(1 << i));
+    }
+    let free: Vec<usize> = (0..node.gpus.len())
+        .filter(|&i| usable(&node.gpus[i]) && node.gpus[i].free_milli == GPU_MILLI)
+        .collect();
+    (free.len() as u32 >= pod.gpu_count).then(|| {
+        GpuSet(
+            free[..pod.gpu_count as usize]
+                .iter()
+                .fold(0, |acc, &i| acc | (1 << i)),
+        )
+    })
+}
+
+/// Nodes and the pods bound to them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cluster {
+    nodes: Vec<Node>,
+}
+
+impl Cluster {
+    /// A cluster of `nodes`; their ids are set to their positions.
+    pub fn new(mut nodes: Vec<Node>) -> Self {
+        for (i, n) in nodes.iter_mut().enumerate() {
+            n.id = i as NodeId;
+        }
+        Self { nodes }
+    }
+
+    /// The nodes, by id.
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// One node.
+    pub fn node(&self, id: NodeId) -> Option<&Node> {
+        self.nodes.get(id as usize)
+    }
+
+    /// Mutable access to one node (telemetry, health, readiness).
+    pub fn node_mut(&mut self, id: NodeId) -> Option<&mut Node> {
+        self.nodes.get_mut(id as usize)
+    }
+
+    /// Total number of GPUs.
+    pub fn total_gpus(&self) -> u64 {
+        self.nodes.iter().map(|n| n.gpus.len() as u64).sum()
+    }
+
+    /// Nodes that pass the hard filter, in id order; `rejected` counts the
+    /// others by reason (indexed like [`FilterReason::ALL`]).
+    pub fn feasible(&self, pod: &Pod, out: &mut Vec<NodeId>, rejected: &mut [u32; 5]) {
+        out.clear();
+        for n in &self.nodes {
+            match check(n, pod) {
+                Ok(()) => out.push(n.id),
+                Err(r) => rejected[r as usize] += 1,
+            }
+        }
+    }
+
+    /// Binds `pod` to `node` on `gpus` (from [`choose_gpus`]).
+    pub fn bind(&mut self, node: NodeId, pod: &Pod, gpus: GpuSet) -> Result<Placement, BindError> {
+        let n = self
+            .nodes
+            .get_mut(node as usize)
+            .ok_or(BindError::NoSuchNode(node))?;
+        check(n, pod).map_err(|reason| BindError::Rejected {
+            node,
+            pod: pod.name.clone(),
+            reason,
+        })?;
+        let bad = || BindError::BadGpus {
+            node,
+            pod: pod.name.clone(),
+            gpus,
+        };
+        let need = if pod.gpu_count == 0 {
+            0
+        } else if pod.gpu_milli < GPU_MILLI {
+            1
+        } else {
+            pod.gpu_count
+        };
+        if gpus.len() != need || gpus.indices().any(|i| i >= n.gpus.len()) {
+            return Err(bad());
+        }
+        for i in gpus.indices() {
+            let g = &n.gpus[i];
+            let ok = usable(g)
+                && if pod.gpu_milli < GPU_MILLI {
+                    g.free_milli >= pod.gpu_milli
+                } else {
+                    g.free_milli == GPU_MILLI
+                };
+            if !ok {
+                return Err(bad());
+            }
+        }
+        for i in gpus.indices() {
+            n.gpus[i].free_milli -= pod.gpu_milli.min(GPU_MILLI);
+        }
+        n.free.cpu_milli -= pod.requests.cpu_milli;
+        n.free.memory_mib -= pod.requests.memory_mib;
+        if !pod.workload.is_empty() {
+            *n.workloads.entry(pod.workload.clone()).or_insert(0) += 1;
+        }
+        Ok(Placement { node, gpus })
+    }
+
+    /// Releases what `pod` held at `placement`.
+    ///
+    /// # Panics
+    /// If the placement does not belong to this cluster (a caller bug).
+    pub fn unbind(&mut self, placement: &Placement, pod: &Pod) {
+        let n = &mut self.nodes[placement.node as usize];
+        for i in placement.gpus.indices() {
+            n.gpus[i].free_milli =
+                (n.gpus[i].free_milli + pod.gpu_milli.min(GPU_MILLI)).min(GPU_MILLI);
+        }
+        n.free.cpu_milli = (n.free.cpu_milli + pod.requests.cpu_milli).min(n.capacity.cpu_milli);
+        n.free.memory_mib =
+            (n.free.memory_mib + pod.requests.memory_mib).min(n.capacity.memory_mib);
+        if let Some(c) = n.workloads.get_mut(&pod.workload) {
+            *c -= 1;
+            if *c == 0 {
+                n.workloads.remove(&pod.workload);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Gpu, Resources};
+
+    fn node(gpu_free: &[u32]) -> Node {
+        let mut n = Node::new(
+            0,
+            "n",
+            Resources {
+                cpu_milli: 32_000,
+                memory_mib: 65_536,
+            },
+            gpu_free.len(),
+            "V100",
+        );
+        for (g, &f) in n.gpus.iter_mut().zip(gpu_free) {
+            g.free_milli = f;
+        }
+        n
+    }
+
+    fn pod(cpu: u64, gpus: u32, milli: u32) -> Pod {
+        Pod {
+            name: "p".into(),
+            requests: Resources {
+                cpu_milli: cpu,
+                memory_mib: 1024,
+            },
+            gpu_count: gpus,
+            gpu_milli: milli,
+            ..Pod::default()
+        }
+    }
+
+    #[test]
+    fn hard_filter_reasons() {
+        let n = node(&[1000, 300]);
+        assert_eq!(
+            check(&n, &pod(64_000, 0, 0)),
+            Err(FilterReason::CpuInsufficient)
+        );
+        assert_eq!(check(&n, &pod(1000, 1, 500)), Ok(()));
+        assert_eq!(
+            check(&n, &pod(1000, 2, 1000)),
+            Err(FilterReason::GpuInsufficient)
+        );
+        let mut p = pod(1000, 1, 200);
+        p.allowed_models = vec!["T4".into()];
+        assert_eq!(check(&n, &p), Err(FilterReason::ModelMismatch));
+        p.allowed_models.push("V100".into());
+        assert_eq!(check(&n, &p), Ok(()));
+        let mut sick = node(&[1000, 1000]);
+        sick.gpus[0].health = GpuHealth::Failed;
+        assert_eq!(
+            check(&sick, &pod(1, 2, 1000)),
+            Err(FilterReason::GpuInsufficient)
+        );
+        sick.ready = false;
+        assert_eq!(check(&sick, &pod(1, 0, 0)), Err(FilterReason::NodeNotReady));
+        assert_eq!(
+            FilterReason::GpuInsufficient.code(),
+            "SCHED-GPU-INSUFFICIENT"
+        );
+    }
+
+    #[test]
+    fn gpu_choice_best_fit_hint_and_whole() {
+        let n = node(&[1000, 600, 300, 1000]);
+        assert_eq!(choose_gpus(&n, &pod(1, 1, 250), None), Some(GpuSet(1 << 2)));
+        assert_eq!(choose_gpus(&n, &pod(1, 1, 500), None), Some(GpuSet(1 << 1)));
+        assert_eq!(
+            choose_gpus(&n, &pod(1, 1, 500), Some(3)),
+            Some(GpuSet(1 << 3))
+        );
+        assert_eq!(
+            choose_gpus(&n, &pod(1, 1, 500), Some(2)),
+            Some(GpuSet(1 << 1)),
+            "a hint that does not fit is ignored"
+        );
+        assert_eq!(
+            choose_gpus(&n, &pod(1, 2, 1000), None),
+            Some(GpuSet(0b1001))
+        );
+        assert_eq!(choose_gpus(&n, &pod(1, 3, 1000), None), None);
+        assert_eq!(choose_gpus(&n, &pod(1, 0, 0), None), Some(GpuSet(0)));
+    }
+
+    #[test]
+    fn bind_and_unbind_round_trip() {
+        let mut c = Cluster::new(vec![node(&[1000, 1000, 1000])]);
+        let before = c.clone();
+        let mut shared = pod(4000, 1, 400);
+        shared.workload = "web".into();
+        let p1 = c.bind(0, &shared, GpuSet(1 << 1)).unwrap();
+        let whole = pod(2000, 2, 1000);
+        let p2 = c
+            .bind(
+                0,
+                &whole,
+                choose_gpus(c.node(0).unwrap(), &whole, None).unwrap(),
+            )
+            .unwrap();
+        let n = c.node(0).unwrap();
+        assert_eq!(
+            n.gpus.iter().map(|g| g.free_milli).collect::<Vec<_>>(),
+            [0, 600, 0]
+        );
+        assert_eq!(n.free.cpu_milli, 26_000);
+        assert_eq!(n.workloads["web"], 1);
+        assert!(matches!(
+            c.bind(0, &whole, GpuSet(0b11)),
+            Err(BindError::Rejected {
+                reason: FilterReason::GpuInsufficient,
+                ..
+            })
+        ));
+        assert!(
+            matches!(
+                c.bind(0, &shared, GpuSet(1)),
+                Err(BindError::BadGpus { .. })
+            ),
+            "GPU 0 is full"
+        );
+        assert!(
+            matches!(
+                c.bind(0, &shared, GpuSet(0b110)),
+                Err(BindError::BadGpus { .. })
+            ),
+            "a sharing pod takes one GPU"
+        );
+        c.unbind(&p2, &whole);
+        c.unbind(&p1, &shared);
+        assert_eq!(c, before);
+    }
+
+    #[test]
+    fn feasible_counts_rejections() {
+        let c = Cluster::new(vec![node(&[1000]), node(&[0]), node(&[500])]);
+        let (mut out, mut rej) = (Vec::new(), [0; 5]);
+        c.feasible(&pod(1, 1, 600), &mut out, &mut rej);
+        assert_eq!(out, [0]);
+        assert_eq!(rej[FilterReason::GpuInsufficient as usize], 2);
+        assert_eq!(c.total_gpus(), 3);
+        let _ = Gpu::default();
+    }
+}

@@ -122,7 +122,7 @@ pub fn check(node: &Node, pod: &Pod) -> Result<(), FilterReason> {
     if pod.gpu_count == 0 {
         return Ok(());
     }
-    if !pod.allowed_models.is_empty() && !pod.allowed_models.iter().any(|m| *m == node.gpu_model) {
+    if !pod.allowed_models.is_empty() && !pod.allowed_models.contains(&node.gpu_model) {
         return Err(FilterReason::ModelMismatch);
     }
     let ok = if pod.gpu_milli < GPU_MILLI {

@@ -98,8 +98,8 @@ pub fn node_fragment(node: &Node, shape: &Shape) -> u64 {
     if shape.gpu_count == 0 {
         return if cpu_ok { 0 } else { free };
     }
-    let model_ok = shape.allowed_models.is_empty()
-        || shape.allowed_models.iter().any(|m| *m == node.gpu_model);
+    let model_ok =
+        shape.allowed_models.is_empty() || shape.allowed_models.contains(&node.gpu_model);
     let gpu_ok = if shape.gpu_milli < GPU_MILLI {
         usable_free(node).any(|f| f >= shape.gpu_milli)
     } else {

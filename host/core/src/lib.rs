@@ -8,5 +8,6 @@ pub mod cluster;
 pub mod metrics;
 pub mod model;
 pub mod score;
+pub mod sim;
 
 pub use model::{Gpu, GpuHealth, Node, NodeId, Pod, Resources, Tier};

@@ -1,0 +1,368 @@
+//! The embedded cluster simulator: discrete events on an injected clock,
+//! deterministic for a given input and seed.
+//!
+//! Two protocols:
+//! - [`Protocol::Submissions`] — the published FGD protocol: pods are
+//!   submitted one at a time in a given order, never leave, and a pod that
+//!   fits nowhere fails.
+//! - [`Protocol::TimeReplay`] — pods arrive at their creation time and leave
+//!   at their deletion time; a pod that fits nowhere waits (FIFO) and is
+//!   retried whenever capacity is freed.
+//!
+//! Decisions come from a [`Placer`] (in production, a policy of Wasm
+//! plugins); the simulator owns the hard filter, binding and metrics.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use crate::cluster::{Cluster, FilterReason, Placement, choose_gpus};
+use crate::metrics::{FragmentationTracker, Reading, TargetWorkload};
+use crate::model::{GPU_MILLI, Node, NodeId, Pod};
+
+/// Makes placement decisions.
+pub trait Placer {
+    /// Nodes changed (initially all of them; later the node of each bind
+    /// or unbind).
+    fn nodes_changed(&mut self, nodes: &[&Node]);
+
+    /// Chooses among `candidates` (feasible, in id order). Returns the node
+    /// and optionally a preferred GPU for a sharing pod.
+    fn place(&mut self, pod: &Pod, candidates: &[NodeId]) -> Choice;
+}
+
+/// A placer's answer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Choice {
+    /// The chosen node, if any.
+    pub node: Option<NodeId>,
+    /// Preferred GPU index for a sharing pod.
+    pub gpu_hint: Option<u8>,
+    /// Plugin errors and faults seen while deciding.
+    pub plugin_errors: u32,
+}
+
+/// How pods arrive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Protocol {
+    /// One at a time in order, no departures.
+    Submissions,
+    /// By creation and deletion time.
+    TimeReplay,
+}
+
+/// A pod to submit, with optional times for [`Protocol::TimeReplay`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Arrival {
+    /// The pod.
+    pub pod: Pod,
+    /// Arrival time, seconds (time replay).
+    pub at: u64,
+    /// Departure time, if it leaves.
+    pub leaves_at: Option<u64>,
+}
+
+/// One bucket of the allocation curve.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Bucket {
+    /// Arrived GPU demand, % of capacity (integer bucket).
+    pub arrived_pct: u32,
+    /// Readings averaged into this bucket.
+    pub samples: u32,
+    /// Mean GPU allocation, %.
+    pub allocation: f64,
+    /// Mean fragmentation amount, %.
+    pub fragmentation: f64,
+    /// Mean fragmentation rate, %.
+    pub fragmentation_rate: f64,
+}
+
+/// The result of a run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunReport {
+    /// Pods submitted (including failed ones).
+    pub submitted: u64,
+    /// Pods placed.
+    pub placed: u64,
+    /// Pods that fit nowhere (submissions protocol).
+    pub failed: u64,
+    /// Pods still waiting at the end (time replay).
+    pub pending: u64,
+    /// Pods that left (time replay).
+    pub departed: u64,
+    /// Failures by reason code: for each failed pod, the most common
+    /// rejection reason over all nodes.
+    pub failures_by_reason: BTreeMap<String, u64>,
+    /// Plugin errors and faults during the run.
+    pub plugin_errors: u64,
+    /// Total GPUs in the cluster.
+    pub total_gpus: u64,
+    /// The allocation curve by arrived GPU demand.
+    pub buckets: Vec<Bucket>,
+    /// The reading after the last event.
+    pub last: Reading,
+    /// Per node: readings after which the node was a hotspot (GPU, CPU or
+    /// memory allocated ≥ 90%).
+    pub hotspot_counts: Vec<u32>,
+}
+
+impl RunReport {
+    /// Mean allocation in the bucket of `pct` arrived demand, if reached.
+    pub fn allocation_at(&self, pct: u32) -> Option<f64> {
+        self.buckets
+            .iter()
+            .find(|b| b.arrived_pct == pct)
+            .map(|b| b.allocation)
+    }
+}
+
+/// Hotspot threshold: a node whose GPU, CPU or memory is at least this
+/// allocated.
+pub const HOTSPOT_PERMILLE: u64 = 900;
+
+fn is_hot(n: &Node) -> bool {
+    let frac =
+        |cap: u64, free: u64| cap > 0 && (cap - free.min(cap)) * 1000 >= HOTSPOT_PERMILLE * cap;
+    let gpu_cap = n.gpus.len() as u64 * u64::from(GPU_MILLI);
+    frac(gpu_cap, crate::metrics::free_gpu_milli(n))
+        || frac(n.capacity.cpu_milli, n.free.cpu_milli)
+        || frac(n.capacity.memory_mib, n.free.memory_mib)
+}
+
+struct Recorder {
+    capacity_milli: u64,
+    arrived_milli: u64,
+    buckets: BTreeMap<u32, (u32, f64, f64, f64)>,
+    hotspot_counts: Vec<u32>,
+    hot: Vec<bool>,
+}
+
+impl Recorder {
+    fn new(nodes: &[Node]) -> Self {
+        Self {
+            capacity_milli: nodes
+                .iter()
+                .map(|n| n.gpus.len() as u64 * u64::from(GPU_MILLI))
+                .sum(),
+            arrived_milli: 0,
+            buckets: BTreeMap::new(),
+            hotspot_counts: vec![0; nodes.len()],
+            hot: nodes.iter().map(is_hot).collect(),
+        }
+    }
+
+    fn arrive(&mut self, pod: &Pod) {
+        self.arrived_milli += u64::from(pod.gpu_count) * u64::from(pod.gpu_milli.min(GPU_MILLI));
+    }
+
+    fn node_changed(&mut self, n: &Node) {
+        self.hot[n.id as usize] = is_hot(n);
+    }
+
+    fn record(&mut self, r: Reading) {
+        for (c, h) in self.hotspot_counts.iter_mut().zip(&self.hot) {
+            *c += u32::from(*h);
+        }
+        if self.capacity_milli == 0 {
+            return;
+        }
+        let pct = (100 * self.arrived_milli / self.capacity_milli) as u32;
+        let e = self.buckets.entry(pct).or_insert((0, 0.0, 0.0, 0.0));
+        e.0 += 1;
+        e.1 += r.allocation;
+        e.2 += r.fragmentation;
+        e.3 += r.fragmentation_rate;
+    }
+
+    fn buckets(&self) -> Vec<Bucket> {
+        self.buckets
+            .iter()
+            .map(|(&pct, &(n, a, f, fr))| Bucket {
+                arrived_pct: pct,
+                samples: n,
+                allocation: a / f64::from(n),
+                fragmentation: f / f64::from(n),
+                fragmentation_rate: fr / f64::from(n),
+            })
+            .collect()
+    }
+}
+
+/// The simulator.
+pub struct Simulator<'p, P: Placer> {
+    cluster: Cluster,
+    placer: &'p mut P,
+    workload: TargetWorkload,
+    tracker: FragmentationTracker,
+    recorder: Recorder,
+    report: RunReport,
+    candidates: Vec<NodeId>,
+}
+
+impl<'p, P: Placer> Simulator<'p, P> {
+    /// A simulator over `nodes`, measuring fragmentation against `workload`.
+    pub fn new(nodes: Vec<Node>, workload: TargetWorkload, placer: &'p mut P) -> Self {
+        let cluster = Cluster::new(nodes);
+        let tracker = FragmentationTracker::new(cluster.nodes(), &workload);
+        let recorder = Recorder::new(cluster.nodes());
+        placer.nodes_changed(&cluster.nodes().iter().collect::<Vec<_>>());
+        let report = RunReport {
+            total_gpus: cluster.total_gpus(),
+            ..RunReport::default()
+        };
+        Self {
+            cluster,
+            placer,
+            workload,
+            tracker,
+            recorder,
+            report,
+            candidates: Vec::new(),
+        }
+    }
+
+    /// The cluster as it stands.
+    pub fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
+    /// Tries to place one pod now; `Err` carries the main rejection reason.
+    fn try_place(&mut self, pod: &Pod) -> Result<Placement, FilterReason> {
+        let mut rejected = [0u32; 5];
+        self.cluster
+            .feasible(pod, &mut self.candidates, &mut rejected);
+        let main_reason = || {
+            let (i, _) = rejected
+                .iter()
+                .enumerate()
+                .max_by_key(|&(i, c)| (*c, std::cmp::Reverse(i)))
+                .unwrap_or((0, &0));
+            FilterReason::ALL[i]
+        };
+        if self.candidates.is_empty() {
+            return Err(main_reason());
+        }
+        let d = self.placer.place(pod, &self.candidates);
+        self.report.plugin_errors += u64::from(d.plugin_errors);
+        // A placer that answers nothing, or a node outside the candidates,
+        // falls back to the first candidate: the hard filter stays in charge.
+        let node = d
+            .node
+            .filter(|n| self.candidates.binary_search(n).is_ok())
+            .unwrap_or(self.candidates[0]);
+        let n = self.cluster.node(node).expect("candidate exists");
+        let gpus = choose_gpus(n, pod, d.gpu_hint).expect("a candidate fits");
+        let placement = self
+            .cluster
+            .bind(node, pod, gpus)
+            .expect("a candidate passes the hard filter");
+        self.node_changed(node);
+        Ok(placement)
+    }
+
+    fn node_changed(&mut self, node: NodeId) {
+        let n = self.cluster.node(node).expect("node exists");
+        self.tracker.update(n, &self.workload);
+        self.recorder.node_changed(n);
+        self.placer.nodes_changed(&[n]);
+    }
+
+    fn fail(&mut self, reason: FilterReason) {
+        self.report.failed += 1;
+        *self
+            .report
+            .failures_by_reason
+            .entry(reason.code().to_string())
+            .or_insert(0) += 1;
+    }
+
+    /// Runs the submissions protocol over `pods` in order.
+    pub fn run_submissions(mut self, pods: &[Pod]) -> RunReport {
+        for pod in pods {
+            self.report.submitted += 1;
+            self.recorder.arrive(pod);
+            match self.try_place(pod) {
+                Ok(_) => self.report.placed += 1,
+                Err(reason) => self.fail(reason),
+            }
+            self.recorder.record(self.tracker.reading());
+        }
+        self.finish()
+    }
+
+    /// Runs the time-replay protocol. Events at the same second are ordered
+    /// departures first, then arrivals in input order.
+    pub fn run_time_replay(mut self, arrivals: &[Arrival]) -> RunReport {
+        #[derive(PartialEq, Eq, PartialOrd, Ord)]
+        enum Kind {
+            Leave,
+            Arrive,
+        }
+        let mut events: Vec<(u64, Kind, usize)> = Vec::with_capacity(arrivals.len() * 2);
+        for (i, a) in arrivals.iter().enumerate() {
+            events.push((a.at, Kind::Arrive, i));
+            if let Some(t) = a.leaves_at {
+                events.push((t.max(a.at), Kind::Leave, i));
+            }
+        }
+        events.sort();
+        let mut placed: Vec<Option<Placement>> = vec![None; arrivals.len()];
+        let mut gone = vec![false; arrivals.len()];
+        let mut pending: VecDeque<usize> = VecDeque::new();
+        for (_, kind, i) in events {
+            let pod = &arrivals[i].pod;
+            match kind {
+                Kind::Arrive => {
+                    self.report.submitted += 1;
+                    self.recorder.arrive(pod);
+                    match self.try_place(pod) {
+                        Ok(p) => {
+                            placed[i] = Some(p);
+                            self.report.placed += 1;
+                        }
+                        Err(_) => pending.push_back(i),
+                    }
+                }
+                Kind::Leave => {
+                    gone[i] = true;
+                    if let Some(p) = placed[i].take() {
+                        self.cluster.unbind(&p, pod);
+                        self.node_changed(p.node);
+                        self.report.departed += 1;
+                        // Freed capacity: retry the waiting pods in order.
+                        let waiting = std::mem::take(&mut pending);
+                        for j in waiting {
+                            if gone[j] {
+                                continue;
+                            }
+                            match self.try_place(&arrivals[j].pod) {
+                                Ok(p) => {
+                                    placed[j] = Some(p);
+                                    self.report.placed += 1;
+                                }
+                                Err(_) => pending.push_back(j),
+                            }
+                        }
+                    } else {
+                        // Left while still waiting: it never ran.
+                        pending.retain(|&j| j != i);
+                    }
+                }
+            }
+            self.recorder.record(self.tracker.reading());
+        }
+        self.report.pending = pending.len() as u64;
+        self.finish()
+    }
+
+    fn finish(mut self) -> RunReport {
+        self.report.buckets = self.recorder.buckets();
+        self.report.last = self.tracker.reading();
+        self.report.hotspot_counts = std::mem::take(&mut self.recorder.hotspot_counts);
+        self.report
+    }
+}
+
+#[cfg(test)]
+mod tests;

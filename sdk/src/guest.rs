@@ -34,10 +34,7 @@ use scorer_bindings::tessera::policy::types as st;
 
 fn resources(r: st::Resources) -> crate::Resources {
     let sat = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
-    crate::Resources {
-        cpu_milli: sat(r.cpu_milli),
-        memory_mib: sat(r.memory_mib),
-    }
+    crate::Resources { cpu_milli: sat(r.cpu_milli), memory_mib: sat(r.memory_mib) }
 }
 
 fn node(n: st::Node) -> crate::NodeRecord {
@@ -68,10 +65,7 @@ fn node(n: st::Node) -> crate::NodeRecord {
         workloads: n
             .workloads
             .into_iter()
-            .map(|w| crate::WorkloadCount {
-                workload: w.workload,
-                pods: w.pods,
-            })
+            .map(|w| crate::WorkloadCount { workload: w.workload, pods: w.pods })
             .collect(),
     }
 }
@@ -107,19 +101,13 @@ pub fn scorer_info<S: Scorer>() -> st::PluginInfo {
     }
 }
 
-pub fn scorer_configure<S: Scorer>(
-    state: &'static ScorerState<S>,
-    config: &str,
-) -> Result<(), String> {
+pub fn scorer_configure<S: Scorer>(state: &'static ScorerState<S>, config: &str) -> Result<(), String> {
     let harness = ScorerHarness::<S>::new(config)?;
     state.with_borrow_mut(|s| *s = Some(harness));
     Ok(())
 }
 
-pub fn scorer_apply<S: Scorer>(
-    state: &'static ScorerState<S>,
-    deltas: Vec<st::NodeDelta>,
-) -> Result<(), String> {
+pub fn scorer_apply<S: Scorer>(state: &'static ScorerState<S>, deltas: Vec<st::NodeDelta>) -> Result<(), String> {
     state.with_borrow_mut(|s| {
         let h = s.as_mut().ok_or(NOT_CONFIGURED)?;
         h.apply(deltas.into_iter().map(|d| match d {
@@ -168,33 +156,19 @@ pub fn detector_info<D: Detector>() -> dt::PluginInfo {
     }
 }
 
-pub fn detector_configure<D: Detector>(
-    state: &'static DetectorState<D>,
-    config: &str,
-) -> Result<(), String> {
+pub fn detector_configure<D: Detector>(state: &'static DetectorState<D>, config: &str) -> Result<(), String> {
     let harness = DetectorHarness::<D>::new(config)?;
     state.with_borrow_mut(|s| *s = Some(harness));
     Ok(())
 }
 
-pub fn detector_observe<D: Detector>(
-    state: &'static DetectorState<D>,
-    f: dt::TelemetryFrame,
-) -> Result<(), String> {
+pub fn detector_observe<D: Detector>(state: &'static DetectorState<D>, f: dt::TelemetryFrame) -> Result<(), String> {
     let n = f.nodes.len();
-    if [
-        f.gpu_util_permille.len(),
-        f.memory_free_permille.len(),
-        f.cpu_util_permille.len(),
-        f.stranded_gpu_milli.len(),
-    ]
-    .iter()
-    .any(|&l| l != n)
+    if [f.gpu_util_permille.len(), f.memory_free_permille.len(), f.cpu_util_permille.len(), f.stranded_gpu_milli.len()]
+        .iter()
+        .any(|&l| l != n)
     {
-        return Err(format!(
-            "telemetry frame {}: columns differ in length from {n} nodes",
-            f.seq
-        ));
+        return Err(format!("telemetry frame {}: columns differ in length from {n} nodes", f.seq));
     }
     let samples = (0..n)
         .map(|i| {
@@ -211,17 +185,12 @@ pub fn detector_observe<D: Detector>(
         .collect();
     state.with_borrow_mut(|s| {
         let h = s.as_mut().ok_or(NOT_CONFIGURED)?;
-        h.observe(crate::Frame {
-            seq: f.seq,
-            samples,
-        });
+        h.observe(crate::Frame { seq: f.seq, samples });
         Ok(())
     })
 }
 
-pub fn detector_detect<D: Detector>(
-    state: &'static DetectorState<D>,
-) -> Result<Vec<dt::Finding>, String> {
+pub fn detector_detect<D: Detector>(state: &'static DetectorState<D>) -> Result<Vec<dt::Finding>, String> {
     state.with_borrow(|s| {
         let h = s.as_ref().ok_or(NOT_CONFIGURED)?;
         Ok(h.detect()

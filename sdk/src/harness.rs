@@ -28,10 +28,7 @@ impl<S: Scorer> ScorerHarness<S> {
     /// Configures the plugin from JSON (empty or `null` = default config).
     pub fn new(config_json: &str) -> Result<Self, String> {
         let config = parse_config::<S::Config>(config_json)?;
-        Ok(Self {
-            plugin: S::new(config)?,
-            nodes: NodeTable::new(),
-        })
+        Ok(Self { plugin: S::new(config)?, nodes: NodeTable::new() })
     }
 
     /// The node mirror.
@@ -67,12 +64,7 @@ impl<S: Scorer> ScorerHarness<S> {
     }
 
     /// One verdict per candidate: 0 = feasible, `k > 0` = reason `k - 1`.
-    pub fn filter(
-        &mut self,
-        pod: &Pod,
-        candidates: &[NodeId],
-        out: &mut Vec<u8>,
-    ) -> Result<(), String> {
+    pub fn filter(&mut self, pod: &Pod, candidates: &[NodeId], out: &mut Vec<u8>) -> Result<(), String> {
         out.clear();
         out.reserve(candidates.len());
         self.plugin.prepare(pod, &self.nodes);
@@ -124,12 +116,8 @@ impl<S: Scorer> ScorerHarness<S> {
             let mut out = values.chunks_exact_mut(2);
             let mut ids = candidates.chunks_exact(2);
             for (pair, id_pair) in (&mut out).zip(&mut ids) {
-                let (Some(a), Some(b)) = (self.nodes.get(id_pair[0]), self.nodes.get(id_pair[1]))
-                else {
-                    missing = id_pair
-                        .iter()
-                        .copied()
-                        .find(|&id| self.nodes.get(id).is_none());
+                let (Some(a), Some(b)) = (self.nodes.get(id_pair[0]), self.nodes.get(id_pair[1])) else {
+                    missing = id_pair.iter().copied().find(|&id| self.nodes.get(id).is_none());
                     break;
                 };
                 pair[0] = self.plugin.score(pod, &a).value;
@@ -167,13 +155,7 @@ impl<D: Detector> DetectorHarness<D> {
         let config = parse_config::<D::Config>(config_json)?;
         let plugin = D::new(config)?;
         let capacity = plugin.window().max(1);
-        Ok(Self {
-            plugin,
-            window: Window {
-                frames: VecDeque::with_capacity(capacity),
-                capacity,
-            },
-        })
+        Ok(Self { plugin, window: Window { frames: VecDeque::with_capacity(capacity), capacity } })
     }
 
     /// Appends one frame, dropping the oldest beyond the window size.
@@ -212,11 +194,7 @@ impl Window {
     /// How many of the newest frames in a row satisfy `pred` for `node`
     /// (a frame without a sample of the node ends the run).
     pub fn consecutive(&self, node: NodeId, mut pred: impl FnMut(&crate::Sample) -> bool) -> usize {
-        self.frames
-            .iter()
-            .rev()
-            .take_while(|f| f.get(node).is_some_and(&mut pred))
-            .count()
+        self.frames.iter().rev().take_while(|f| f.get(node).is_some_and(&mut pred)).count()
     }
 }
 
@@ -253,10 +231,7 @@ mod tests {
     fn rec(id: NodeId) -> NodeDelta {
         NodeDelta::Upsert(NodeRecord {
             id,
-            free: Resources {
-                cpu_milli: id * 10,
-                memory_mib: 0,
-            },
+            free: Resources { cpu_milli: id * 10, memory_mib: 0 },
             ..NodeRecord::default()
         })
     }
@@ -266,11 +241,9 @@ mod tests {
         let mut h = ScorerHarness::<Probe>::new("").unwrap();
         h.apply((0..5).map(rec)).unwrap();
         let (mut v, mut hints) = (Vec::new(), Vec::new());
-        h.score(&Pod::default(), &[4, 0, 3], &mut v, &mut hints)
-            .unwrap();
+        h.score(&Pod::default(), &[4, 0, 3], &mut v, &mut hints).unwrap();
         assert_eq!(v, [40, 0, 30]);
-        h.score(&Pod::default(), &[1, 2, 3, 4], &mut v, &mut hints)
-            .unwrap();
+        h.score(&Pod::default(), &[1, 2, 3, 4], &mut v, &mut hints).unwrap();
         assert_eq!(v, [10, 20, 30, 40]);
         assert!(hints.is_empty());
     }
@@ -281,24 +254,17 @@ mod tests {
         h.apply((0..4).map(rec)).unwrap();
         let (mut v, mut hints) = (Vec::new(), Vec::new());
         for ids in [&[9, 0][..], &[0, 9], &[0, 1, 9], &[9]] {
-            let e = h
-                .score(&Pod::default(), ids, &mut v, &mut hints)
-                .unwrap_err();
+            let e = h.score(&Pod::default(), ids, &mut v, &mut hints).unwrap_err();
             assert!(e.contains("unknown node id 9"), "{ids:?}: {e}");
         }
         let mut out = Vec::new();
-        assert!(
-            h.filter(&Pod::default(), &[0, 7], &mut out)
-                .unwrap_err()
-                .contains("unknown node id 7")
-        );
+        assert!(h.filter(&Pod::default(), &[0, 7], &mut out).unwrap_err().contains("unknown node id 7"));
     }
 
     #[test]
     fn node_hooks_see_each_change() {
         let mut h = ScorerHarness::<Probe>::new("").unwrap();
-        h.apply([rec(2), rec(0), NodeDelta::Remove(2), rec(0)])
-            .unwrap();
+        h.apply([rec(2), rec(0), NodeDelta::Remove(2), rec(0)]).unwrap();
         assert_eq!(h.plugin().seen, [2, 0, 0]);
         assert_eq!(h.plugin().removed, [2]);
         assert_eq!(h.nodes().len(), 1);

@@ -2,9 +2,7 @@
 
 use std::collections::HashMap;
 
-use crate::types::{
-    EMPTY_SYM, GpuList, Node, NodeDelta, NodeId, NodeRecord, NodeState, Sym, WorkloadCount,
-};
+use crate::types::{EMPTY_SYM, GpuList, Node, NodeDelta, NodeId, NodeRecord, NodeState, Sym, WorkloadCount};
 
 /// What a node carries besides its compact [`Node`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -20,10 +18,7 @@ pub struct NodeMeta {
 impl NodeMeta {
     /// Pods of `workload` on this node.
     pub fn workload_pods(&self, workload: &str) -> u32 {
-        self.workloads
-            .iter()
-            .find(|w| w.workload == workload)
-            .map_or(0, |w| w.pods)
+        self.workloads.iter().find(|w| w.workload == workload).map_or(0, |w| w.pods)
     }
 }
 
@@ -52,14 +47,7 @@ impl NodeTable {
     pub fn new() -> Self {
         let mut by_name = HashMap::new();
         by_name.insert(String::new(), EMPTY_SYM);
-        Self {
-            nodes: Vec::new(),
-            gpus: Vec::new(),
-            meta: Vec::new(),
-            len: 0,
-            symbols: vec![String::new()],
-            by_name,
-        }
+        Self { nodes: Vec::new(), gpus: Vec::new(), meta: Vec::new(), len: 0, symbols: vec![String::new()], by_name }
     }
 
     /// The symbol of `name`, interning it if new.
@@ -67,8 +55,8 @@ impl NodeTable {
         if let Some(&s) = self.by_name.get(name) {
             return Ok(s);
         }
-        let s = Sym::try_from(self.symbols.len())
-            .map_err(|_| "more than 65535 distinct zone/model names".to_string())?;
+        let s =
+            Sym::try_from(self.symbols.len()).map_err(|_| "more than 65535 distinct zone/model names".to_string())?;
         self.symbols.push(name.to_string());
         self.by_name.insert(name.to_string(), s);
         Ok(s)
@@ -139,11 +127,7 @@ impl NodeTable {
         self.nodes[i] = Some(node);
         self.gpus[i] = gpus;
         let gpu_memory_mib = rec.gpus.first().map_or(0, |g| g.memory_mib);
-        self.meta[i] = NodeMeta {
-            name: rec.name,
-            gpu_memory_mib,
-            workloads: rec.workloads,
-        };
+        self.meta[i] = NodeMeta { name: rec.name, gpu_memory_mib, workloads: rec.workloads };
         Ok(())
     }
 
@@ -154,11 +138,7 @@ impl NodeTable {
         let state = self.nodes.get(id as usize)?.as_ref()?;
         // `get` rather than indexing: no panic path in scoring loops (the
         // two vectors always have the same length).
-        Some(Node::new(
-            id,
-            state,
-            self.gpus.get(id as usize).unwrap_or(&NO_GPUS),
-        ))
+        Some(Node::new(id, state, self.gpus.get(id as usize).unwrap_or(&NO_GPUS)))
     }
 
     /// Name and workloads of a node, if present.
@@ -202,12 +182,7 @@ mod tests {
     use crate::GpuRecord;
 
     fn rec(id: NodeId, zone: &str) -> NodeRecord {
-        NodeRecord {
-            id,
-            name: format!("n{id}"),
-            zone: zone.into(),
-            ..NodeRecord::default()
-        }
+        NodeRecord { id, name: format!("n{id}"), zone: zone.into(), ..NodeRecord::default() }
     }
 
     #[test]
@@ -235,24 +210,11 @@ mod tests {
     fn gpu_totals_are_derived_on_arrival() {
         let mut t = NodeTable::new();
         let mut r = rec(0, "a");
-        r.gpus = [1000, 300, 1000, 0]
-            .iter()
-            .map(|&f| GpuRecord {
-                free_milli: f,
-                ..GpuRecord::default()
-            })
-            .collect();
+        r.gpus = [1000, 300, 1000, 0].iter().map(|&f| GpuRecord { free_milli: f, ..GpuRecord::default() }).collect();
         r.gpus[2].health = crate::GpuHealth::Failed;
         t.apply(NodeDelta::Upsert(r)).unwrap();
         let n = t.get(0).unwrap();
-        assert_eq!(
-            (
-                n.free_gpu_milli(),
-                n.whole_free_gpus(),
-                n.max_free_gpu_milli()
-            ),
-            (1300, 1, 1000)
-        );
+        assert_eq!((n.free_gpu_milli(), n.whole_free_gpus(), n.max_free_gpu_milli()), (1300, 1, 1000));
         assert_eq!(n.gpu_capacity_milli(), 4000);
         assert_eq!(n.gpus()[3].index, 3);
         assert_eq!(n.gpu_count(), 4);

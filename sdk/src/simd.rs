@@ -23,9 +23,6 @@ pub fn dot4(a: &[f32; 4], b: &[f32; 4]) -> f32 {
 mod tests {
     #[test]
     fn dot4_sums_in_the_documented_order() {
-        assert_eq!(
-            super::dot4(&[1.0, 2.0, 3.0, 4.0], &[5.0, 6.0, 7.0, 8.0]),
-            70.0
-        );
+        assert_eq!(super::dot4(&[1.0, 2.0, 3.0, 4.0], &[5.0, 6.0, 7.0, 8.0]), 70.0);
     }
 }

@@ -57,12 +57,7 @@ pub struct Gpu {
 
 impl Default for Gpu {
     fn default() -> Self {
-        Self {
-            free_milli: 1000,
-            util_permille: 0,
-            index: 0,
-            health: GpuHealth::Healthy,
-        }
+        Self { free_milli: 1000, util_permille: 0, index: 0, health: GpuHealth::Healthy }
     }
 }
 
@@ -87,16 +82,8 @@ pub struct GpuList {
 impl GpuList {
     /// An empty list.
     pub const fn new() -> Self {
-        const EMPTY: Gpu = Gpu {
-            free_milli: 0,
-            util_permille: 0,
-            index: 0,
-            health: GpuHealth::Healthy,
-        };
-        Self {
-            len: 0,
-            items: [EMPTY; MAX_GPUS],
-        }
+        const EMPTY: Gpu = Gpu { free_milli: 0, util_permille: 0, index: 0, health: GpuHealth::Healthy };
+        Self { len: 0, items: [EMPTY; MAX_GPUS] }
     }
 
     /// Appends a GPU, numbering it by position; `Err` past [`MAX_GPUS`].
@@ -194,16 +181,8 @@ impl NodeState {
         self.free_gpu = usable().map(|g| g.free_milli).sum();
         self.whole_free = usable().filter(|g| g.free_milli == 1000).count() as u8;
         self.max_free = usable().map(|g| g.free_milli).max().unwrap_or(0);
-        let cap = [
-            self.capacity.cpu_milli,
-            self.capacity.memory_mib,
-            self.gpu_capacity_milli(),
-        ];
-        let free = [
-            self.free.cpu_milli,
-            self.free.memory_mib,
-            self.free_gpu_milli(),
-        ];
+        let cap = [self.capacity.cpu_milli, self.capacity.memory_mib, self.gpu_capacity_milli()];
+        let free = [self.free.cpu_milli, self.free.memory_mib, self.free_gpu_milli()];
         self.resource_mask = 0;
         self.inv_capacity[3] = 0.0;
         self.free_share[3] = 1.0;
@@ -432,10 +411,7 @@ impl Score {
 
     /// A score that also names the GPU the pod should use.
     pub const fn with_gpu(value: i64, gpu: u8) -> Self {
-        Self {
-            value,
-            gpu: Some(gpu),
-        }
+        Self { value, gpu: Some(gpu) }
     }
 }
 
@@ -470,10 +446,7 @@ pub struct Frame {
 impl Frame {
     /// The sample of `node` in this frame, if present.
     pub fn get(&self, node: NodeId) -> Option<&Sample> {
-        self.samples
-            .binary_search_by_key(&node, |(n, _)| *n)
-            .ok()
-            .map(|i| &self.samples[i].1)
+        self.samples.binary_search_by_key(&node, |(n, _)| *n).ok().map(|i| &self.samples[i].1)
     }
 }
 
@@ -512,14 +485,7 @@ mod tests {
     #[test]
     fn node_state_is_one_cache_line() {
         assert_eq!(std::mem::size_of::<Gpu>(), 6);
-        assert!(
-            std::mem::size_of::<NodeState>() <= 64,
-            "{}",
-            std::mem::size_of::<NodeState>()
-        );
-        assert_eq!(
-            std::mem::size_of::<Option<NodeState>>(),
-            std::mem::size_of::<NodeState>()
-        );
+        assert!(std::mem::size_of::<NodeState>() <= 64, "{}", std::mem::size_of::<NodeState>());
+        assert_eq!(std::mem::size_of::<Option<NodeState>>(), std::mem::size_of::<NodeState>());
     }
 }

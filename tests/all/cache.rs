@@ -5,12 +5,7 @@ use tessera_plugins::{BINPACK, SPREAD};
 use tessera_wasm::{CacheOutcome, PluginSpec, Runtime, RuntimeConfig, content_key};
 
 fn cached(dir: &std::path::Path, fuel: bool) -> Runtime {
-    Runtime::new(RuntimeConfig {
-        cache_dir: Some(dir.to_path_buf()),
-        fuel,
-        ..RuntimeConfig::default()
-    })
-    .unwrap()
+    Runtime::new(RuntimeConfig { cache_dir: Some(dir.to_path_buf()), fuel, ..RuntimeConfig::default() }).unwrap()
 }
 
 fn outcome(rt: &Runtime, bytes: &[u8]) -> CacheOutcome {
@@ -20,18 +15,9 @@ fn outcome(rt: &Runtime, bytes: &[u8]) -> CacheOutcome {
 #[test]
 fn miss_then_hit_across_runtimes() {
     let dir = tempfile::tempdir().unwrap();
-    assert_eq!(
-        outcome(&cached(dir.path(), false), BINPACK.bytes),
-        CacheOutcome::Miss
-    );
-    assert_eq!(
-        outcome(&cached(dir.path(), false), BINPACK.bytes),
-        CacheOutcome::Hit
-    );
-    assert_eq!(
-        outcome(&cached(dir.path(), false), SPREAD.bytes),
-        CacheOutcome::Miss
-    );
+    assert_eq!(outcome(&cached(dir.path(), false), BINPACK.bytes), CacheOutcome::Miss);
+    assert_eq!(outcome(&cached(dir.path(), false), BINPACK.bytes), CacheOutcome::Hit);
+    assert_eq!(outcome(&cached(dir.path(), false), SPREAD.bytes), CacheOutcome::Miss);
 }
 
 #[test]
@@ -54,11 +40,7 @@ fn altered_truncated_foreign_and_stale_entries_are_rejected_and_rebuilt() {
     altered[last] ^= 0xff;
     std::fs::write(&entry, &altered).unwrap();
     expect_rejected("truncated or altered");
-    assert_eq!(
-        std::fs::read(&entry).unwrap(),
-        good,
-        "rewritten with a good entry"
-    );
+    assert_eq!(std::fs::read(&entry).unwrap(), good, "rewritten with a good entry");
     assert_eq!(outcome(&rt, BINPACK.bytes), CacheOutcome::Hit);
 
     // Truncated.
@@ -79,14 +61,7 @@ fn altered_truncated_foreign_and_stale_entries_are_rejected_and_rebuilt() {
     let fuel_rt = cached(fuel_dir.path(), true);
     assert_eq!(outcome(&fuel_rt, BINPACK.bytes), CacheOutcome::Miss);
     assert_ne!(fuel_rt.cache().unwrap().engine_key(), cache.engine_key());
-    std::fs::copy(
-        fuel_rt
-            .cache()
-            .unwrap()
-            .entry_path(&content_key(BINPACK.bytes)),
-        &entry,
-    )
-    .unwrap();
+    std::fs::copy(fuel_rt.cache().unwrap().entry_path(&content_key(BINPACK.bytes)), &entry).unwrap();
     expect_rejected("another engine configuration");
     assert_eq!(outcome(&rt, BINPACK.bytes), CacheOutcome::Hit);
 }

@@ -15,10 +15,7 @@ use crate::{cluster, load, member, policy, runtime};
 fn pod() -> Pod {
     Pod {
         name: "victim".into(),
-        requests: Resources {
-            cpu_milli: 1000,
-            memory_mib: 512,
-        },
+        requests: Resources { cpu_milli: 1000, memory_mib: 512 },
         gpu_count: 1,
         gpu_milli: 1000,
         ..Pod::default()
@@ -46,13 +43,7 @@ fn decide_beside_hostile_within(config: &str, deadline_ms: u64) -> (Decision, Du
     spec.limits.deadline_ms = Bounded(deadline_ms);
     let (hostile, _) = rt.load(&spec, HOSTILE.bytes).unwrap();
     let nodes = cluster(8);
-    let p = policy(
-        vec![
-            member(load(&rt, BINPACK, "binpack", "null"), 1.0),
-            member(hostile, 5.0),
-        ],
-        &nodes,
-    );
+    let p = policy(vec![member(load(&rt, BINPACK, "binpack", "null"), 1.0), member(hostile, 5.0)], &nodes);
     let t = Instant::now();
     let d = p.decide(&pod(), &(0..8).collect::<Vec<_>>());
     (d, t.elapsed())
@@ -82,10 +73,7 @@ fn one_gib_allocation_is_refused_under_a_64_mib_cap() {
     let (d, took) = decide_beside_hostile(r#"{"mode": "alloc"}"#);
     let e = only_error(&d);
     match e.kind {
-        FaultKind::MemoryExceeded {
-            cap_mib,
-            requested_mib,
-        } => {
+        FaultKind::MemoryExceeded { cap_mib, requested_mib } => {
             assert_eq!(cap_mib, 64);
             assert!(requested_mib >= 1024, "{requested_mib}");
         }
@@ -105,10 +93,7 @@ fn panic_is_a_trap_with_the_guest_message() {
     let (d, _) = decide_beside_hostile(r#"{"mode": "panic"}"#);
     let e = only_error(&d);
     match &e.kind {
-        FaultKind::Trap {
-            guest_said: Some(said),
-            ..
-        } => {
+        FaultKind::Trap { guest_said: Some(said), .. } => {
             assert!(said.contains("hostile plugin panics on purpose"), "{said}")
         }
         other => panic!("expected a trap with the panic message, got {other}"),
@@ -118,36 +103,15 @@ fn panic_is_a_trap_with_the_guest_message() {
 #[test]
 fn wrong_length_result_is_a_fault() {
     let (d, _) = decide_beside_hostile(r#"{"mode": "wrong-length"}"#);
-    assert_eq!(
-        only_error(&d).kind,
-        FaultKind::WrongLength {
-            what: "scores",
-            expected: 8,
-            got: 7
-        }
-    );
+    assert_eq!(only_error(&d).kind, FaultKind::WrongLength { what: "scores", expected: 8, got: 7 });
     let (d, _) = decide_beside_hostile(r#"{"mode": "wrong-length", "on": "filter"}"#);
-    assert_eq!(
-        only_error(&d).kind,
-        FaultKind::WrongLength {
-            what: "verdicts",
-            expected: 8,
-            got: 9
-        }
-    );
+    assert_eq!(only_error(&d).kind, FaultKind::WrongLength { what: "verdicts", expected: 8, got: 9 });
 }
 
 #[test]
 fn oversized_output_is_a_fault() {
     let (d, _) = decide_beside_hostile_within(r#"{"mode": "oversized"}"#, 5000);
-    assert!(
-        matches!(
-            only_error(&d).kind,
-            FaultKind::OversizedOutput { what: "scores", .. }
-        ),
-        "{:?}",
-        d.errors
-    );
+    assert!(matches!(only_error(&d).kind, FaultKind::OversizedOutput { what: "scores", .. }), "{:?}", d.errors);
 }
 
 #[test]
@@ -155,28 +119,14 @@ fn oversized_error_message_is_clipped_and_not_a_fault() {
     let (d, _) = decide_beside_hostile_within(r#"{"mode": "oversized-error"}"#, 5000);
     let e = only_error(&d);
     assert!(!e.is_fault());
-    let FaultKind::Guest(msg) = &e.kind else {
-        panic!("{e}")
-    };
-    assert!(
-        msg.len() < tessera_wasm::MAX_GUEST_ERROR + 64,
-        "{}",
-        msg.len()
-    );
-    assert!(
-        msg.ends_with("(1048576 bytes, clipped)"),
-        "{}",
-        &msg[msg.len() - 40..]
-    );
+    let FaultKind::Guest(msg) = &e.kind else { panic!("{e}") };
+    assert!(msg.len() < tessera_wasm::MAX_GUEST_ERROR + 64, "{}", msg.len());
+    assert!(msg.ends_with("(1048576 bytes, clipped)"), "{}", &msg[msg.len() - 40..]);
 }
 
 #[test]
 fn fuel_limit_stops_a_loop() {
-    let rt = Runtime::new(RuntimeConfig {
-        fuel: true,
-        ..RuntimeConfig::default()
-    })
-    .unwrap();
+    let rt = Runtime::new(RuntimeConfig { fuel: true, ..RuntimeConfig::default() }).unwrap();
     let mut spec = PluginSpec::new("hostile");
     spec.config_json = armed(r#"{"mode": "loop"}"#);
     spec.limits.fuel = Some(Bounded(5_000_000));
@@ -184,10 +134,7 @@ fn fuel_limit_stops_a_loop() {
     let (v, _) = rt.load(&spec, HOSTILE.bytes).unwrap();
     let p = policy(vec![member(v, 1.0)], &cluster(8));
     let d = p.decide(&pod(), &(0..8).collect::<Vec<_>>());
-    assert_eq!(
-        d.errors[0].kind,
-        FaultKind::FuelExhausted { fuel: 5_000_000 }
-    );
+    assert_eq!(d.errors[0].kind, FaultKind::FuelExhausted { fuel: 5_000_000 });
     // Fuel without a fuel-metering runtime is refused at load.
     let err = runtime().load(&spec, HOSTILE.bytes).unwrap_err();
     assert!(matches!(err, LoadError::Limits { .. }), "{err}");
@@ -205,17 +152,9 @@ fn faulty_instance_is_replaced_and_the_plugin_keeps_serving() {
         outcomes.push(p.decide(&pod(), &[0, 1, 2, 3]).errors.is_empty());
     }
     assert_eq!(outcomes, [true, true, true, false, true, true, true, false]);
-    assert_eq!(
-        v.instances_created() - before,
-        2,
-        "a fresh instance after each fault"
-    );
+    assert_eq!(v.instances_created() - before, 2, "a fresh instance after each fault");
     let stats = p.member("hostile").unwrap().slot.stats();
-    assert_eq!(
-        (stats.calls, stats.faults, stats.quarantined),
-        (16, 2, false),
-        "8 filters + 8 scores"
-    );
+    assert_eq!((stats.calls, stats.faults, stats.quarantined), (16, 2, false), "8 filters + 8 scores");
 }
 
 #[test]
@@ -226,13 +165,7 @@ fn plugin_over_its_fault_budget_is_quarantined_and_the_rest_keep_deciding() {
     spec.config_json = armed(r#"{"mode": "panic"}"#);
     spec.limits.fault_budget = Bounded(2);
     let (hostile, _) = rt.load(&spec, HOSTILE.bytes).unwrap();
-    let p = policy(
-        vec![
-            member(load(&rt, BINPACK, "binpack", "null"), 1.0),
-            member(hostile, 1.0),
-        ],
-        &cluster(8),
-    );
+    let p = policy(vec![member(load(&rt, BINPACK, "binpack", "null"), 1.0), member(hostile, 1.0)], &cluster(8));
     let ids: Vec<u32> = (0..8).collect();
     for i in 0..3 {
         let d = p.decide(&pod(), &ids);
@@ -243,11 +176,7 @@ fn plugin_over_its_fault_budget_is_quarantined_and_the_rest_keep_deciding() {
     assert!(slot.stats().quarantined);
     let d = p.decide(&pod(), &ids);
     assert_eq!(d.chosen, Some(7));
-    assert!(
-        matches!(d.errors[0].kind, FaultKind::Quarantined { faults: 3 }),
-        "{:?}",
-        d.errors
-    );
+    assert!(matches!(d.errors[0].kind, FaultKind::Quarantined { faults: 3 }), "{:?}", d.errors);
     assert!(d.errors[0].to_string().contains("PLUGIN-QUARANTINED"));
     // Reloading a good version releases the quarantine.
     slot.swap(load(&rt, HOSTILE, "hostile", "null"));
@@ -257,34 +186,18 @@ fn plugin_over_its_fault_budget_is_quarantined_and_the_rest_keep_deciding() {
 #[test]
 fn components_of_another_world_are_rejected_by_name() {
     let rt = runtime();
-    let err = rt
-        .load(&PluginSpec::new("cmd"), NOT_A_POLICY.bytes)
-        .unwrap_err();
-    let LoadError::WrongWorld { plugin, exports } = &err else {
-        panic!("{err}")
-    };
+    let err = rt.load(&PluginSpec::new("cmd"), NOT_A_POLICY.bytes).unwrap_err();
+    let LoadError::WrongWorld { plugin, exports } = &err else { panic!("{err}") };
     assert_eq!(plugin, "cmd");
-    assert!(
-        exports.iter().any(|e| e.starts_with("wasi:cli/run")),
-        "{exports:?}"
-    );
-    assert!(
-        err.to_string()
-            .contains("neither the `scorer` nor the `detector` world"),
-        "{err}"
-    );
+    assert!(exports.iter().any(|e| e.starts_with("wasi:cli/run")), "{exports:?}");
+    assert!(err.to_string().contains("neither the `scorer` nor the `detector` world"), "{err}");
 
     let mut spec = PluginSpec::new("overload");
     spec.role = Some(Role::Scorer);
     let err = rt.load(&spec, OVERLOAD.bytes).unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        "plugin overload: is a detector plugin but the policy uses it as a scorer"
-    );
+    assert_eq!(err.to_string(), "plugin overload: is a detector plugin but the policy uses it as a scorer");
 
-    let err = rt
-        .load(&PluginSpec::new("junk"), b"\0asm not really")
-        .unwrap_err();
+    let err = rt.load(&PluginSpec::new("junk"), b"\0asm not really").unwrap_err();
     assert!(matches!(err, LoadError::Compile { .. }), "{err}");
 }
 
@@ -311,10 +224,7 @@ fn digest_pin_is_enforced() {
     let mut spec = PluginSpec::new("binpack");
     spec.sha256 = Some("0".repeat(64));
     let err = rt.load(&spec, BINPACK.bytes).unwrap_err();
-    assert!(
-        err.to_string().contains("does not match the pinned"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("does not match the pinned"), "{err}");
     spec.sha256 = Some(tessera_wasm::sha256_hex(BINPACK.bytes));
     rt.load(&spec, BINPACK.bytes).unwrap();
 }

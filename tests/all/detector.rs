@@ -20,40 +20,18 @@ fn frame(seq: u64, util: [u16; 3]) -> wit::TelemetryFrame {
 #[test]
 fn overload_detector_reports_sustained_overload_and_memory_pressure() {
     let rt = runtime();
-    let v = load(
-        &rt,
-        OVERLOAD,
-        "overload",
-        r#"{"gpu_intervals": 5, "memory_intervals": 3}"#,
-    );
+    let v = load(&rt, OVERLOAD, "overload", r#"{"gpu_intervals": 5, "memory_intervals": 3}"#);
     assert_eq!(v.kind(), WorldKind::Detector);
     for seq in 0..4 {
         v.observe(&frame(seq, [950, 980, 100])).unwrap();
     }
-    let kinds = |f: &[wit::Finding]| {
-        f.iter()
-            .map(|f| (f.node, format!("{:?}", f.kind)))
-            .collect::<Vec<_>>()
-    };
+    let kinds = |f: &[wit::Finding]| f.iter().map(|f| (f.node, format!("{:?}", f.kind))).collect::<Vec<_>>();
     // After 4 intervals: only memory pressure on node 12 (3 intervals).
-    assert_eq!(
-        kinds(&v.detect().unwrap()),
-        [(12, "FindingKind::MemoryPressure".to_string())]
-    );
+    assert_eq!(kinds(&v.detect().unwrap()), [(12, "FindingKind::MemoryPressure".to_string())]);
     v.observe(&frame(4, [950, 500, 100])).unwrap();
     let f = v.detect().unwrap();
-    assert_eq!(
-        kinds(&f),
-        [
-            (10, "FindingKind::Overload".to_string()),
-            (12, "FindingKind::MemoryPressure".to_string())
-        ]
-    );
-    assert!(
-        f[0].message.contains("5 consecutive intervals"),
-        "{}",
-        f[0].message
-    );
+    assert_eq!(kinds(&f), [(10, "FindingKind::Overload".to_string()), (12, "FindingKind::MemoryPressure".to_string())]);
+    assert!(f[0].message.contains("5 consecutive intervals"), "{}", f[0].message);
 }
 
 #[test]

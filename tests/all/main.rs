@@ -18,11 +18,8 @@ use tessera_wasm::{Member, PluginSlot, PluginSpec, PluginVersion, Policy, Runtim
 pub fn runtime() -> Runtime {
     static CACHE: OnceLock<tempfile::TempDir> = OnceLock::new();
     let dir = CACHE.get_or_init(|| tempfile::tempdir().expect("cache dir"));
-    Runtime::new(RuntimeConfig {
-        cache_dir: Some(dir.path().to_path_buf()),
-        ..RuntimeConfig::default()
-    })
-    .expect("runtime")
+    Runtime::new(RuntimeConfig { cache_dir: Some(dir.path().to_path_buf()), ..RuntimeConfig::default() })
+        .expect("runtime")
 }
 
 /// Loads `artifact` under `name` with JSON `config`, with a 2 s deadline:
@@ -32,34 +29,20 @@ pub fn load(rt: &Runtime, artifact: Artifact, name: &str, config: &str) -> Arc<P
     let mut spec = PluginSpec::new(name);
     spec.limits.deadline_ms = tessera_policy::Bounded(2000);
     spec.config_json = config.into();
-    rt.load(&spec, artifact.bytes)
-        .unwrap_or_else(|e| panic!("load {name}: {e}"))
-        .0
+    rt.load(&spec, artifact.bytes).unwrap_or_else(|e| panic!("load {name}: {e}")).0
 }
 
 /// A member with weight `weight`.
 pub fn member(version: Arc<PluginVersion>, weight: f64) -> Member {
-    Member {
-        name: version.name().to_string(),
-        weight,
-        slot: Arc::new(PluginSlot::new(version)),
-    }
+    Member { name: version.name().to_string(), weight, slot: Arc::new(PluginSlot::new(version)) }
 }
 
 /// `n` nodes with 8 GPUs; node `i` has `i` whole GPUs allocated (mod 8).
 pub fn cluster(n: u32) -> Vec<Node> {
     (0..n)
         .map(|i| {
-            let mut node = Node::new(
-                i,
-                format!("node-{i}"),
-                Resources {
-                    cpu_milli: 96_000,
-                    memory_mib: 393_216,
-                },
-                8,
-                "V100M32",
-            );
+            let mut node =
+                Node::new(i, format!("node-{i}"), Resources { cpu_milli: 96_000, memory_mib: 393_216 }, 8, "V100M32");
             node.zone = format!("zone-{}", i % 3);
             for g in 0..(i % 8) as usize {
                 node.gpus[g].free_milli = 0;

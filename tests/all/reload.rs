@@ -16,10 +16,7 @@ use crate::{cluster, load, member, policy, runtime};
 fn pod() -> Pod {
     Pod {
         name: "p".into(),
-        requests: Resources {
-            cpu_milli: 500,
-            memory_mib: 512,
-        },
+        requests: Resources { cpu_milli: 500, memory_mib: 512 },
         gpu_count: 1,
         gpu_milli: 500,
         ..Pod::default()
@@ -29,10 +26,7 @@ fn pod() -> Pod {
 #[test]
 fn reload_under_a_stream_of_calls_loses_no_call() {
     let rt = runtime();
-    let p = Arc::new(policy(
-        vec![member(load(&rt, BINPACK, "binpack", "null"), 1.0)],
-        &cluster(64),
-    ));
+    let p = Arc::new(policy(vec![member(load(&rt, BINPACK, "binpack", "null"), 1.0)], &cluster(64)));
     let ids: Arc<Vec<u32>> = Arc::new((0..64).collect());
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
@@ -54,26 +48,13 @@ fn reload_under_a_stream_of_calls_loses_no_call() {
         .collect();
     for i in 0..6 {
         std::thread::sleep(Duration::from_millis(30));
-        let v = load(
-            &rt,
-            BINPACK,
-            "binpack",
-            &format!(r#"{{"gpu_weight": {}}}"#, i + 1),
-        );
+        let v = load(&rt, BINPACK, "binpack", &format!(r#"{{"gpu_weight": {}}}"#, i + 1));
         p.swap("binpack", v);
     }
     std::thread::sleep(Duration::from_millis(30));
     stop.store(true, Ordering::Relaxed);
-    let failures: Vec<String> = workers
-        .into_iter()
-        .flat_map(|w| w.join().unwrap())
-        .collect();
-    assert!(
-        failures.is_empty(),
-        "{} calls failed: {:?}",
-        failures.len(),
-        &failures[..failures.len().min(3)]
-    );
+    let failures: Vec<String> = workers.into_iter().flat_map(|w| w.join().unwrap()).collect();
+    assert!(failures.is_empty(), "{} calls failed: {:?}", failures.len(), &failures[..failures.len().min(3)]);
     assert!(done.load(Ordering::Relaxed) > 20, "the stream kept flowing");
     assert_eq!(p.member("binpack").unwrap().slot.stats().versions, 7);
 }
@@ -83,8 +64,7 @@ fn calls_in_flight_finish_on_the_old_version() {
     let rt = runtime();
     let mut spec = PluginSpec::new("hostile");
     spec.limits.deadline_ms = Bounded(10_000);
-    spec.config_json =
-        r#"{"mode": "spin", "spin": 400000000, "min_candidates": 5, "version": "1.0.0"}"#.into();
+    spec.config_json = r#"{"mode": "spin", "spin": 400000000, "min_candidates": 5, "version": "1.0.0"}"#.into();
     let (v1, _) = rt.load(&spec, HOSTILE.bytes).unwrap();
     let p = Arc::new(policy(vec![member(v1, 1.0)], &cluster(8)));
     let ids: Vec<u32> = (0..8).collect();
@@ -98,10 +78,7 @@ fn calls_in_flight_finish_on_the_old_version() {
     assert_eq!(old.version(), "1.0.0");
     let d = in_flight.join().unwrap();
     assert!(d.errors.is_empty(), "{:?}", d.errors);
-    assert_eq!(
-        d.outcomes[0].version, "1.0.0",
-        "the call in flight finished on the old version"
-    );
+    assert_eq!(d.outcomes[0].version, "1.0.0", "the call in flight finished on the old version");
     let d = p.decide(&pod(), &ids);
     assert_eq!(d.outcomes[0].version, "2.0.0");
 }
@@ -109,13 +86,7 @@ fn calls_in_flight_finish_on_the_old_version() {
 #[test]
 fn a_version_that_fails_its_check_never_replaces_the_running_one() {
     let rt = runtime();
-    let p = policy(
-        vec![member(
-            load(&rt, HOSTILE, "hostile", r#"{"version": "1.0.0"}"#),
-            1.0,
-        )],
-        &cluster(8),
-    );
+    let p = policy(vec![member(load(&rt, HOSTILE, "hostile", r#"{"version": "1.0.0"}"#), 1.0)], &cluster(8));
     let mut spec = PluginSpec::new("hostile");
     spec.config_json = r#"{"mode": "panic", "version": "2.0.0"}"#.into();
     let err = rt.load(&spec, HOSTILE.bytes).unwrap_err();
@@ -129,10 +100,7 @@ fn a_version_that_fails_its_check_never_replaces_the_running_one() {
 fn a_swapped_in_version_rebuilds_its_mirror_from_the_feed() {
     let rt = runtime();
     let mut nodes = cluster(8);
-    let p = policy(
-        vec![member(load(&rt, BINPACK, "binpack", "null"), 1.0)],
-        &nodes,
-    );
+    let p = policy(vec![member(load(&rt, BINPACK, "binpack", "null"), 1.0)], &nodes);
     let ids: Vec<u32> = (0..8).collect();
     assert_eq!(p.decide(&pod(), &ids).chosen, Some(7));
     // Node 2 fills up; then a new version arrives and must see that.

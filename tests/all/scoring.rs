@@ -6,10 +6,7 @@ use crate::{cluster, load, member, policy, runtime};
 fn gpu_pod(gpus: u32) -> Pod {
     Pod {
         name: "p".into(),
-        requests: Resources {
-            cpu_milli: 1000,
-            memory_mib: 1024,
-        },
+        requests: Resources { cpu_milli: 1000, memory_mib: 1024 },
         gpu_count: gpus,
         gpu_milli: 1000,
         ..Pod::default()
@@ -20,10 +17,7 @@ fn gpu_pod(gpus: u32) -> Pod {
 fn binpack_component_prefers_the_fullest_node() {
     let rt = runtime();
     let nodes = cluster(8);
-    let p = policy(
-        vec![member(load(&rt, BINPACK, "binpack", "null"), 1.0)],
-        &nodes,
-    );
+    let p = policy(vec![member(load(&rt, BINPACK, "binpack", "null"), 1.0)], &nodes);
     let ids: Vec<u32> = (0..8).collect();
     let d = p.decide(&gpu_pod(1), &ids);
     assert!(d.errors.is_empty(), "{:?}", d.errors);
@@ -37,42 +31,17 @@ fn wasm_and_native_binpack_agree() {
     use tessera_sdk::{NodeDelta, ScorerHarness};
     let rt = runtime();
     let nodes = cluster(50);
-    let p = policy(
-        vec![member(
-            load(&rt, BINPACK, "binpack", r#"{"gpu_weight": 5}"#),
-            1.0,
-        )],
-        &nodes,
-    );
-    let mut native =
-        ScorerHarness::<tessera_plugin_binpack::BinPack>::new(r#"{"gpu_weight": 5}"#).unwrap();
-    native
-        .apply(
-            nodes
-                .iter()
-                .map(|n| NodeDelta::Upsert(tessera::native::sdk_node(n))),
-        )
-        .unwrap();
+    let p = policy(vec![member(load(&rt, BINPACK, "binpack", r#"{"gpu_weight": 5}"#), 1.0)], &nodes);
+    let mut native = ScorerHarness::<tessera_plugin_binpack::BinPack>::new(r#"{"gpu_weight": 5}"#).unwrap();
+    native.apply(nodes.iter().map(|n| NodeDelta::Upsert(tessera::native::sdk_node(n)))).unwrap();
     let ids: Vec<u32> = (0..50).collect();
     let mut pod = gpu_pod(1);
     pod.gpu_milli = 400;
     let d = p.decide(&pod, &ids);
     let (mut values, mut hints) = (Vec::new(), Vec::new());
-    native
-        .score(
-            &tessera::native::sdk_pod(&pod),
-            &ids,
-            &mut values,
-            &mut hints,
-        )
-        .unwrap();
+    native.score(&tessera::native::sdk_pod(&pod), &ids, &mut values, &mut hints).unwrap();
     assert_eq!(d.outcomes[0].scores, values);
-    assert_eq!(
-        d.gpu_hint,
-        hints
-            .get(ids.iter().position(|&i| Some(i) == d.chosen).unwrap())
-            .copied()
-    );
+    assert_eq!(d.gpu_hint, hints.get(ids.iter().position(|&i| Some(i) == d.chosen).unwrap()).copied());
 }
 
 #[test]
@@ -83,10 +52,7 @@ fn weights_combine_binpack_and_spread_and_mirror_follows_deltas() {
     nodes[1].workloads.insert("web".into(), 2);
     nodes[4].workloads.insert("web".into(), 1);
     let p = policy(
-        vec![
-            member(load(&rt, BINPACK, "binpack", "null"), 1.0),
-            member(load(&rt, SPREAD, "spread", "null"), 10.0),
-        ],
+        vec![member(load(&rt, BINPACK, "binpack", "null"), 1.0), member(load(&rt, SPREAD, "spread", "null"), 10.0)],
         &nodes,
     );
     let mut pod = gpu_pod(1);
@@ -99,11 +65,7 @@ fn weights_combine_binpack_and_spread_and_mirror_follows_deltas() {
     nodes[5].workloads.insert("web".into(), 5);
     p.upsert_nodes([&nodes[5]]);
     let d = p.decide(&pod, &ids);
-    assert_eq!(
-        d.chosen,
-        Some(3),
-        "zone-0's fullest node after the delta: {d:?}"
-    );
+    assert_eq!(d.chosen, Some(3), "zone-0's fullest node after the delta: {d:?}");
 }
 
 #[test]
@@ -111,22 +73,10 @@ fn spread_hard_mode_filters_with_its_reason_code() {
     let rt = runtime();
     let mut nodes = cluster(3);
     nodes[0].workloads.insert("web".into(), 3);
-    let p = policy(
-        vec![member(
-            load(&rt, SPREAD, "spread", r#"{"max_skew": 1}"#),
-            1.0,
-        )],
-        &nodes,
-    );
-    let pod = Pod {
-        workload: "web".into(),
-        ..gpu_pod(0)
-    };
+    let p = policy(vec![member(load(&rt, SPREAD, "spread", r#"{"max_skew": 1}"#), 1.0)], &nodes);
+    let pod = Pod { workload: "web".into(), ..gpu_pod(0) };
     let d = p.decide(&pod, &[0, 1, 2]);
     assert_eq!(d.feasible, [1, 2]);
     assert_eq!(d.rejections.len(), 1);
-    assert_eq!(
-        (d.rejections[0].node, d.rejections[0].reason.as_str()),
-        (0, "SCHED-ZONE-SPREAD")
-    );
+    assert_eq!((d.rejections[0].node, d.rejections[0].reason.as_str()), (0, "SCHED-ZONE-SPREAD"));
 }

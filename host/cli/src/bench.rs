@@ -65,10 +65,7 @@ pub fn synthetic_cluster(n: u32) -> Vec<Node> {
     };
     (0..n)
         .map(|i| {
-            let cap = Resources {
-                cpu_milli: 96_000,
-                memory_mib: 786_432,
-            };
+            let cap = Resources { cpu_milli: 96_000, memory_mib: 786_432 };
             let mut node = Node::new(i, format!("node-{i:05}"), cap, 8, "A100");
             node.zone = format!("zone-{}", i % 3);
             node.free.cpu_milli = next() % 96_001;
@@ -103,25 +100,17 @@ pub fn run(opts: &BenchOptions) -> Result<BenchResult> {
     if opts.nodes <= SMALL {
         bail!("--nodes must be larger than {SMALL}");
     }
-    let artifact = tessera_plugins::by_name(&opts.plugin)
-        .with_context(|| format!("no built-in plugin `{}`", opts.plugin))?;
+    let artifact =
+        tessera_plugins::by_name(&opts.plugin).with_context(|| format!("no built-in plugin `{}`", opts.plugin))?;
     let mut native = native::builtin(&opts.plugin, &opts.config_json)
-        .with_context(|| {
-            format!(
-                "plugin `{}` has no native build to compare with",
-                opts.plugin
-            )
-        })?
+        .with_context(|| format!("plugin `{}` has no native build to compare with", opts.plugin))?
         .map_err(anyhow::Error::msg)?;
 
     let nodes = synthetic_cluster(opts.nodes);
     let ids: Vec<u32> = nodes.iter().map(|n| n.id).collect();
     let pod = Pod {
         name: "bench".into(),
-        requests: Resources {
-            cpu_milli: 4_000,
-            memory_mib: 16_384,
-        },
+        requests: Resources { cpu_milli: 4_000, memory_mib: 16_384 },
         gpu_count: 1,
         gpu_milli: 500,
         ..Pod::default()
@@ -130,13 +119,9 @@ pub fn run(opts: &BenchOptions) -> Result<BenchResult> {
     let iters_small = 5_000;
 
     // Load timings, with a throwaway cache directory.
-    let cache_dir =
-        std::env::temp_dir().join(format!("tessera-bench-cache-{}", std::process::id()));
+    let cache_dir = std::env::temp_dir().join(format!("tessera-bench-cache-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&cache_dir);
-    let cached_rt = Runtime::new(RuntimeConfig {
-        cache_dir: Some(cache_dir.clone()),
-        ..RuntimeConfig::default()
-    })?;
+    let cached_rt = Runtime::new(RuntimeConfig { cache_dir: Some(cache_dir.clone()), ..RuntimeConfig::default() })?;
     let mut spec = PluginSpec::new(&opts.plugin);
     spec.config_json = opts.config_json.clone();
     let t = Instant::now();
@@ -170,9 +155,7 @@ pub fn run(opts: &BenchOptions) -> Result<BenchResult> {
     let sdk_pod = native::sdk_pod(&pod);
     let (mut values, mut hints) = (Vec::new(), Vec::new());
     let mut nscore = |c: &[u32]| {
-        native
-            .score(&sdk_pod, c, &mut values, &mut hints)
-            .expect("native score");
+        native.score(&sdk_pod, c, &mut values, &mut hints).expect("native score");
         std::hint::black_box(&values);
     };
 
@@ -210,27 +193,13 @@ impl BenchResult {
             ("plugin", self.plugin.clone()),
             ("nodes per call", self.nodes.to_string()),
             ("wasm ns per call", format!("{:.0}", self.wasm_ns_per_call)),
-            (
-                "wasm fixed ns per call",
-                format!("{:.0}", self.wasm_fixed_ns_per_call),
-            ),
+            ("wasm fixed ns per call", format!("{:.0}", self.wasm_fixed_ns_per_call)),
             ("wasm ns per node", format!("{:.2}", self.wasm_ns_per_node)),
-            (
-                "native ns per node",
-                format!("{:.2}", self.native_ns_per_node),
-            ),
+            ("native ns per node", format!("{:.2}", self.native_ns_per_node)),
             ("wasm / native", format!("{:.2}", self.ratio)),
-            (
-                "cold load (compile) ms",
-                format!("{:.1}", self.cold_load_ms),
-            ),
-            (
-                "cache-hit load µs",
-                format!("{:.0}", self.cache_hit_load_us),
-            ),
+            ("cold load (compile) ms", format!("{:.1}", self.cold_load_ms)),
+            ("cache-hit load µs", format!("{:.0}", self.cache_hit_load_us)),
         ];
-        rows.iter()
-            .map(|(k, v)| format!("{k:<24} {v:>12}\n"))
-            .collect()
+        rows.iter().map(|(k, v)| format!("{k:<24} {v:>12}\n")).collect()
     }
 }

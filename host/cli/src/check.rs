@@ -67,10 +67,7 @@ pub fn check_file(rt: &Runtime, path: &Path, config_json: &str) -> CheckReport {
             return r;
         }
     };
-    let name = path.file_stem().map(|s| {
-        s.to_string_lossy()
-            .replace(|c: char| !c.is_ascii_alphanumeric(), "-")
-    });
+    let name = path.file_stem().map(|s| s.to_string_lossy().replace(|c: char| !c.is_ascii_alphanumeric(), "-"));
     let mut spec = PluginSpec::new(name.unwrap_or_else(|| "plugin".into()));
     spec.config_json = config_json.into();
     let (version, report) = match rt.load(&spec, &bytes) {
@@ -89,11 +86,7 @@ pub fn check_file(rt: &Runtime, path: &Path, config_json: &str) -> CheckReport {
         .find(|e| e.starts_with("tessera:policy/"))
         .and_then(|e| e.split_once('@'))
         .map(|(_, v)| v.to_string());
-    r.plugin = Some(format!(
-        "{} {}",
-        version.info().name,
-        version.info().version
-    ));
+    r.plugin = Some(format!("{} {}", version.info().name, version.info().version));
     r.description = Some(version.info().description.clone());
     r.filter_reasons = version.info().filter_reasons.clone();
     r.sha256 = Some(tessera_wasm::sha256_hex(&bytes));
@@ -116,11 +109,7 @@ pub fn check_file(rt: &Runtime, path: &Path, config_json: &str) -> CheckReport {
             let ids: Vec<u32> = nodes.iter().map(|n| n.id).collect();
             for pod in canned_pods() {
                 let d = policy.decide(&pod, &ids);
-                let scores = d
-                    .outcomes
-                    .first()
-                    .map(|o| format!("{:?}", o.scores))
-                    .unwrap_or_default();
+                let scores = d.outcomes.first().map(|o| format!("{:?}", o.scores)).unwrap_or_default();
                 r.canned.push(format!(
                     "pod {:<8} feasible {:?} scores {} chosen {:?} gpu {:?}{}",
                     pod.name,
@@ -128,10 +117,7 @@ pub fn check_file(rt: &Runtime, path: &Path, config_json: &str) -> CheckReport {
                     scores,
                     d.chosen,
                     d.gpu_hint,
-                    d.errors
-                        .first()
-                        .map(|e| format!(" error: {e}"))
-                        .unwrap_or_default()
+                    d.errors.first().map(|e| format!(" error: {e}")).unwrap_or_default()
                 ));
             }
         }
@@ -177,13 +163,7 @@ impl CheckReport {
         }
         for (k, v) in [
             ("world", &self.world),
-            (
-                "contract",
-                &self
-                    .contract
-                    .as_ref()
-                    .map(|v| format!("tessera:policy@{v}")),
-            ),
+            ("contract", &self.contract.as_ref().map(|v| format!("tessera:policy@{v}"))),
             ("plugin", &self.plugin),
             ("description", &self.description),
             ("sha256", &self.sha256),

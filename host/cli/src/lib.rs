@@ -5,3 +5,4 @@ pub mod bench;
 pub mod check;
 pub mod load;
 pub mod native;
+pub mod sim;

@@ -9,17 +9,13 @@ use tessera_wasm::{Member, PluginSlot, PluginSpec, PluginVersion, Policy, Runtim
 /// The component bytes a source names.
 pub fn component_bytes(plugin: &str, source: &Source) -> Result<Vec<u8>> {
     match source {
-        Source::Builtin(name) => tessera_plugins::by_name(name)
-            .map(|a| a.bytes.to_vec())
-            .with_context(|| {
-                let known: Vec<&str> = tessera_plugins::ALL.iter().map(|a| a.name).collect();
-                format!(
-                    "plugin {plugin}: no built-in plugin `{name}` (built in: {})",
-                    known.join(", ")
-                )
-            }),
-        Source::File(path) => std::fs::read(path)
-            .with_context(|| format!("plugin {plugin}: cannot read {}", path.display())),
+        Source::Builtin(name) => tessera_plugins::by_name(name).map(|a| a.bytes.to_vec()).with_context(|| {
+            let known: Vec<&str> = tessera_plugins::ALL.iter().map(|a| a.name).collect();
+            format!("plugin {plugin}: no built-in plugin `{name}` (built in: {})", known.join(", "))
+        }),
+        Source::File(path) => {
+            std::fs::read(path).with_context(|| format!("plugin {plugin}: cannot read {}", path.display()))
+        }
     }
 }
 
@@ -47,16 +43,8 @@ pub fn load_policy(rt: &Runtime, doc: &PolicyDocument) -> Result<Policy> {
     let mut members = Vec::new();
     for entry in &doc.plugins {
         let version = load_entry(rt, entry, doc.seed)?;
-        let weight = if entry.role == Role::Scorer {
-            entry.weight.0
-        } else {
-            0.0
-        };
-        members.push(Member {
-            name: entry.name.clone(),
-            weight,
-            slot: Arc::new(PluginSlot::new(version)),
-        });
+        let weight = if entry.role == Role::Scorer { entry.weight.0 } else { 0.0 };
+        members.push(Member { name: entry.name.clone(), weight, slot: Arc::new(PluginSlot::new(version)) });
     }
     Ok(Policy::new(doc.name.clone(), members))
 }

@@ -5,16 +5,12 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
-use tessera::{bench, check, load};
+use tessera::{bench, check, load, sim};
 use tessera_policy::PolicyDocument;
 use tessera_wasm::{Runtime, RuntimeConfig};
 
 #[derive(Parser)]
-#[command(
-    name = "tessera",
-    version,
-    about = "GPU cluster scheduler with sandboxed WebAssembly policies"
-)]
+#[command(name = "tessera", version, about = "GPU cluster scheduler with sandboxed WebAssembly policies")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -22,6 +18,38 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Replay a workload on the embedded cluster simulator with a policy of
+    /// Wasm plugins and print a summary (defaults: built-in cluster and
+    /// workload, the `default` policy).
+    Sim {
+        /// Node list (openb CSV) or `builtin`.
+        #[arg(long, default_value = "builtin")]
+        nodes: sim::Input,
+        /// Nodes to generate for `--nodes builtin`.
+        #[arg(long, default_value_t = 1000)]
+        node_count: usize,
+        /// Pod list (openb CSV) or `builtin`.
+        #[arg(long, default_value = "builtin")]
+        pods: sim::Input,
+        /// Arrival order file (one pod row index per line).
+        #[arg(long)]
+        order: Option<PathBuf>,
+        /// Seed of the built-in workload and of the plugins' random streams.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// `default`, a built-in plugin name, or a policy file.
+        #[arg(long, default_value = "default")]
+        policy: String,
+        /// Replay by creation and deletion times (departures free capacity).
+        #[arg(long)]
+        time_replay: bool,
+        /// Built-in workload: submit until GPU demand is this × capacity.
+        #[arg(long, default_value_t = 1.3)]
+        inflate: f64,
+        /// Write the per-bucket series and totals here.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Inspect, check and benchmark policy plugins.
     #[command(subcommand)]
     Plugin(PluginCmd),
@@ -85,10 +113,7 @@ enum PolicyCmd {
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("TESSERA_LOG")
-                .unwrap_or_else(|_| "warn".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("TESSERA_LOG").unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
         .init();
     match run(Cli::parse()) {
@@ -102,40 +127,28 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        Command::Plugin(PluginCmd::Check {
-            file,
-            config,
-            cache_dir,
-            format,
-        }) => {
-            let rt = Runtime::new(RuntimeConfig {
-                cache_dir,
-                ..RuntimeConfig::default()
-            })?;
+        Command::Sim { nodes, node_count, pods, order, seed, policy, time_replay, inflate, out } => {
+            let opts = sim::SimOptions { nodes, node_count, pods, order, seed, policy, time_replay, inflate };
+            let outcome = sim::run(&opts)?;
+            print!("{}", sim::summary(&outcome));
+            if let Some(path) = out {
+                let json = serde_json::to_string_pretty(&outcome.file)?;
+                std::fs::write(&path, json + "\n").with_context(|| format!("cannot write {}", path.display()))?;
+                println!("{:<30} {}", "run written to", path.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Plugin(PluginCmd::Check { file, config, cache_dir, format }) => {
+            let rt = Runtime::new(RuntimeConfig { cache_dir, ..RuntimeConfig::default() })?;
             let report = check::check_file(&rt, &file, &config);
             match format {
                 Format::Table => print!("{}", report.to_table()),
                 Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
             }
-            Ok(if report.loadable {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            })
+            Ok(if report.loadable { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
-        Command::Plugin(PluginCmd::Bench {
-            nodes,
-            plugin,
-            config,
-            reps,
-            format,
-        }) => {
-            let result = bench::run(&bench::BenchOptions {
-                nodes,
-                plugin,
-                config_json: config,
-                reps: reps.max(1),
-            })?;
+        Command::Plugin(PluginCmd::Bench { nodes, plugin, config, reps, format }) => {
+            let result = bench::run(&bench::BenchOptions { nodes, plugin, config_json: config, reps: reps.max(1) })?;
             match format {
                 Format::Table => print!("{}", result.to_table()),
                 Format::Json => println!("{}", serde_json::to_string(&result)?),
@@ -144,12 +157,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Plugin(PluginCmd::List) => {
             for a in tessera_plugins::ALL {
-                println!(
-                    "{:<14} sha256:{}  {} bytes",
-                    a.name,
-                    tessera_wasm::sha256_hex(a.bytes),
-                    a.bytes.len()
-                );
+                println!("{:<14} sha256:{}  {} bytes", a.name, tessera_wasm::sha256_hex(a.bytes), a.bytes.len());
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -157,8 +165,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let mut doc = PolicyDocument::load(&file)?;
             doc.resolve_paths(&file);
             let rt = Runtime::new(RuntimeConfig::default())?;
-            let policy = load::load_policy(&rt, &doc)
-                .with_context(|| format!("policy {}", file.display()))?;
+            let policy = load::load_policy(&rt, &doc).with_context(|| format!("policy {}", file.display()))?;
             println!("policy {} is valid", policy.name());
             for m in policy.scorers().iter().chain(policy.detectors()) {
                 let v = m.slot.current();

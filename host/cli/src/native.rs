@@ -10,10 +10,7 @@ fn sat(v: u64) -> u32 {
 }
 
 fn resources(r: &tessera_core::Resources) -> sdk::Resources {
-    sdk::Resources {
-        cpu_milli: sat(r.cpu_milli),
-        memory_mib: sat(r.memory_mib),
-    }
+    sdk::Resources { cpu_milli: sat(r.cpu_milli), memory_mib: sat(r.memory_mib) }
 }
 
 /// A core node as the SDK's mirror receives it.
@@ -42,14 +39,7 @@ pub fn sdk_node(n: &Node) -> sdk::NodeRecord {
         cpu_util_permille: n.cpu_util_permille,
         memory_util_permille: n.memory_util_permille,
         ready: n.ready,
-        workloads: n
-            .workloads
-            .iter()
-            .map(|(w, &pods)| sdk::WorkloadCount {
-                workload: w.clone(),
-                pods,
-            })
-            .collect(),
+        workloads: n.workloads.iter().map(|(w, &pods)| sdk::WorkloadCount { workload: w.clone(), pods }).collect(),
     }
 }
 
@@ -88,10 +78,7 @@ pub trait NativeScorer {
 
 impl<S: sdk::Scorer> NativeScorer for sdk::ScorerHarness<S> {
     fn apply(&mut self, nodes: &[Node]) -> Result<(), String> {
-        sdk::ScorerHarness::apply(
-            self,
-            nodes.iter().map(|n| sdk::NodeDelta::Upsert(sdk_node(n))),
-        )
+        sdk::ScorerHarness::apply(self, nodes.iter().map(|n| sdk::NodeDelta::Upsert(sdk_node(n))))
     }
     fn score(
         &mut self,

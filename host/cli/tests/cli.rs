@@ -3,15 +3,8 @@
 use std::process::Command;
 
 fn tessera(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(args)
-        .output()
-        .expect("run tessera");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
+    let out = Command::new(env!("CARGO_BIN_EXE_tessera")).args(args).output().expect("run tessera");
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
 }
 
 #[test]
@@ -20,35 +13,19 @@ fn plugin_check_accepts_a_good_scorer() {
     assert!(ok, "{out}\n{err}");
     assert!(out.contains("loadable        yes"), "{out}");
     assert!(out.contains("world           scorer"), "{out}");
-    assert!(
-        out.contains("contract        tessera:policy@0.1.0"),
-        "{out}"
-    );
+    assert!(out.contains("contract        tessera:policy@0.1.0"), "{out}");
     assert!(out.contains("tessera:policy/scoring@0.1.0"), "{out}");
     assert!(out.contains("pod shared"), "canned calls are shown: {out}");
 }
 
 #[test]
 fn plugin_check_json_for_a_detector() {
-    let (ok, out, _) = tessera(&[
-        "plugin",
-        "check",
-        tessera_plugins::OVERLOAD.path,
-        "--format",
-        "json",
-    ]);
+    let (ok, out, _) = tessera(&["plugin", "check", tessera_plugins::OVERLOAD.path, "--format", "json"]);
     assert!(ok, "{out}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["world"], "detector");
     assert_eq!(v["contract"], "0.1.0");
-    assert!(
-        v["canned"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|c| c.as_str().unwrap().contains("Overload")),
-        "{v}"
-    );
+    assert!(v["canned"].as_array().unwrap().iter().any(|c| c.as_str().unwrap().contains("Overload")), "{v}");
 }
 
 #[test]
@@ -56,18 +33,9 @@ fn plugin_check_fails_on_foreign_world_hostile_and_missing_files() {
     let (ok, out, _) = tessera(&["plugin", "check", tessera_plugins::NOT_A_POLICY.path]);
     assert!(!ok);
     assert!(out.contains("loadable        NO"), "{out}");
-    assert!(
-        out.contains("neither the `scorer` nor the `detector` world"),
-        "{out}"
-    );
+    assert!(out.contains("neither the `scorer` nor the `detector` world"), "{out}");
 
-    let (ok, out, _) = tessera(&[
-        "plugin",
-        "check",
-        tessera_plugins::HOSTILE.path,
-        "--config",
-        r#"{"mode":"loop"}"#,
-    ]);
+    let (ok, out, _) = tessera(&["plugin", "check", tessera_plugins::HOSTILE.path, "--config", r#"{"mode":"loop"}"#]);
     assert!(!ok);
     assert!(out.contains("PLUGIN-TIMEOUT"), "{out}");
 
@@ -94,24 +62,14 @@ fn policy_check_loads_plugins_and_reports_bad_documents_with_location() {
     assert!(out.contains("binpack"), "{out}");
 
     let bad = dir.path().join("bad.yaml");
-    std::fs::write(
-        &bad,
-        "name: demo\nplugins:\n  - name: binpack\n    source: builtin:binpack\n    colour: red\n",
-    )
-    .unwrap();
+    std::fs::write(&bad, "name: demo\nplugins:\n  - name: binpack\n    source: builtin:binpack\n    colour: red\n")
+        .unwrap();
     let (ok, _, err) = tessera(&["policy", "check", bad.to_str().unwrap()]);
     assert!(!ok);
-    assert!(
-        err.contains("bad.yaml:5:5: plugins[0]: unknown field `colour`"),
-        "{err}"
-    );
+    assert!(err.contains("bad.yaml:5:5: plugins[0]: unknown field `colour`"), "{err}");
 
     let missing = dir.path().join("missing.yaml");
-    std::fs::write(
-        &missing,
-        "name: demo\nplugins:\n  - name: x\n    source: builtin:nope\n",
-    )
-    .unwrap();
+    std::fs::write(&missing, "name: demo\nplugins:\n  - name: x\n    source: builtin:nope\n").unwrap();
     let (ok, _, err) = tessera(&["policy", "check", missing.to_str().unwrap()]);
     assert!(!ok);
     assert!(err.contains("plugin x: no built-in plugin `nope`"), "{err}");
@@ -119,20 +77,69 @@ fn policy_check_loads_plugins_and_reports_bad_documents_with_location() {
 
 #[test]
 fn plugin_bench_prints_the_documented_json() {
-    let (ok, out, err) = tessera(&[
-        "plugin", "bench", "--nodes", "200", "--reps", "1", "--format", "json",
-    ]);
+    let (ok, out, err) = tessera(&["plugin", "bench", "--nodes", "200", "--reps", "1", "--format", "json"]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-    for key in [
-        "nodes",
-        "wasm_ns_per_call",
-        "wasm_ns_per_node",
-        "native_ns_per_node",
-        "ratio",
-        "cache_hit_load_us",
-    ] {
+    for key in ["nodes", "wasm_ns_per_call", "wasm_ns_per_node", "native_ns_per_node", "ratio", "cache_hit_load_us"] {
         assert!(v.get(key).is_some_and(|x| x.is_number()), "{key} in {v}");
     }
     assert_eq!(v["nodes"], 200);
+}
+
+#[test]
+fn sim_on_the_builtin_workload_is_deterministic() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |name: &str| {
+        let out = dir.path().join(name);
+        let (ok, stdout, err) = tessera(&["sim", "--node-count", "80", "--seed", "7", "--out", out.to_str().unwrap()]);
+        assert!(ok, "{stdout}\n{err}");
+        assert!(stdout.contains("GPU allocation (end)"), "{stdout}");
+        std::fs::read(out).unwrap()
+    };
+    let (a, b) = (run("a.json"), run("b.json"));
+    assert_eq!(a, b, "same seed, byte-identical run.json");
+    let v: serde_json::Value = serde_json::from_slice(&a).unwrap();
+    assert_eq!(v["policy"], "default");
+    let buckets = v["report"]["buckets"].as_array().unwrap();
+    assert!(buckets.len() > 100, "one bucket per arrived-demand percent");
+    assert!(buckets.iter().all(|b| b["allocation"].as_f64().unwrap() <= 100.0));
+}
+
+#[test]
+fn sim_rejects_a_malformed_trace_before_simulating() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = dir.path().join("nodes.csv");
+    std::fs::write(&nodes, "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,2,P100\nn1,lots,1,0,\n").unwrap();
+    let (ok, out, err) = tessera(&["sim", "--nodes", nodes.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains("nodes.csv:3:2 (cpu_milli): `lots` is not a non-negative integer"), "{err}");
+    assert!(!out.contains("pods submitted"), "nothing was simulated: {out}");
+    let (ok, _, err) = tessera(&["sim", "--node-count", "10", "--policy", "no-such-policy"]);
+    assert!(!ok);
+    assert!(err.contains("not a file, `default`, or a built-in plugin"), "{err}");
+}
+
+#[test]
+fn sim_replays_the_published_protocol_on_the_shared_trace() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces/openb");
+    if !dir.exists() {
+        assert!(std::env::var_os("CI").is_none(), "{} is missing in CI", dir.display());
+        return;
+    }
+    let p = |f: &str| dir.join(f).display().to_string();
+    let (ok, out, err) = tessera(&[
+        "sim",
+        "--nodes",
+        &p("openb_node_list_gpu_node.csv"),
+        "--pods",
+        &p("openb_pod_list_default.csv"),
+        "--order",
+        &p("arrival-order/openb_pod_list_default_tune1.3_seed42.txt"),
+        "--policy",
+        "binpack",
+    ]);
+    assert!(ok, "{out}\n{err}");
+    assert!(out.contains("nodes / GPUs                   1213 / 6212"), "{out}");
+    assert!(out.contains("pods submitted                 10866"), "{out}");
+    assert!(out.contains("GPU allocation @ 130% arrived"), "{out}");
 }

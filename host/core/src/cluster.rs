@@ -126,21 +126,11 @@ pub fn check(node: &Node, pod: &Pod) -> Result<(), FilterReason> {
         return Err(FilterReason::ModelMismatch);
     }
     let ok = if pod.gpu_milli < GPU_MILLI {
-        node.gpus
-            .iter()
-            .any(|g| usable(g) && g.free_milli >= pod.gpu_milli)
+        node.gpus.iter().any(|g| usable(g) && g.free_milli >= pod.gpu_milli)
     } else {
-        node.gpus
-            .iter()
-            .filter(|g| usable(g) && g.free_milli == GPU_MILLI)
-            .count() as u32
-            >= pod.gpu_count
+        node.gpus.iter().filter(|g| usable(g) && g.free_milli == GPU_MILLI).count() as u32 >= pod.gpu_count
     };
-    if ok {
-        Ok(())
-    } else {
-        Err(FilterReason::GpuInsufficient)
-    }
+    if ok { Ok(()) } else { Err(FilterReason::GpuInsufficient) }
 }
 
 /// The GPUs a pod would use on `node`: for a sharing pod the `hint` if it
@@ -152,11 +142,7 @@ pub fn choose_gpus(node: &Node, pod: &Pod, hint: Option<u8>) -> Option<GpuSet> {
         return Some(GpuSet::default());
     }
     if pod.gpu_milli < GPU_MILLI {
-        let fits = |i: usize| {
-            node.gpus
-                .get(i)
-                .is_some_and(|g| usable(g) && g.free_milli >= pod.gpu_milli)
-        };
+        let fits = |i: usize| node.gpus.get(i).is_some_and(|g| usable(g) && g.free_milli >= pod.gpu_milli);
         if let Some(h) = hint.map(usize::from).filter(|&h| fits(h)) {
             return Some(GpuSet(1 << h));
         }
@@ -165,16 +151,10 @@ pub fn choose_gpus(node: &Node, pod: &Pod, hint: Option<u8>) -> Option<GpuSet> {
             .min_by_key(|&i| (node.gpus[i].free_milli, i))
             .map(|i| GpuSet(1 << i));
     }
-    let free: Vec<usize> = (0..node.gpus.len())
-        .filter(|&i| usable(&node.gpus[i]) && node.gpus[i].free_milli == GPU_MILLI)
-        .collect();
-    (free.len() as u32 >= pod.gpu_count).then(|| {
-        GpuSet(
-            free[..pod.gpu_count as usize]
-                .iter()
-                .fold(0, |acc, &i| acc | (1 << i)),
-        )
-    })
+    let free: Vec<usize> =
+        (0..node.gpus.len()).filter(|&i| usable(&node.gpus[i]) && node.gpus[i].free_milli == GPU_MILLI).collect();
+    (free.len() as u32 >= pod.gpu_count)
+        .then(|| GpuSet(free[..pod.gpu_count as usize].iter().fold(0, |acc, &i| acc | (1 << i))))
 }
 
 /// Nodes and the pods bound to them.
@@ -226,20 +206,9 @@ impl Cluster {
 
     /// Binds `pod` to `node` on `gpus` (from [`choose_gpus`]).
     pub fn bind(&mut self, node: NodeId, pod: &Pod, gpus: GpuSet) -> Result<Placement, BindError> {
-        let n = self
-            .nodes
-            .get_mut(node as usize)
-            .ok_or(BindError::NoSuchNode(node))?;
-        check(n, pod).map_err(|reason| BindError::Rejected {
-            node,
-            pod: pod.name.clone(),
-            reason,
-        })?;
-        let bad = || BindError::BadGpus {
-            node,
-            pod: pod.name.clone(),
-            gpus,
-        };
+        let n = self.nodes.get_mut(node as usize).ok_or(BindError::NoSuchNode(node))?;
+        check(n, pod).map_err(|reason| BindError::Rejected { node, pod: pod.name.clone(), reason })?;
+        let bad = || BindError::BadGpus { node, pod: pod.name.clone(), gpus };
         let need = if pod.gpu_count == 0 {
             0
         } else if pod.gpu_milli < GPU_MILLI {
@@ -253,11 +222,7 @@ impl Cluster {
         for i in gpus.indices() {
             let g = &n.gpus[i];
             let ok = usable(g)
-                && if pod.gpu_milli < GPU_MILLI {
-                    g.free_milli >= pod.gpu_milli
-                } else {
-                    g.free_milli == GPU_MILLI
-                };
+                && if pod.gpu_milli < GPU_MILLI { g.free_milli >= pod.gpu_milli } else { g.free_milli == GPU_MILLI };
             if !ok {
                 return Err(bad());
             }
@@ -280,12 +245,10 @@ impl Cluster {
     pub fn unbind(&mut self, placement: &Placement, pod: &Pod) {
         let n = &mut self.nodes[placement.node as usize];
         for i in placement.gpus.indices() {
-            n.gpus[i].free_milli =
-                (n.gpus[i].free_milli + pod.gpu_milli.min(GPU_MILLI)).min(GPU_MILLI);
+            n.gpus[i].free_milli = (n.gpus[i].free_milli + pod.gpu_milli.min(GPU_MILLI)).min(GPU_MILLI);
         }
         n.free.cpu_milli = (n.free.cpu_milli + pod.requests.cpu_milli).min(n.capacity.cpu_milli);
-        n.free.memory_mib =
-            (n.free.memory_mib + pod.requests.memory_mib).min(n.capacity.memory_mib);
+        n.free.memory_mib = (n.free.memory_mib + pod.requests.memory_mib).min(n.capacity.memory_mib);
         if let Some(c) = n.workloads.get_mut(&pod.workload) {
             *c -= 1;
             if *c == 0 {
@@ -301,16 +264,7 @@ mod tests {
     use crate::model::{Gpu, Resources};
 
     fn node(gpu_free: &[u32]) -> Node {
-        let mut n = Node::new(
-            0,
-            "n",
-            Resources {
-                cpu_milli: 32_000,
-                memory_mib: 65_536,
-            },
-            gpu_free.len(),
-            "V100",
-        );
+        let mut n = Node::new(0, "n", Resources { cpu_milli: 32_000, memory_mib: 65_536 }, gpu_free.len(), "V100");
         for (g, &f) in n.gpus.iter_mut().zip(gpu_free) {
             g.free_milli = f;
         }
@@ -320,10 +274,7 @@ mod tests {
     fn pod(cpu: u64, gpus: u32, milli: u32) -> Pod {
         Pod {
             name: "p".into(),
-            requests: Resources {
-                cpu_milli: cpu,
-                memory_mib: 1024,
-            },
+            requests: Resources { cpu_milli: cpu, memory_mib: 1024 },
             gpu_count: gpus,
             gpu_milli: milli,
             ..Pod::default()
@@ -333,15 +284,9 @@ mod tests {
     #[test]
     fn hard_filter_reasons() {
         let n = node(&[1000, 300]);
-        assert_eq!(
-            check(&n, &pod(64_000, 0, 0)),
-            Err(FilterReason::CpuInsufficient)
-        );
+        assert_eq!(check(&n, &pod(64_000, 0, 0)), Err(FilterReason::CpuInsufficient));
         assert_eq!(check(&n, &pod(1000, 1, 500)), Ok(()));
-        assert_eq!(
-            check(&n, &pod(1000, 2, 1000)),
-            Err(FilterReason::GpuInsufficient)
-        );
+        assert_eq!(check(&n, &pod(1000, 2, 1000)), Err(FilterReason::GpuInsufficient));
         let mut p = pod(1000, 1, 200);
         p.allowed_models = vec!["T4".into()];
         assert_eq!(check(&n, &p), Err(FilterReason::ModelMismatch));
@@ -349,16 +294,10 @@ mod tests {
         assert_eq!(check(&n, &p), Ok(()));
         let mut sick = node(&[1000, 1000]);
         sick.gpus[0].health = GpuHealth::Failed;
-        assert_eq!(
-            check(&sick, &pod(1, 2, 1000)),
-            Err(FilterReason::GpuInsufficient)
-        );
+        assert_eq!(check(&sick, &pod(1, 2, 1000)), Err(FilterReason::GpuInsufficient));
         sick.ready = false;
         assert_eq!(check(&sick, &pod(1, 0, 0)), Err(FilterReason::NodeNotReady));
-        assert_eq!(
-            FilterReason::GpuInsufficient.code(),
-            "SCHED-GPU-INSUFFICIENT"
-        );
+        assert_eq!(FilterReason::GpuInsufficient.code(), "SCHED-GPU-INSUFFICIENT");
     }
 
     #[test]
@@ -366,19 +305,13 @@ mod tests {
         let n = node(&[1000, 600, 300, 1000]);
         assert_eq!(choose_gpus(&n, &pod(1, 1, 250), None), Some(GpuSet(1 << 2)));
         assert_eq!(choose_gpus(&n, &pod(1, 1, 500), None), Some(GpuSet(1 << 1)));
-        assert_eq!(
-            choose_gpus(&n, &pod(1, 1, 500), Some(3)),
-            Some(GpuSet(1 << 3))
-        );
+        assert_eq!(choose_gpus(&n, &pod(1, 1, 500), Some(3)), Some(GpuSet(1 << 3)));
         assert_eq!(
             choose_gpus(&n, &pod(1, 1, 500), Some(2)),
             Some(GpuSet(1 << 1)),
             "a hint that does not fit is ignored"
         );
-        assert_eq!(
-            choose_gpus(&n, &pod(1, 2, 1000), None),
-            Some(GpuSet(0b1001))
-        );
+        assert_eq!(choose_gpus(&n, &pod(1, 2, 1000), None), Some(GpuSet(0b1001)));
         assert_eq!(choose_gpus(&n, &pod(1, 3, 1000), None), None);
         assert_eq!(choose_gpus(&n, &pod(1, 0, 0), None), Some(GpuSet(0)));
     }
@@ -391,39 +324,18 @@ mod tests {
         shared.workload = "web".into();
         let p1 = c.bind(0, &shared, GpuSet(1 << 1)).unwrap();
         let whole = pod(2000, 2, 1000);
-        let p2 = c
-            .bind(
-                0,
-                &whole,
-                choose_gpus(c.node(0).unwrap(), &whole, None).unwrap(),
-            )
-            .unwrap();
+        let p2 = c.bind(0, &whole, choose_gpus(c.node(0).unwrap(), &whole, None).unwrap()).unwrap();
         let n = c.node(0).unwrap();
-        assert_eq!(
-            n.gpus.iter().map(|g| g.free_milli).collect::<Vec<_>>(),
-            [0, 600, 0]
-        );
+        assert_eq!(n.gpus.iter().map(|g| g.free_milli).collect::<Vec<_>>(), [0, 600, 0]);
         assert_eq!(n.free.cpu_milli, 26_000);
         assert_eq!(n.workloads["web"], 1);
         assert!(matches!(
             c.bind(0, &whole, GpuSet(0b11)),
-            Err(BindError::Rejected {
-                reason: FilterReason::GpuInsufficient,
-                ..
-            })
+            Err(BindError::Rejected { reason: FilterReason::GpuInsufficient, .. })
         ));
+        assert!(matches!(c.bind(0, &shared, GpuSet(1)), Err(BindError::BadGpus { .. })), "GPU 0 is full");
         assert!(
-            matches!(
-                c.bind(0, &shared, GpuSet(1)),
-                Err(BindError::BadGpus { .. })
-            ),
-            "GPU 0 is full"
-        );
-        assert!(
-            matches!(
-                c.bind(0, &shared, GpuSet(0b110)),
-                Err(BindError::BadGpus { .. })
-            ),
+            matches!(c.bind(0, &shared, GpuSet(0b110)), Err(BindError::BadGpus { .. })),
             "a sharing pod takes one GPU"
         );
         c.unbind(&p2, &whole);

@@ -37,12 +37,7 @@ impl Shape {
     pub fn of(pod: &Pod) -> Self {
         let mut allowed_models = pod.allowed_models.clone();
         allowed_models.sort();
-        Self {
-            cpu_milli: pod.requests.cpu_milli,
-            gpu_count: pod.gpu_count,
-            gpu_milli: pod.gpu_milli,
-            allowed_models,
-        }
+        Self { cpu_milli: pod.requests.cpu_milli, gpu_count: pod.gpu_count, gpu_milli: pod.gpu_milli, allowed_models }
     }
 }
 
@@ -80,10 +75,7 @@ impl TargetWorkload {
 }
 
 fn usable_free(node: &Node) -> impl Iterator<Item = u32> + '_ {
-    node.gpus
-        .iter()
-        .filter(|g| g.health != GpuHealth::Failed)
-        .map(|g| g.free_milli)
+    node.gpus.iter().filter(|g| g.health != GpuHealth::Failed).map(|g| g.free_milli)
 }
 
 /// Free GPU share of a node (usable GPUs), milli.
@@ -98,18 +90,14 @@ pub fn node_fragment(node: &Node, shape: &Shape) -> u64 {
     if shape.gpu_count == 0 {
         return if cpu_ok { 0 } else { free };
     }
-    let model_ok =
-        shape.allowed_models.is_empty() || shape.allowed_models.contains(&node.gpu_model);
+    let model_ok = shape.allowed_models.is_empty() || shape.allowed_models.contains(&node.gpu_model);
     let gpu_ok = if shape.gpu_milli < GPU_MILLI {
         usable_free(node).any(|f| f >= shape.gpu_milli)
     } else {
         usable_free(node).filter(|&f| f == GPU_MILLI).count() as u32 >= shape.gpu_count
     };
     if cpu_ok && model_ok && gpu_ok {
-        usable_free(node)
-            .filter(|&f| f < shape.gpu_milli)
-            .map(u64::from)
-            .sum()
+        usable_free(node).filter(|&f| f < shape.gpu_milli).map(u64::from).sum()
     } else {
         free
     }
@@ -117,11 +105,7 @@ pub fn node_fragment(node: &Node, shape: &Shape) -> u64 {
 
 /// `F_n(M)`: the weighted fragment amount of `node`, milli.
 pub fn node_fragment_weighted(node: &Node, workload: &TargetWorkload) -> f64 {
-    workload
-        .shapes
-        .iter()
-        .map(|(s, p)| p * node_fragment(node, s) as f64)
-        .sum()
+    workload.shapes.iter().map(|(s, p)| p * node_fragment(node, s) as f64).sum()
 }
 
 /// Cluster-wide allocation and fragmentation, kept up to date node by node.
@@ -150,10 +134,7 @@ impl FragmentationTracker {
         let mut t = Self {
             per_node: vec![0.0; nodes.len()],
             free_per_node: vec![0; nodes.len()],
-            capacity: nodes
-                .iter()
-                .map(|n| n.gpus.len() as u64 * u64::from(GPU_MILLI))
-                .sum(),
+            capacity: nodes.iter().map(|n| n.gpus.len() as u64 * u64::from(GPU_MILLI)).sum(),
             ..Self::default()
         };
         for n in nodes {
@@ -182,21 +163,9 @@ impl FragmentationTracker {
         let fragment: f64 = self.per_node.iter().sum();
         let cap = self.capacity as f64;
         Reading {
-            allocation: if cap > 0.0 {
-                100.0 * (cap - self.free as f64) / cap
-            } else {
-                0.0
-            },
-            fragmentation: if cap > 0.0 {
-                100.0 * fragment / cap
-            } else {
-                0.0
-            },
-            fragmentation_rate: if self.free > 0 {
-                100.0 * fragment / self.free as f64
-            } else {
-                0.0
-            },
+            allocation: if cap > 0.0 { 100.0 * (cap - self.free as f64) / cap } else { 0.0 },
+            fragmentation: if cap > 0.0 { 100.0 * fragment / cap } else { 0.0 },
+            fragmentation_rate: if self.free > 0 { 100.0 * fragment / self.free as f64 } else { 0.0 },
         }
     }
 }
@@ -207,16 +176,7 @@ mod tests {
     use crate::model::Resources;
 
     fn node(id: u32, cpu_free: u64, model: &str, gpu_free: &[u32]) -> Node {
-        let mut n = Node::new(
-            id,
-            "n",
-            Resources {
-                cpu_milli: 64_000,
-                memory_mib: 1 << 20,
-            },
-            gpu_free.len(),
-            model,
-        );
+        let mut n = Node::new(id, "n", Resources { cpu_milli: 64_000, memory_mib: 1 << 20 }, gpu_free.len(), model);
         n.free.cpu_milli = cpu_free;
         for (g, &f) in n.gpus.iter_mut().zip(gpu_free) {
             g.free_milli = f;
@@ -254,10 +214,7 @@ mod tests {
     #[test]
     fn target_workload_keeps_the_most_frequent_shapes_to_95_percent() {
         let pod = |cpu, gpus, milli| Pod {
-            requests: Resources {
-                cpu_milli: cpu,
-                memory_mib: 0,
-            },
+            requests: Resources { cpu_milli: cpu, memory_mib: 0 },
             gpu_count: gpus,
             gpu_milli: milli,
             ..Pod::default()
@@ -274,13 +231,8 @@ mod tests {
 
     #[test]
     fn tracker_matches_a_full_recount() {
-        let w = TargetWorkload {
-            shapes: vec![(shape(0, 1, 500, &[]), 0.5), (shape(0, 1, 1000, &[]), 0.5)],
-        };
-        let mut nodes = vec![
-            node(0, 8000, "V100", &[1000, 1000]),
-            node(1, 8000, "V100", &[200, 1000]),
-        ];
+        let w = TargetWorkload { shapes: vec![(shape(0, 1, 500, &[]), 0.5), (shape(0, 1, 1000, &[]), 0.5)] };
+        let mut nodes = vec![node(0, 8000, "V100", &[1000, 1000]), node(1, 8000, "V100", &[200, 1000])];
         let mut t = FragmentationTracker::new(&nodes, &w);
         // Node 0: no fragments; node 1: 0.5·200 + 0.5·200 = 200.
         assert_eq!(t.node(1), 200.0);

@@ -58,12 +58,7 @@ pub struct Gpu {
 
 impl Default for Gpu {
     fn default() -> Self {
-        Self {
-            free_milli: GPU_MILLI,
-            memory_mib: 0,
-            health: GpuHealth::Healthy,
-            util_permille: 0,
-        }
+        Self { free_milli: GPU_MILLI, memory_mib: 0, health: GpuHealth::Healthy, util_permille: 0 }
     }
 }
 
@@ -96,13 +91,7 @@ pub struct Node {
 
 impl Node {
     /// A ready node with `gpus` idle GPUs of `model`.
-    pub fn new(
-        id: NodeId,
-        name: impl Into<String>,
-        capacity: Resources,
-        gpus: usize,
-        model: &str,
-    ) -> Self {
+    pub fn new(id: NodeId, name: impl Into<String>, capacity: Resources, gpus: usize, model: &str) -> Self {
         Self {
             id,
             name: name.into(),
@@ -120,11 +109,7 @@ impl Node {
 
     /// Free share over usable GPUs.
     pub fn free_gpu_milli(&self) -> u32 {
-        self.gpus
-            .iter()
-            .filter(|g| g.health != GpuHealth::Failed)
-            .map(|g| g.free_milli)
-            .sum()
+        self.gpus.iter().filter(|g| g.health != GpuHealth::Failed).map(|g| g.free_milli).sum()
     }
 }
 

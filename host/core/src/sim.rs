@@ -12,6 +12,8 @@
 //! Decisions come from a [`Placer`] (in production, a policy of Wasm
 //! plugins); the simulator owns the hard filter, binding and metrics.
 
+pub mod synthetic;
+
 use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
@@ -66,7 +68,7 @@ pub struct Arrival {
 /// One bucket of the allocation curve.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Bucket {
-    /// Arrived GPU demand, % of capacity (integer bucket).
+    /// Arrived GPU demand, % of capacity, rounded to an integer.
     pub arrived_pct: u32,
     /// Readings averaged into this bucket.
     pub samples: u32,
@@ -110,10 +112,7 @@ pub struct RunReport {
 impl RunReport {
     /// Mean allocation in the bucket of `pct` arrived demand, if reached.
     pub fn allocation_at(&self, pct: u32) -> Option<f64> {
-        self.buckets
-            .iter()
-            .find(|b| b.arrived_pct == pct)
-            .map(|b| b.allocation)
+        self.buckets.iter().find(|b| b.arrived_pct == pct).map(|b| b.allocation)
     }
 }
 
@@ -122,8 +121,7 @@ impl RunReport {
 pub const HOTSPOT_PERMILLE: u64 = 900;
 
 fn is_hot(n: &Node) -> bool {
-    let frac =
-        |cap: u64, free: u64| cap > 0 && (cap - free.min(cap)) * 1000 >= HOTSPOT_PERMILLE * cap;
+    let frac = |cap: u64, free: u64| cap > 0 && (cap - free.min(cap)) * 1000 >= HOTSPOT_PERMILLE * cap;
     let gpu_cap = n.gpus.len() as u64 * u64::from(GPU_MILLI);
     frac(gpu_cap, crate::metrics::free_gpu_milli(n))
         || frac(n.capacity.cpu_milli, n.free.cpu_milli)
@@ -141,10 +139,7 @@ struct Recorder {
 impl Recorder {
     fn new(nodes: &[Node]) -> Self {
         Self {
-            capacity_milli: nodes
-                .iter()
-                .map(|n| n.gpus.len() as u64 * u64::from(GPU_MILLI))
-                .sum(),
+            capacity_milli: nodes.iter().map(|n| n.gpus.len() as u64 * u64::from(GPU_MILLI)).sum(),
             arrived_milli: 0,
             buckets: BTreeMap::new(),
             hotspot_counts: vec![0; nodes.len()],
@@ -167,7 +162,10 @@ impl Recorder {
         if self.capacity_milli == 0 {
             return;
         }
-        let pct = (100 * self.arrived_milli / self.capacity_milli) as u32;
+        // Rounded, not truncated: the published series put the first
+        // submissions (0 to 0.5% arrived) in bucket 0 with a mean allocation
+        // of ~0.25%, and reach bucket 130 at 129.5% and above.
+        let pct = ((200 * self.arrived_milli + self.capacity_milli) / (2 * self.capacity_milli)) as u32;
         let e = self.buckets.entry(pct).or_insert((0, 0.0, 0.0, 0.0));
         e.0 += 1;
         e.1 += r.allocation;
@@ -207,19 +205,8 @@ impl<'p, P: Placer> Simulator<'p, P> {
         let tracker = FragmentationTracker::new(cluster.nodes(), &workload);
         let recorder = Recorder::new(cluster.nodes());
         placer.nodes_changed(&cluster.nodes().iter().collect::<Vec<_>>());
-        let report = RunReport {
-            total_gpus: cluster.total_gpus(),
-            ..RunReport::default()
-        };
-        Self {
-            cluster,
-            placer,
-            workload,
-            tracker,
-            recorder,
-            report,
-            candidates: Vec::new(),
-        }
+        let report = RunReport { total_gpus: cluster.total_gpus(), ..RunReport::default() };
+        Self { cluster, placer, workload, tracker, recorder, report, candidates: Vec::new() }
     }
 
     /// The cluster as it stands.
@@ -230,14 +217,10 @@ impl<'p, P: Placer> Simulator<'p, P> {
     /// Tries to place one pod now; `Err` carries the main rejection reason.
     fn try_place(&mut self, pod: &Pod) -> Result<Placement, FilterReason> {
         let mut rejected = [0u32; 5];
-        self.cluster
-            .feasible(pod, &mut self.candidates, &mut rejected);
+        self.cluster.feasible(pod, &mut self.candidates, &mut rejected);
         let main_reason = || {
-            let (i, _) = rejected
-                .iter()
-                .enumerate()
-                .max_by_key(|&(i, c)| (*c, std::cmp::Reverse(i)))
-                .unwrap_or((0, &0));
+            let (i, _) =
+                rejected.iter().enumerate().max_by_key(|&(i, c)| (*c, std::cmp::Reverse(i))).unwrap_or((0, &0));
             FilterReason::ALL[i]
         };
         if self.candidates.is_empty() {
@@ -247,16 +230,10 @@ impl<'p, P: Placer> Simulator<'p, P> {
         self.report.plugin_errors += u64::from(d.plugin_errors);
         // A placer that answers nothing, or a node outside the candidates,
         // falls back to the first candidate: the hard filter stays in charge.
-        let node = d
-            .node
-            .filter(|n| self.candidates.binary_search(n).is_ok())
-            .unwrap_or(self.candidates[0]);
+        let node = d.node.filter(|n| self.candidates.binary_search(n).is_ok()).unwrap_or(self.candidates[0]);
         let n = self.cluster.node(node).expect("candidate exists");
         let gpus = choose_gpus(n, pod, d.gpu_hint).expect("a candidate fits");
-        let placement = self
-            .cluster
-            .bind(node, pod, gpus)
-            .expect("a candidate passes the hard filter");
+        let placement = self.cluster.bind(node, pod, gpus).expect("a candidate passes the hard filter");
         self.node_changed(node);
         Ok(placement)
     }
@@ -270,11 +247,7 @@ impl<'p, P: Placer> Simulator<'p, P> {
 
     fn fail(&mut self, reason: FilterReason) {
         self.report.failed += 1;
-        *self
-            .report
-            .failures_by_reason
-            .entry(reason.code().to_string())
-            .or_insert(0) += 1;
+        *self.report.failures_by_reason.entry(reason.code().to_string()).or_insert(0) += 1;
     }
 
     /// Runs the submissions protocol over `pods` in order.

@@ -65,9 +65,7 @@ impl TryFrom<String> for Source {
             return Err("source is empty".into());
         }
         if s.contains("://") {
-            return Err(format!(
-                "source `{s}`: only `builtin:NAME` and file paths are supported"
-            ));
+            return Err(format!("source `{s}`: only `builtin:NAME` and file paths are supported"));
         }
         Ok(Source::File(s.into()))
     }
@@ -219,10 +217,8 @@ pub enum PolicyError {
 impl PolicyDocument {
     /// Reads and validates a policy file.
     pub fn load(path: &Path) -> Result<Self, PolicyError> {
-        let text = std::fs::read_to_string(path).map_err(|source| PolicyError::Read {
-            file: path.display().to_string(),
-            source,
-        })?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| PolicyError::Read { file: path.display().to_string(), source })?;
         Self::parse(&text, &path.display().to_string())
     }
 
@@ -230,12 +226,7 @@ impl PolicyDocument {
     pub fn parse(text: &str, file: &str) -> Result<Self, PolicyError> {
         let doc: PolicyDocument = serde_yaml_ng::from_str(text).map_err(|e| {
             let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
-            PolicyError::Invalid {
-                file: file.into(),
-                line,
-                column,
-                reason: validate::clean(&e.to_string()),
-            }
+            PolicyError::Invalid { file: file.into(), line, column, reason: validate::clean(&e.to_string()) }
         })?;
         validate::semantics(&doc, text, file)?;
         Ok(doc)

@@ -16,12 +16,7 @@ plugins:
 
 fn invalid(text: &str) -> (usize, usize, String) {
     match PolicyDocument::parse(text, "p.yaml") {
-        Err(PolicyError::Invalid {
-            file,
-            line,
-            column,
-            reason,
-        }) => {
+        Err(PolicyError::Invalid { file, line, column, reason }) => {
             assert_eq!(file, "p.yaml");
             (line, column, reason)
         }
@@ -37,10 +32,7 @@ fn parses_a_good_document_with_defaults() {
     assert_eq!(b.source, Source::Builtin("binpack".into()));
     assert_eq!(b.weight.0, 2.0);
     assert_eq!(b.limits.deadline_ms.0, 20);
-    assert_eq!(
-        b.limits.fault_budget.0, 3,
-        "defaults fill unspecified limits"
-    );
+    assert_eq!(b.limits.fault_budget.0, 3, "defaults fill unspecified limits");
     assert_eq!(PolicyDocument::config_json(b), r#"{"gpu_weight":3}"#);
     let s = &doc.plugins[1];
     assert_eq!(s.weight.0, 1.0);
@@ -90,14 +82,12 @@ fn duplicate_plugin_names_point_at_the_second() {
 fn semantic_checks() {
     let (_, _, r) = invalid("name: x\nplugins: []\n");
     assert!(r.contains("at least one plugin"), "{r}");
-    let (_, _, r) =
-        invalid("name: x\nplugins:\n  - name: a\n    source: builtin:a\n    weight: 0\n");
+    let (_, _, r) = invalid("name: x\nplugins:\n  - name: a\n    source: builtin:a\n    weight: 0\n");
     assert!(r.contains("weight 0"), "{r}");
     let (line, _, r) = invalid("name: x\nplugins:\n  - name: Bad Name\n    source: builtin:a\n");
     assert_eq!(line, 3);
     assert!(r.contains("must be 1-63"), "{r}");
-    let (_, _, r) =
-        invalid("name: x\nplugins:\n  - name: a\n    source: builtin:a\n    config: [1]\n");
+    let (_, _, r) = invalid("name: x\nplugins:\n  - name: a\n    source: builtin:a\n    config: [1]\n");
     assert!(r.contains("must be a mapping"), "{r}");
 }
 
@@ -111,8 +101,5 @@ fn file_errors_name_the_file_and_paths_resolve_relative_to_it() {
     std::fs::write(&file, GOOD).unwrap();
     let mut doc = PolicyDocument::load(&file).unwrap();
     doc.resolve_paths(&file);
-    assert_eq!(
-        doc.plugins[1].source,
-        Source::File(dir.path().join("plugins/spread.wasm"))
-    );
+    assert_eq!(doc.plugins[1].source, Source::File(dir.path().join("plugins/spread.wasm")));
 }

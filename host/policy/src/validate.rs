@@ -13,11 +13,7 @@ pub struct Bounded<const MIN: u64, const MAX: u64>(pub u64);
 impl<const MIN: u64, const MAX: u64> TryFrom<u64> for Bounded<MIN, MAX> {
     type Error = String;
     fn try_from(v: u64) -> Result<Self, String> {
-        if (MIN..=MAX).contains(&v) {
-            Ok(Self(v))
-        } else {
-            Err(format!("{v} is out of range {MIN}..={MAX}"))
-        }
+        if (MIN..=MAX).contains(&v) { Ok(Self(v)) } else { Err(format!("{v} is out of range {MIN}..={MAX}")) }
     }
 }
 
@@ -41,11 +37,7 @@ impl Default for Weight {
 impl TryFrom<f64> for Weight {
     type Error = String;
     fn try_from(v: f64) -> Result<Self, String> {
-        if v.is_finite() && v >= 0.0 {
-            Ok(Weight(v))
-        } else {
-            Err(format!("weight {v} must be finite and >= 0"))
-        }
+        if v.is_finite() && v >= 0.0 { Ok(Weight(v)) } else { Err(format!("weight {v} must be finite and >= 0")) }
     }
 }
 
@@ -75,55 +67,33 @@ fn line_of(text: &str, prefix: &str, nth: usize) -> usize {
 }
 
 pub(crate) fn semantics(doc: &PolicyDocument, text: &str, file: &str) -> Result<(), PolicyError> {
-    let err = |line: usize, reason: String| PolicyError::Invalid {
-        file: file.into(),
-        line,
-        column: 0,
-        reason,
-    };
+    let err = |line: usize, reason: String| PolicyError::Invalid { file: file.into(), line, column: 0, reason };
     if doc.name.trim().is_empty() {
-        return Err(err(
-            line_of(text, "name:", 0),
-            "policy name is empty".into(),
-        ));
+        return Err(err(line_of(text, "name:", 0), "policy name is empty".into()));
     }
     if doc.plugins.is_empty() {
-        return Err(err(
-            line_of(text, "plugins:", 0),
-            "a policy needs at least one plugin".into(),
-        ));
+        return Err(err(line_of(text, "plugins:", 0), "a policy needs at least one plugin".into()));
     }
     let mut seen: Vec<&str> = Vec::new();
     for (i, p) in doc.plugins.iter().enumerate() {
         let valid = !p.name.is_empty()
             && p.name.len() <= 63
-            && p.name
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
+            && p.name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
         // Line of this entry's `name:`: names inside entries come after the
         // policy's own `name:`, hence `i + 1`.
         let line = line_of(text, "name:", i + 1);
         if !valid {
-            return Err(err(
-                line,
-                format!("plugin name `{}` must be 1-63 of [a-z0-9-_]", p.name),
-            ));
+            return Err(err(line, format!("plugin name `{}` must be 1-63 of [a-z0-9-_]", p.name)));
         }
         if seen.contains(&p.name.as_str()) {
             return Err(err(line, format!("plugin `{}` is listed twice", p.name)));
         }
         seen.push(&p.name);
         if !p.config.is_null() && !p.config.is_object() {
-            return Err(err(
-                line,
-                format!("plugin `{}`: `config` must be a mapping", p.name),
-            ));
+            return Err(err(line, format!("plugin `{}`: `config` must be a mapping", p.name)));
         }
     }
-    if doc
-        .plugins
-        .iter()
-        .all(|p| p.role != crate::Role::Scorer || p.weight.0 == 0.0)
+    if doc.plugins.iter().all(|p| p.role != crate::Role::Scorer || p.weight.0 == 0.0)
         && doc.plugins.iter().any(|p| p.role == crate::Role::Scorer)
     {
         return Err(err(

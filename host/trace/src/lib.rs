@@ -126,11 +126,7 @@ impl<'a> Table<'a> {
         for &c in optional {
             columns.push((c, find(c)));
         }
-        Ok(Self {
-            file,
-            columns,
-            names,
-        })
+        Ok(Self { file, columns, names })
     }
 
     fn error(&self, line: u64, index: Option<usize>, reason: String) -> TraceError {
@@ -148,95 +144,52 @@ impl<'a> Table<'a> {
         Some((i, record.get(i).unwrap_or("").trim()))
     }
 
-    fn required_str(
-        &self,
-        record: &csv::StringRecord,
-        line: u64,
-        name: &str,
-    ) -> Result<String, TraceError> {
-        let (i, v) = self
-            .get(record, name)
-            .expect("required columns are present");
+    fn required_str(&self, record: &csv::StringRecord, line: u64, name: &str) -> Result<String, TraceError> {
+        let (i, v) = self.get(record, name).expect("required columns are present");
         if v.is_empty() {
             return Err(self.error(line, Some(i), "is empty".into()));
         }
         Ok(v.to_string())
     }
 
-    fn required_u64(
-        &self,
-        record: &csv::StringRecord,
-        line: u64,
-        name: &str,
-    ) -> Result<u64, TraceError> {
-        let (i, v) = self
-            .get(record, name)
-            .expect("required columns are present");
-        v.parse::<u64>().map_err(|_| {
-            self.error(
-                line,
-                Some(i),
-                format!("`{v}` is not a non-negative integer"),
-            )
-        })
+    fn required_u64(&self, record: &csv::StringRecord, line: u64, name: &str) -> Result<u64, TraceError> {
+        let (i, v) = self.get(record, name).expect("required columns are present");
+        v.parse::<u64>().map_err(|_| self.error(line, Some(i), format!("`{v}` is not a non-negative integer")))
     }
 
-    fn optional_u64(
-        &self,
-        record: &csv::StringRecord,
-        line: u64,
-        name: &str,
-    ) -> Result<Option<u64>, TraceError> {
+    fn optional_u64(&self, record: &csv::StringRecord, line: u64, name: &str) -> Result<Option<u64>, TraceError> {
         match self.get(record, name) {
             None | Some((_, "")) => Ok(None),
-            Some((i, v)) => v.parse::<u64>().map(Some).map_err(|_| {
-                self.error(
-                    line,
-                    Some(i),
-                    format!("`{v}` is not a non-negative integer"),
-                )
-            }),
+            Some((i, v)) => v
+                .parse::<u64>()
+                .map(Some)
+                .map_err(|_| self.error(line, Some(i), format!("`{v}` is not a non-negative integer"))),
         }
     }
 
     fn optional_str(&self, record: &csv::StringRecord, name: &str) -> Option<String> {
-        self.get(record, name)
-            .filter(|(_, v)| !v.is_empty())
-            .map(|(_, v)| v.to_string())
+        self.get(record, name).filter(|(_, v)| !v.is_empty()).map(|(_, v)| v.to_string())
     }
 
     fn index(&self, name: &str) -> Option<usize> {
-        self.columns
-            .iter()
-            .find(|(c, _)| *c == name)
-            .and_then(|(_, i)| *i)
+        self.columns.iter().find(|(c, _)| *c == name).and_then(|(_, i)| *i)
     }
 }
 
 fn csv_reader(reader: impl Read) -> csv::Reader<impl Read> {
-    csv::ReaderBuilder::new()
-        .has_headers(true)
-        .flexible(false)
-        .from_reader(reader)
+    csv::ReaderBuilder::new().has_headers(true).flexible(false).from_reader(reader)
 }
 
 fn csv_error(file: &str, e: &csv::Error) -> TraceError {
     let line = e.position().map_or(0, |p| p.line());
     let reason = match e.kind() {
-        csv::ErrorKind::UnequalLengths {
-            expected_len, len, ..
-        } => {
+        csv::ErrorKind::UnequalLengths { expected_len, len, .. } => {
             format!("row has {len} fields, the header has {expected_len}")
         }
         csv::ErrorKind::Utf8 { .. } => "not valid UTF-8".into(),
         _ => e.to_string(),
     };
-    TraceError {
-        file: file.into(),
-        line,
-        column: None,
-        reason,
-    }
+    TraceError { file: file.into(), line, column: None, reason }
 }
 
 fn check_unique(
@@ -256,12 +209,7 @@ fn check_unique(
 pub fn read_nodes(reader: impl Read, file: &str) -> Result<Vec<NodeRow>, TraceError> {
     let mut rdr = csv_reader(reader);
     let headers = rdr.headers().map_err(|e| csv_error(file, &e))?.clone();
-    let t = Table::new(
-        file,
-        &headers,
-        &["sn", "cpu_milli", "memory_mib", "gpu", "model"],
-        &[],
-    )?;
+    let t = Table::new(file, &headers, &["sn", "cpu_milli", "memory_mib", "gpu", "model"], &[])?;
     let mut rows = Vec::new();
     let mut seen = HashSet::new();
     for record in rdr.records() {
@@ -273,38 +221,19 @@ pub fn read_nodes(reader: impl Read, file: &str) -> Result<Vec<NodeRow>, TraceEr
         let memory_mib = t.required_u64(&record, line, "memory_mib")?;
         let gpus = t.required_u64(&record, line, "gpu")?;
         if gpus > u64::from(MAX_NODE_GPUS) {
-            return Err(t.error(
-                line,
-                t.index("gpu"),
-                format!("{gpus} GPUs; at most {MAX_NODE_GPUS} per node"),
-            ));
+            return Err(t.error(line, t.index("gpu"), format!("{gpus} GPUs; at most {MAX_NODE_GPUS} per node")));
         }
         let model = t.optional_str(&record, "model").unwrap_or_default();
         if gpus > 0 && model.is_empty() {
-            return Err(t.error(
-                line,
-                t.index("model"),
-                "a node with GPUs needs a GPU model".into(),
-            ));
+            return Err(t.error(line, t.index("model"), "a node with GPUs needs a GPU model".into()));
         }
         if cpu_milli == 0 {
             return Err(t.error(line, t.index("cpu_milli"), "a node needs CPU".into()));
         }
-        rows.push(NodeRow {
-            name,
-            cpu_milli,
-            memory_mib,
-            gpus: gpus as u32,
-            model,
-        });
+        rows.push(NodeRow { name, cpu_milli, memory_mib, gpus: gpus as u32, model });
     }
     if rows.is_empty() {
-        return Err(TraceError {
-            file: file.into(),
-            line: 0,
-            column: None,
-            reason: "no nodes".into(),
-        });
+        return Err(TraceError { file: file.into(), line: 0, column: None, reason: "no nodes".into() });
     }
     Ok(rows)
 }
@@ -318,14 +247,7 @@ pub fn read_pods(reader: impl Read, file: &str) -> Result<Vec<PodRow>, TraceErro
         file,
         &headers,
         &["name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"],
-        &[
-            "gpu_spec",
-            "qos",
-            "pod_phase",
-            "creation_time",
-            "deletion_time",
-            "scheduled_time",
-        ],
+        &["gpu_spec", "qos", "pod_phase", "creation_time", "deletion_time", "scheduled_time"],
     )?;
     let mut rows = Vec::new();
     let mut seen = HashSet::new();
@@ -346,42 +268,22 @@ pub fn read_pods(reader: impl Read, file: &str) -> Result<Vec<PodRow>, TraceErro
             ));
         }
         if gpu_milli > u64::from(GPU_MILLI) {
-            return Err(t.error(
-                line,
-                t.index("gpu_milli"),
-                format!("{gpu_milli} is more than one GPU (1000)"),
-            ));
+            return Err(t.error(line, t.index("gpu_milli"), format!("{gpu_milli} is more than one GPU (1000)")));
         }
         if num_gpu > 0 && gpu_milli == 0 {
-            return Err(t.error(
-                line,
-                t.index("gpu_milli"),
-                "a GPU pod needs a GPU share of 1..=1000".into(),
-            ));
+            return Err(t.error(line, t.index("gpu_milli"), "a GPU pod needs a GPU share of 1..=1000".into()));
         }
         if num_gpu == 0 && gpu_milli > 0 {
-            return Err(t.error(
-                line,
-                t.index("gpu_milli"),
-                "a GPU share without GPUs (num_gpu is 0)".into(),
-            ));
+            return Err(t.error(line, t.index("gpu_milli"), "a GPU share without GPUs (num_gpu is 0)".into()));
         }
         if num_gpu > 1 && gpu_milli < u64::from(GPU_MILLI) {
-            return Err(t.error(
-                line,
-                t.index("gpu_milli"),
-                "only single-GPU pods may share a GPU".into(),
-            ));
+            return Err(t.error(line, t.index("gpu_milli"), "only single-GPU pods may share a GPU".into()));
         }
         let gpu_spec = t
             .optional_str(&record, "gpu_spec")
             .map(|s| {
-                let mut models: Vec<String> = s
-                    .split('|')
-                    .map(str::trim)
-                    .filter(|m| !m.is_empty())
-                    .map(String::from)
-                    .collect();
+                let mut models: Vec<String> =
+                    s.split('|').map(str::trim).filter(|m| !m.is_empty()).map(String::from).collect();
                 models.sort();
                 models.dedup();
                 models
@@ -402,12 +304,7 @@ pub fn read_pods(reader: impl Read, file: &str) -> Result<Vec<PodRow>, TraceErro
         });
     }
     if rows.is_empty() {
-        return Err(TraceError {
-            file: file.into(),
-            line: 0,
-            column: None,
-            reason: "no pods".into(),
-        });
+        return Err(TraceError { file: file.into(), line: 0, column: None, reason: "no pods".into() });
     }
     Ok(rows)
 }
@@ -419,30 +316,15 @@ pub fn read_order(text: &str, file: &str, pods: usize) -> Result<Vec<u32>, Trace
     for (i, raw) in text.lines().enumerate() {
         let line = i as u64 + 1;
         let v = raw.trim();
-        let err = |reason: String| TraceError {
-            file: file.into(),
-            line,
-            column: Some((1, "index".into())),
-            reason,
-        };
-        let idx: u32 = v
-            .parse()
-            .map_err(|_| err(format!("`{v}` is not a pod row index")))?;
+        let err = |reason: String| TraceError { file: file.into(), line, column: Some((1, "index".into())), reason };
+        let idx: u32 = v.parse().map_err(|_| err(format!("`{v}` is not a pod row index")))?;
         if idx as usize >= pods {
-            return Err(err(format!(
-                "index {idx} is past the last pod row ({} rows)",
-                pods
-            )));
+            return Err(err(format!("index {idx} is past the last pod row ({} rows)", pods)));
         }
         order.push(idx);
     }
     if order.is_empty() {
-        return Err(TraceError {
-            file: file.into(),
-            line: 0,
-            column: None,
-            reason: "no arrivals".into(),
-        });
+        return Err(TraceError { file: file.into(), line: 0, column: None, reason: "no arrivals".into() });
     }
     Ok(order)
 }

@@ -81,10 +81,7 @@ impl ArtifactCache {
         fs::create_dir_all(dir)?;
         let mut h = ShaHasher(Sha256::new());
         engine.precompile_compatibility_hash().hash(&mut h);
-        Ok(Self {
-            dir: dir.to_path_buf(),
-            engine_key: hex::encode(h.0.finalize()),
-        })
+        Ok(Self { dir: dir.to_path_buf(), engine_key: hex::encode(h.0.finalize()) })
     }
 
     /// The engine key entries are written for.
@@ -94,8 +91,7 @@ impl ArtifactCache {
 
     /// Path of the entry for a component digest.
     pub fn entry_path(&self, digest: &str) -> PathBuf {
-        self.dir
-            .join(format!("{digest}-{}.cwasm", &self.engine_key[..16]))
+        self.dir.join(format!("{digest}-{}.cwasm", &self.engine_key[..16]))
     }
 
     /// Loads the component with this digest, or compiles `wasm` and stores it.
@@ -147,15 +143,11 @@ impl ArtifactCache {
             return Err(format!("entry is for component {}, not {digest}", field(0)));
         }
         if field(1) != self.engine_key {
-            return Err(
-                "entry was compiled by another engine configuration or wasmtime version".into(),
-            );
+            return Err("entry was compiled by another engine configuration or wasmtime version".into());
         }
         let body = &bytes[HEADER_LEN..];
         if field(2) != checksum_hex(body) {
-            return Err(
-                "entry body does not match its recorded digest (truncated or altered)".into(),
-            );
+            return Err("entry body does not match its recorded digest (truncated or altered)".into());
         }
         Ok(body)
     }
@@ -176,11 +168,7 @@ impl ArtifactCache {
 }
 
 fn tempfile_in(dir: &Path) -> std::io::Result<(PathBuf, fs::File)> {
-    let path = dir.join(format!(
-        ".tmp-{}-{:?}",
-        std::process::id(),
-        std::thread::current().id()
-    ));
+    let path = dir.join(format!(".tmp-{}-{:?}", std::process::id(), std::thread::current().id()));
     let file = fs::File::create(&path)?;
     Ok((path, file))
 }

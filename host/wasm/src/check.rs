@@ -15,39 +15,18 @@ use crate::plugin::PluginVersion;
 /// GPUs partly allocated, one degraded.
 pub fn canned_nodes() -> Vec<Node> {
     let mut nodes = Vec::new();
-    for (id, zone, model, gpus) in [
-        (0, "zone-a", "V100", 8),
-        (1, "zone-a", "T4", 2),
-        (2, "zone-b", "V100", 4),
-        (3, "zone-b", "", 0),
-    ] {
-        let mut n = Node::new(
-            id,
-            format!("canned-{id}"),
-            Resources {
-                cpu_milli: 64_000,
-                memory_mib: 262_144,
-            },
-            gpus,
-            model,
-        );
+    for (id, zone, model, gpus) in
+        [(0, "zone-a", "V100", 8), (1, "zone-a", "T4", 2), (2, "zone-b", "V100", 4), (3, "zone-b", "", 0)]
+    {
+        let mut n =
+            Node::new(id, format!("canned-{id}"), Resources { cpu_milli: 64_000, memory_mib: 262_144 }, gpus, model);
         n.zone = zone.into();
         nodes.push(n);
     }
-    nodes[0].gpus[1] = Gpu {
-        free_milli: 500,
-        ..Gpu::default()
-    };
-    nodes[0].free = Resources {
-        cpu_milli: 48_000,
-        memory_mib: 200_000,
-    };
+    nodes[0].gpus[1] = Gpu { free_milli: 500, ..Gpu::default() };
+    nodes[0].free = Resources { cpu_milli: 48_000, memory_mib: 200_000 };
     nodes[0].workloads.insert("canned-web".into(), 2);
-    nodes[2].gpus[3] = Gpu {
-        health: GpuHealth::Degraded,
-        util_permille: 990,
-        ..Gpu::default()
-    };
+    nodes[2].gpus[3] = Gpu { health: GpuHealth::Degraded, util_permille: 990, ..Gpu::default() };
     nodes
 }
 
@@ -57,21 +36,14 @@ pub fn canned_pods() -> Vec<Pod> {
         name: name.into(),
         namespace: "default".into(),
         workload: "canned-web".into(),
-        requests: Resources {
-            cpu_milli: 4_000,
-            memory_mib: 8_192,
-        },
+        requests: Resources { cpu_milli: 4_000, memory_mib: 8_192 },
         gpu_count,
         gpu_milli,
         allowed_models: Vec::new(),
         priority: 0,
         tier: Tier::Soft,
     };
-    vec![
-        pod("cpu-only", 0, 0),
-        pod("shared", 1, 300),
-        pod("whole", 2, 1000),
-    ]
+    vec![pod("cpu-only", 0, 0), pod("shared", 1, 300), pod("whole", 2, 1000)]
 }
 
 /// Runs the canned calls against a fresh mirror.

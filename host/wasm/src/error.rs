@@ -216,42 +216,20 @@ impl fmt::Display for FaultKind {
             FaultKind::Timeout { deadline_ms } => {
                 write!(f, "ran past its {deadline_ms} ms deadline")
             }
-            FaultKind::MemoryExceeded {
-                cap_mib,
-                requested_mib,
-            } => {
-                write!(
-                    f,
-                    "tried to grow memory to {requested_mib} MiB, over its {cap_mib} MiB cap"
-                )
+            FaultKind::MemoryExceeded { cap_mib, requested_mib } => {
+                write!(f, "tried to grow memory to {requested_mib} MiB, over its {cap_mib} MiB cap")
             }
             FaultKind::FuelExhausted { fuel } => write!(f, "used up its fuel budget of {fuel}"),
-            FaultKind::Trap {
-                trap,
-                guest_said: None,
-            } => write!(f, "trapped: {trap}"),
-            FaultKind::Trap {
-                trap,
-                guest_said: Some(said),
-            } => write!(f, "trapped: {trap}; guest said: {said}"),
-            FaultKind::WrongLength {
-                what,
-                expected,
-                got,
-            } => {
+            FaultKind::Trap { trap, guest_said: None } => write!(f, "trapped: {trap}"),
+            FaultKind::Trap { trap, guest_said: Some(said) } => write!(f, "trapped: {trap}; guest said: {said}"),
+            FaultKind::WrongLength { what, expected, got } => {
                 write!(f, "returned {got} {what} for {expected} candidates")
             }
             FaultKind::OversizedOutput { what, bytes, limit } => {
-                write!(
-                    f,
-                    "returned {bytes} bytes of {what}, over the {limit}-byte limit"
-                )
+                write!(f, "returned {bytes} bytes of {what}, over the {limit}-byte limit")
             }
             FaultKind::UnknownReason { verdict, declared } => {
-                write!(
-                    f,
-                    "filter verdict {verdict} names no reason (it declares {declared})"
-                )
+                write!(f, "filter verdict {verdict} names no reason (it declares {declared})")
             }
             FaultKind::Guest(msg) => write!(f, "returned an error: {msg}"),
             FaultKind::Quarantined { faults } => {

@@ -87,25 +87,17 @@ impl NodeFeed {
             return Vec::new();
         }
         if since == 0 || since < self.log_start {
-            return self
-                .nodes
-                .iter()
-                .flatten()
-                .cloned()
-                .map(wit::NodeDelta::Upsert)
-                .collect();
+            return self.nodes.iter().flatten().cloned().map(wit::NodeDelta::Upsert).collect();
         }
         let first = self.log.partition_point(|(g, _)| *g <= since);
         let mut ids: Vec<NodeId> = self.log[first..].iter().map(|(_, id)| *id).collect();
         ids.sort_unstable();
         ids.dedup();
         ids.into_iter()
-            .map(
-                |id| match self.nodes.get(id as usize).and_then(Option::as_ref) {
-                    Some(n) => wit::NodeDelta::Upsert(n.clone()),
-                    None => wit::NodeDelta::Remove(id),
-                },
-            )
+            .map(|id| match self.nodes.get(id as usize).and_then(Option::as_ref) {
+                Some(n) => wit::NodeDelta::Upsert(n.clone()),
+                None => wit::NodeDelta::Remove(id),
+            })
             .collect()
     }
 }
@@ -117,14 +109,8 @@ pub fn to_wit_node(n: &Node) -> wit::Node {
         name: n.name.clone(),
         zone: n.zone.clone(),
         gpu_model: n.gpu_model.clone(),
-        capacity: wit::Resources {
-            cpu_milli: n.capacity.cpu_milli,
-            memory_mib: n.capacity.memory_mib,
-        },
-        free: wit::Resources {
-            cpu_milli: n.free.cpu_milli,
-            memory_mib: n.free.memory_mib,
-        },
+        capacity: wit::Resources { cpu_milli: n.capacity.cpu_milli, memory_mib: n.capacity.memory_mib },
+        free: wit::Resources { cpu_milli: n.free.cpu_milli, memory_mib: n.free.memory_mib },
         gpus: n
             .gpus
             .iter()
@@ -144,14 +130,7 @@ pub fn to_wit_node(n: &Node) -> wit::Node {
         cpu_util_permille: n.cpu_util_permille,
         memory_util_permille: n.memory_util_permille,
         ready: n.ready,
-        workloads: n
-            .workloads
-            .iter()
-            .map(|(w, &pods)| wit::WorkloadCount {
-                workload: w.clone(),
-                pods,
-            })
-            .collect(),
+        workloads: n.workloads.iter().map(|(w, &pods)| wit::WorkloadCount { workload: w.clone(), pods }).collect(),
     }
 }
 
@@ -161,10 +140,7 @@ pub fn to_wit_pod(p: &Pod) -> wit::Pod {
         name: p.name.clone(),
         namespace: p.namespace.clone(),
         workload: p.workload.clone(),
-        requests: wit::Resources {
-            cpu_milli: p.requests.cpu_milli,
-            memory_mib: p.requests.memory_mib,
-        },
+        requests: wit::Resources { cpu_milli: p.requests.cpu_milli, memory_mib: p.requests.memory_mib },
         gpu_count: p.gpu_count,
         gpu_milli: p.gpu_milli,
         allowed_models: p.allowed_models.clone(),
@@ -183,16 +159,7 @@ mod tests {
     use tessera_core::Resources;
 
     fn node(id: NodeId) -> Node {
-        Node::new(
-            id,
-            format!("n{id}"),
-            Resources {
-                cpu_milli: 1000,
-                memory_mib: 1024,
-            },
-            2,
-            "T4",
-        )
+        Node::new(id, format!("n{id}"), Resources { cpu_milli: 1000, memory_mib: 1024 }, 2, "T4")
     }
 
     fn ids(deltas: &[wit::NodeDelta]) -> Vec<(bool, NodeId)> {
@@ -212,10 +179,7 @@ mod tests {
             f.upsert(&node(id));
         }
         let g = f.generation();
-        assert_eq!(
-            ids(&f.deltas_since(0)),
-            [(true, 0), (true, 1), (true, 2), (true, 3)]
-        );
+        assert_eq!(ids(&f.deltas_since(0)), [(true, 0), (true, 1), (true, 2), (true, 3)]);
         assert!(f.deltas_since(g).is_empty());
         f.upsert(&node(2));
         f.remove(1);
@@ -234,10 +198,6 @@ mod tests {
             f.upsert(&node(1));
         }
         let d = f.deltas_since(g);
-        assert_eq!(
-            ids(&d),
-            [(true, 0), (true, 1)],
-            "snapshot after the log was compacted"
-        );
+        assert_eq!(ids(&d), [(true, 0), (true, 1)], "snapshot after the log was compacted");
     }
 }

@@ -10,9 +10,7 @@ use tessera_policy::Grants;
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
-use wasmtime_wasi::{
-    HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView,
-};
+use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use crate::bindings::host_iface::{self, LogLevel};
 use crate::bindings::types;
@@ -32,12 +30,7 @@ pub(crate) struct Limiter {
 }
 
 impl ResourceLimiter for Limiter {
-    fn memory_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
         if desired > self.memory_cap {
             self.denied = Some(desired);
             return Err(wasmtime::Error::msg(format!(
@@ -48,12 +41,7 @@ impl ResourceLimiter for Limiter {
         Ok(true)
     }
 
-    fn table_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
+    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
         Ok(desired <= 1 << 20)
     }
 }
@@ -117,10 +105,7 @@ impl HostState {
         Self {
             wasi: b.build(),
             table: ResourceTable::new(),
-            limiter: Limiter {
-                memory_cap,
-                denied: None,
-            },
+            limiter: Limiter { memory_cap, denied: None },
             rng: ChaCha8Rng::seed_from_u64(seed),
             plugin,
             log_budget: LOG_LINES_PER_INSTANCE,
@@ -134,11 +119,8 @@ impl HostState {
     pub(crate) fn last_stderr_line(&self) -> Option<String> {
         let bytes = self.stderr.as_ref()?.contents();
         let text = String::from_utf8_lossy(&bytes);
-        let lines: Vec<&str> = text
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty() && !l.starts_with("note:"))
-            .collect();
+        let lines: Vec<&str> =
+            text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with("note:")).collect();
         let tail = &lines[lines.len().saturating_sub(2)..];
         (!tail.is_empty()).then(|| truncate(&tail.join(" "), LOG_LINE_MAX))
     }
@@ -157,10 +139,7 @@ fn truncate(s: &str, max: usize) -> String {
 
 impl WasiView for HostState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView {
-            ctx: &mut self.wasi,
-            table: &mut self.table,
-        }
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
     }
 }
 
@@ -182,10 +161,7 @@ impl host_iface::Host for HostState {
             LogLevel::Error => tracing::error!(plugin, "{message}"),
         }
         if self.log_budget == 0 {
-            tracing::warn!(
-                plugin,
-                "log budget of {LOG_LINES_PER_INSTANCE} lines used up; further lines dropped"
-            );
+            tracing::warn!(plugin, "log budget of {LOG_LINES_PER_INSTANCE} lines used up; further lines dropped");
         }
     }
 

@@ -162,22 +162,12 @@ impl PluginVersion {
     }
 
     fn err(&self, call: &'static str, kind: FaultKind) -> CallError {
-        CallError {
-            plugin: self.name.clone(),
-            version: self.version.clone(),
-            call,
-            kind,
-        }
+        CallError { plugin: self.name.clone(), version: self.version.clone(), call, kind }
     }
 
     /// Arms the deadline (and fuel) for the next guest call.
     fn arm(&self, store: &mut Store<HostState>) {
-        let ticks = self
-            .limits
-            .deadline_ms
-            .0
-            .div_ceil(self.epoch_tick_ms)
-            .max(1);
+        let ticks = self.limits.deadline_ms.0.div_ceil(self.epoch_tick_ms).max(1);
         store.set_epoch_deadline(ticks);
         if self.fuel_enabled {
             // A plugin without a fuel limit on a metering runtime runs
@@ -195,22 +185,11 @@ impl PluginVersion {
             };
         }
         match error.downcast_ref::<Trap>() {
-            Some(Trap::Interrupt) => FaultKind::Timeout {
-                deadline_ms: self.limits.deadline_ms.0,
-            },
-            Some(Trap::OutOfFuel) => FaultKind::FuelExhausted {
-                fuel: self.limits.fuel.map_or(0, |f| f.0),
-            },
-            Some(trap) => FaultKind::Trap {
-                trap: trap.to_string(),
-                guest_said: store.data().last_stderr_line(),
-            },
+            Some(Trap::Interrupt) => FaultKind::Timeout { deadline_ms: self.limits.deadline_ms.0 },
+            Some(Trap::OutOfFuel) => FaultKind::FuelExhausted { fuel: self.limits.fuel.map_or(0, |f| f.0) },
+            Some(trap) => FaultKind::Trap { trap: trap.to_string(), guest_said: store.data().last_stderr_line() },
             None => FaultKind::Trap {
-                trap: format!("{error:#}")
-                    .lines()
-                    .next()
-                    .unwrap_or_default()
-                    .to_string(),
+                trap: format!("{error:#}").lines().next().unwrap_or_default().to_string(),
                 guest_said: store.data().last_stderr_line(),
             },
         }
@@ -221,10 +200,7 @@ impl PluginVersion {
         let n = self.instances_created.fetch_add(1, Ordering::Relaxed);
         let seed = self.seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let cap = (self.limits.memory_mib.0 as usize) << 20;
-        let mut store = Store::new(
-            &self.engine,
-            HostState::new(self.name.clone(), self.grants, cap, seed),
-        );
+        let mut store = Store::new(&self.engine, HostState::new(self.name.clone(), self.grants, cap, seed));
         store.limiter(|s| &mut s.limiter);
         store.epoch_deadline_trap();
         self.arm(&mut store);
@@ -238,19 +214,11 @@ impl PluginVersion {
         })?;
         self.arm(&mut store);
         let configured = match &bound {
-            Bound::Scorer(b) => b
-                .tessera_policy_scoring()
-                .call_configure(&mut store, &self.config_json),
-            Bound::Detector(b) => b
-                .tessera_policy_detection()
-                .call_configure(&mut store, &self.config_json),
+            Bound::Scorer(b) => b.tessera_policy_scoring().call_configure(&mut store, &self.config_json),
+            Bound::Detector(b) => b.tessera_policy_detection().call_configure(&mut store, &self.config_json),
         };
         match configured {
-            Ok(Ok(())) => Ok(Instance {
-                store,
-                bound,
-                synced: 0,
-            }),
+            Ok(Ok(())) => Ok(Instance { store, bound, synced: 0 }),
             Ok(Err(msg)) => Err(FaultKind::Guest(format!("configure: {}", clip(msg)))),
             Err(e) => Err(self.classify(&store, e)),
         }
@@ -270,18 +238,12 @@ impl PluginVersion {
         };
         match f(self, &mut inst) {
             Ok(r) => {
-                self.pool
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(inst);
+                self.pool.lock().unwrap_or_else(|p| p.into_inner()).push(inst);
                 Ok(r)
             }
             Err((kind, keep)) => {
                 if keep {
-                    self.pool
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push(inst);
+                    self.pool.lock().unwrap_or_else(|p| p.into_inner()).push(inst);
                 }
                 Err(self.err(call, kind))
             }
@@ -301,10 +263,7 @@ impl PluginVersion {
             return Ok(());
         };
         self.arm(&mut inst.store);
-        match b
-            .tessera_policy_scoring()
-            .call_apply(&mut inst.store, &deltas)
-        {
+        match b.tessera_policy_scoring().call_apply(&mut inst.store, &deltas) {
             Ok(Ok(())) => {
                 inst.synced = generation;
                 Ok(())
@@ -316,35 +275,19 @@ impl PluginVersion {
     }
 
     /// Filters `candidates` for `pod`: one verdict per candidate.
-    pub fn filter(
-        &self,
-        feed: &RwLock<NodeFeed>,
-        pod: &wit::Pod,
-        candidates: &[u32],
-    ) -> Result<Vec<u8>, CallError> {
+    pub fn filter(&self, feed: &RwLock<NodeFeed>, pod: &wit::Pod, candidates: &[u32]) -> Result<Vec<u8>, CallError> {
         self.with_instance("filter", |this, inst| {
             this.sync(inst, feed)?;
-            let Bound::Scorer(b) = &inst.bound else {
-                unreachable!("scorer call on a detector")
-            };
+            let Bound::Scorer(b) = &inst.bound else { unreachable!("scorer call on a detector") };
             this.arm(&mut inst.store);
-            match b
-                .tessera_policy_scoring()
-                .call_filter(&mut inst.store, pod, candidates)
-            {
+            match b.tessera_policy_scoring().call_filter(&mut inst.store, pod, candidates) {
                 Ok(Ok(v)) => {
                     if v.len() != candidates.len() {
                         return Err((wrong_len("verdicts", candidates.len(), v.len(), 1), false));
                     }
                     let declared = this.info.filter_reasons.len();
                     if let Some(&bad) = v.iter().find(|&&k| k as usize > declared) {
-                        return Err((
-                            FaultKind::UnknownReason {
-                                verdict: bad,
-                                declared,
-                            },
-                            false,
-                        ));
+                        return Err((FaultKind::UnknownReason { verdict: bad, declared }, false));
                     }
                     Ok(v)
                 }
@@ -355,22 +298,12 @@ impl PluginVersion {
     }
 
     /// Scores `candidates` for `pod`: one value per candidate.
-    pub fn score(
-        &self,
-        feed: &RwLock<NodeFeed>,
-        pod: &wit::Pod,
-        candidates: &[u32],
-    ) -> Result<ScoreOutput, CallError> {
+    pub fn score(&self, feed: &RwLock<NodeFeed>, pod: &wit::Pod, candidates: &[u32]) -> Result<ScoreOutput, CallError> {
         self.with_instance("score", |this, inst| {
             this.sync(inst, feed)?;
-            let Bound::Scorer(b) = &inst.bound else {
-                unreachable!("scorer call on a detector")
-            };
+            let Bound::Scorer(b) = &inst.bound else { unreachable!("scorer call on a detector") };
             this.arm(&mut inst.store);
-            match b
-                .tessera_policy_scoring()
-                .call_score(&mut inst.store, pod, candidates)
-            {
+            match b.tessera_policy_scoring().call_score(&mut inst.store, pod, candidates) {
                 Ok(Ok(s)) => {
                     let n = candidates.len();
                     if s.values.len() != n {
@@ -379,10 +312,7 @@ impl PluginVersion {
                     if !s.gpu_hints.is_empty() && s.gpu_hints.len() != n {
                         return Err((wrong_len("GPU hints", n, s.gpu_hints.len(), 1), false));
                     }
-                    Ok(ScoreOutput {
-                        values: s.values,
-                        gpu_hints: s.gpu_hints,
-                    })
+                    Ok(ScoreOutput { values: s.values, gpu_hints: s.gpu_hints })
                 }
                 Ok(Err(msg)) => Err((FaultKind::Guest(clip(msg)), true)),
                 Err(e) => Err((this.classify(&inst.store, e), false)),
@@ -395,14 +325,9 @@ impl PluginVersion {
     /// kept for detection (detectors are called from one loop).
     pub fn observe(&self, frame: &wit::TelemetryFrame) -> Result<(), CallError> {
         self.with_instance("observe", |this, inst| {
-            let Bound::Detector(b) = &inst.bound else {
-                unreachable!("detector call on a scorer")
-            };
+            let Bound::Detector(b) = &inst.bound else { unreachable!("detector call on a scorer") };
             this.arm(&mut inst.store);
-            match b
-                .tessera_policy_detection()
-                .call_observe(&mut inst.store, frame)
-            {
+            match b.tessera_policy_detection().call_observe(&mut inst.store, frame) {
                 Ok(Ok(())) => Ok(()),
                 Ok(Err(msg)) => Err((FaultKind::Guest(clip(msg)), true)),
                 Err(e) => Err((this.classify(&inst.store, e), false)),
@@ -413,22 +338,13 @@ impl PluginVersion {
     /// Findings over the detector's window.
     pub fn detect(&self) -> Result<Vec<wit::Finding>, CallError> {
         self.with_instance("detect", |this, inst| {
-            let Bound::Detector(b) = &inst.bound else {
-                unreachable!("detector call on a scorer")
-            };
+            let Bound::Detector(b) = &inst.bound else { unreachable!("detector call on a scorer") };
             this.arm(&mut inst.store);
             match b.tessera_policy_detection().call_detect(&mut inst.store) {
                 Ok(Ok(f)) => {
                     let bytes: usize = f.iter().map(|x| 16 + x.message.len()).sum();
                     if bytes > 16 << 20 {
-                        return Err((
-                            FaultKind::OversizedOutput {
-                                what: "findings",
-                                bytes,
-                                limit: 16 << 20,
-                            },
-                            false,
-                        ));
+                        return Err((FaultKind::OversizedOutput { what: "findings", bytes, limit: 16 << 20 }, false));
                     }
                     Ok(f)
                 }
@@ -454,10 +370,7 @@ impl PluginVersion {
             description: info.description,
             filter_reasons: info.filter_reasons,
         };
-        self.pool
-            .get_mut()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(inst);
+        self.pool.get_mut().unwrap_or_else(|p| p.into_inner()).push(inst);
         Ok(())
     }
 
@@ -471,17 +384,9 @@ fn wrong_len(what: &'static str, expected: usize, got: usize, elem: usize) -> Fa
     let bytes = got * elem;
     // Far more than asked for is an attempt to flood the host.
     if got > expected.saturating_mul(4).max(1 << 16) {
-        FaultKind::OversizedOutput {
-            what,
-            bytes,
-            limit: expected * elem,
-        }
+        FaultKind::OversizedOutput { what, bytes, limit: expected * elem }
     } else {
-        FaultKind::WrongLength {
-            what,
-            expected,
-            got,
-        }
+        FaultKind::WrongLength { what, expected, got }
     }
 }
 
@@ -528,20 +433,14 @@ pub struct PluginSlot {
 
 impl std::fmt::Debug for PluginSlot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PluginSlot")
-            .field("current", &self.current.load())
-            .finish_non_exhaustive()
+        f.debug_struct("PluginSlot").field("current", &self.current.load()).finish_non_exhaustive()
     }
 }
 
 impl PluginSlot {
     /// A slot holding `version`.
     pub fn new(version: Arc<PluginVersion>) -> Self {
-        Self {
-            current: ArcSwap::new(version),
-            faults: Mutex::default(),
-            versions: AtomicU64::new(1),
-        }
+        Self { current: ArcSwap::new(version), faults: Mutex::default(), versions: AtomicU64::new(1) }
     }
 
     /// The version serving new calls.
@@ -571,17 +470,9 @@ impl PluginSlot {
     }
 
     /// Runs a call on the current version with fault accounting.
-    pub fn call<R>(
-        &self,
-        f: impl FnOnce(&PluginVersion) -> Result<R, CallError>,
-    ) -> Result<R, CallError> {
+    pub fn call<R>(&self, f: impl FnOnce(&PluginVersion) -> Result<R, CallError>) -> Result<R, CallError> {
         let version = self.current();
-        if let Some(faults) = self
-            .faults
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .quarantined
-        {
+        if let Some(faults) = self.faults.lock().unwrap_or_else(|p| p.into_inner()).quarantined {
             return Err(CallError {
                 plugin: version.name.clone(),
                 version: version.version.clone(),

@@ -80,15 +80,8 @@ pub struct Policy {
 impl Policy {
     /// A policy over loaded plugin slots.
     pub fn new(name: impl Into<String>, members: Vec<Member>) -> Self {
-        let (scorers, detectors) = members
-            .into_iter()
-            .partition(|m| m.slot.current().kind() == WorldKind::Scorer);
-        Self {
-            name: name.into(),
-            scorers,
-            detectors,
-            feed: Arc::new(RwLock::new(NodeFeed::new())),
-        }
+        let (scorers, detectors) = members.into_iter().partition(|m| m.slot.current().kind() == WorldKind::Scorer);
+        Self { name: name.into(), scorers, detectors, feed: Arc::new(RwLock::new(NodeFeed::new())) }
     }
 
     /// Policy name.
@@ -108,10 +101,7 @@ impl Policy {
 
     /// The member with this name.
     pub fn member(&self, name: &str) -> Option<&Member> {
-        self.scorers
-            .iter()
-            .chain(&self.detectors)
-            .find(|m| m.name == name)
+        self.scorers.iter().chain(&self.detectors).find(|m| m.name == name)
     }
 
     /// Tells the plugins about new or changed nodes.
@@ -165,12 +155,7 @@ impl Policy {
                 Err(e) => d.errors.push(e),
             }
         }
-        d.feasible = candidates
-            .iter()
-            .zip(&ok)
-            .filter(|(_, ok)| **ok)
-            .map(|(id, _)| *id)
-            .collect();
+        d.feasible = candidates.iter().zip(&ok).filter(|(_, ok)| **ok).map(|(id, _)| *id).collect();
         d.totals = vec![0.0; d.feasible.len()];
         if d.feasible.is_empty() {
             return d;
@@ -183,9 +168,7 @@ impl Policy {
             match m.slot.call(|v| v.score(&self.feed, &wit_pod, &d.feasible)) {
                 Ok(out) => {
                     score::accumulate(&mut d.totals, &out.values, m.weight);
-                    if !out.gpu_hints.is_empty()
-                        && hints.as_ref().is_none_or(|(w, _)| m.weight > *w)
-                    {
+                    if !out.gpu_hints.is_empty() && hints.as_ref().is_none_or(|(w, _)| m.weight > *w) {
                         hints = Some((m.weight, out.gpu_hints));
                     }
                     d.outcomes.push(PluginOutcome {
@@ -210,10 +193,20 @@ impl Policy {
         }
         if let Some(i) = score::select(&d.totals) {
             d.chosen = Some(d.feasible[i]);
-            d.gpu_hint = hints
-                .and_then(|(_, h)| h.get(i).copied())
-                .filter(|&g| g != u8::MAX);
+            d.gpu_hint = hints.and_then(|(_, h)| h.get(i).copied()).filter(|&g| g != u8::MAX);
         }
         d
+    }
+}
+
+/// A policy places pods in the simulator (and, later, the live scheduler).
+impl tessera_core::sim::Placer for Policy {
+    fn nodes_changed(&mut self, nodes: &[&Node]) {
+        self.upsert_nodes(nodes.iter().copied());
+    }
+
+    fn place(&mut self, pod: &Pod, candidates: &[NodeId]) -> tessera_core::sim::Choice {
+        let d = self.decide(pod, candidates);
+        tessera_core::sim::Choice { node: d.chosen, gpu_hint: d.gpu_hint, plugin_errors: d.errors.len() as u32 }
     }
 }

@@ -122,9 +122,7 @@ pub struct Runtime {
 
 impl std::fmt::Debug for Runtime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Runtime")
-            .field("config", &self.config)
-            .finish_non_exhaustive()
+        f.debug_struct("Runtime").field("config", &self.config).finish_non_exhaustive()
     }
 }
 
@@ -149,13 +147,13 @@ impl Runtime {
 
         let mut linker = Linker::<HostState>::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| rt(&e))?;
-        scorer::Scorer::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s| s)
-            .map_err(|e| rt(&e))?;
+        scorer::Scorer::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s| s).map_err(|e| rt(&e))?;
 
         let cache = match &config.cache_dir {
-            Some(dir) => Some(ArtifactCache::new(dir, &engine).map_err(|e| {
-                LoadError::Runtime(format!("cache directory {}: {e}", dir.display()))
-            })?),
+            Some(dir) => Some(
+                ArtifactCache::new(dir, &engine)
+                    .map_err(|e| LoadError::Runtime(format!("cache directory {}: {e}", dir.display())))?,
+            ),
             None => None,
         };
 
@@ -175,16 +173,7 @@ impl Runtime {
                 }
             })
             .map_err(|e| rt(&e))?;
-        Ok(Self {
-            engine,
-            linker,
-            cache,
-            config,
-            _ticker: Ticker {
-                stop,
-                handle: Some(handle),
-            },
-        })
+        Ok(Self { engine, linker, cache, config, _ticker: Ticker { stop, handle: Some(handle) } })
     }
 
     /// The engine.
@@ -204,11 +193,7 @@ impl Runtime {
 
     /// Compiles (or loads from the cache), links, instantiates and checks a
     /// plugin with canned calls. A plugin that fails any step is not loaded.
-    pub fn load(
-        &self,
-        spec: &PluginSpec,
-        wasm: &[u8],
-    ) -> Result<(Arc<PluginVersion>, LoadReport), LoadError> {
+    pub fn load(&self, spec: &PluginSpec, wasm: &[u8]) -> Result<(Arc<PluginVersion>, LoadReport), LoadError> {
         let plugin = spec.name.clone();
         if spec.limits.memory_mib.0 > u64::from(self.config.max_memory_mib) {
             return Err(LoadError::Limits {
@@ -231,46 +216,25 @@ impl Runtime {
         if let Some(expected) = &spec.sha256 {
             let actual = sha256_hex(wasm);
             if *expected != actual {
-                return Err(LoadError::DigestMismatch {
-                    plugin,
-                    expected: expected.clone(),
-                    actual,
-                });
+                return Err(LoadError::DigestMismatch { plugin, expected: expected.clone(), actual });
             }
         }
         let key = content_key(wasm);
-        let compile_err = |e: wasmtime::Error| LoadError::Compile {
-            plugin: plugin.clone(),
-            reason: format!("{e:#}"),
-        };
+        let compile_err = |e: wasmtime::Error| LoadError::Compile { plugin: plugin.clone(), reason: format!("{e:#}") };
         let (component, cache) = match &self.cache {
-            Some(cache) => cache
-                .load_or_compile(&self.engine, &key, wasm)
-                .map_err(compile_err)?,
-            None => (
-                Component::new(&self.engine, wasm).map_err(compile_err)?,
-                CacheOutcome::Disabled,
-            ),
+            Some(cache) => cache.load_or_compile(&self.engine, &key, wasm).map_err(compile_err)?,
+            None => (Component::new(&self.engine, wasm).map_err(compile_err)?, CacheOutcome::Disabled),
         };
         let compile = t0.elapsed();
 
         let t1 = Instant::now();
         let ty = component.component_type();
-        let exports: Vec<String> = ty
-            .exports(&self.engine)
-            .map(|(n, _)| n.to_string())
-            .collect();
-        let imports: Vec<String> = ty
-            .imports(&self.engine)
-            .map(|(n, _)| n.to_string())
-            .collect();
-        let instance_pre =
-            self.linker
-                .instantiate_pre(&component)
-                .map_err(|e| LoadError::Link {
-                    plugin: plugin.clone(),
-                    reason: format!("{e:#}"),
-                })?;
+        let exports: Vec<String> = ty.exports(&self.engine).map(|(n, _)| n.to_string()).collect();
+        let imports: Vec<String> = ty.imports(&self.engine).map(|(n, _)| n.to_string()).collect();
+        let instance_pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| LoadError::Link { plugin: plugin.clone(), reason: format!("{e:#}") })?;
         let (kind, pre) = if let Ok(p) = scorer::ScorerPre::new(instance_pre.clone()) {
             (WorldKind::Scorer, Pre::Scorer(p))
         } else if let Ok(p) = detector::DetectorPre::new(instance_pre) {
@@ -286,11 +250,7 @@ impl Runtime {
         if let Some(expected) = expected
             && expected != kind
         {
-            return Err(LoadError::RoleMismatch {
-                plugin,
-                expected,
-                found: kind,
-            });
+            return Err(LoadError::RoleMismatch { plugin, expected, found: kind });
         }
         let link = t1.elapsed();
 
@@ -308,24 +268,10 @@ impl Runtime {
             spec.config_json.clone(),
             spec.seed,
         );
-        version.fetch_info().map_err(|e| LoadError::Check {
-            plugin: plugin.clone(),
-            error: Box::new(e),
-        })?;
-        check::canned(&version).map_err(|e| LoadError::Check {
-            plugin: plugin.clone(),
-            error: Box::new(e),
-        })?;
+        version.fetch_info().map_err(|e| LoadError::Check { plugin: plugin.clone(), error: Box::new(e) })?;
+        check::canned(&version).map_err(|e| LoadError::Check { plugin: plugin.clone(), error: Box::new(e) })?;
         let check = t2.elapsed();
-        let report = LoadReport {
-            key,
-            cache,
-            compile,
-            link,
-            check,
-            exports,
-            imports,
-        };
+        let report = LoadReport { key, cache, compile, link, check, exports, imports };
         Ok((Arc::new(version), report))
     }
 }

@@ -24,11 +24,7 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
-        Self {
-            cpu_weight: 1,
-            memory_weight: 1,
-            gpu_weight: 3,
-        }
+        Self { cpu_weight: 1, memory_weight: 1, gpu_weight: 3 }
     }
 }
 
@@ -56,40 +52,18 @@ impl Scorer for BinPack {
         if cfg.cpu_weight + cfg.memory_weight + cfg.gpu_weight == 0 {
             return Err("binpack: at least one weight must be positive".into());
         }
-        let weights = [
-            cfg.cpu_weight as f32,
-            cfg.memory_weight as f32,
-            cfg.gpu_weight as f32,
-            0.0,
-        ];
+        let weights = [cfg.cpu_weight as f32, cfg.memory_weight as f32, cfg.gpu_weight as f32, 0.0];
         let mut inv_weight_sum = [0.0; 8];
         for (mask, slot) in inv_weight_sum.iter_mut().enumerate() {
-            let sum: f32 = (0..3)
-                .filter(|r| mask & (1 << r) != 0)
-                .map(|r| weights[r])
-                .sum();
+            let sum: f32 = (0..3).filter(|r| mask & (1 << r) != 0).map(|r| weights[r]).sum();
             *slot = if sum > 0.0 { 1.0 / sum } else { 0.0 };
         }
-        Ok(Self {
-            weights,
-            inv_weight_sum,
-            weight_sum: weights.iter().sum(),
-            weighted_request: [0.0; 4],
-        })
+        Ok(Self { weights, inv_weight_sum, weight_sum: weights.iter().sum(), weighted_request: [0.0; 4] })
     }
 
     fn prepare(&mut self, pod: &Pod, _nodes: &tessera_sdk::NodeTable) {
-        let request = [
-            pod.requests.cpu_milli as f32,
-            pod.requests.memory_mib as f32,
-            pod.gpu_demand_milli() as f32,
-        ];
-        for ((wr, w), req) in self
-            .weighted_request
-            .iter_mut()
-            .zip(self.weights)
-            .zip(request)
-        {
+        let request = [pod.requests.cpu_milli as f32, pod.requests.memory_mib as f32, pod.gpu_demand_milli() as f32];
+        for ((wr, w), req) in self.weighted_request.iter_mut().zip(self.weights).zip(request) {
             *wr = w * req;
         }
     }
@@ -154,21 +128,9 @@ mod tests {
     fn node(id: u32, free_cpu: u32, gpu_free: &[u32]) -> NodeRecord {
         NodeRecord {
             id,
-            capacity: Resources {
-                cpu_milli: 32_000,
-                memory_mib: 0,
-            },
-            free: Resources {
-                cpu_milli: free_cpu,
-                memory_mib: 0,
-            },
-            gpus: gpu_free
-                .iter()
-                .map(|&f| GpuRecord {
-                    free_milli: f,
-                    ..GpuRecord::default()
-                })
-                .collect(),
+            capacity: Resources { cpu_milli: 32_000, memory_mib: 0 },
+            free: Resources { cpu_milli: free_cpu, memory_mib: 0 },
+            gpus: gpu_free.iter().map(|&f| GpuRecord { free_milli: f, ..GpuRecord::default() }).collect(),
             ready: true,
             ..NodeRecord::default()
         }
@@ -176,19 +138,14 @@ mod tests {
 
     #[test]
     fn fuller_node_scores_higher() {
-        let mut h =
-            ScorerHarness::<BinPack>::new(r#"{"cpu_weight":1,"memory_weight":0,"gpu_weight":1}"#)
-                .unwrap();
+        let mut h = ScorerHarness::<BinPack>::new(r#"{"cpu_weight":1,"memory_weight":0,"gpu_weight":1}"#).unwrap();
         h.apply([
             NodeDelta::Upsert(node(0, 32_000, &[1000, 1000])),
             NodeDelta::Upsert(node(1, 16_000, &[1000, 600, 300])),
         ])
         .unwrap();
         let pod = Pod {
-            requests: Resources {
-                cpu_milli: 8_000,
-                memory_mib: 0,
-            },
+            requests: Resources { cpu_milli: 8_000, memory_mib: 0 },
             gpu_count: 1,
             gpu_milli: 250,
             ..Pod::default()
@@ -198,29 +155,16 @@ mod tests {
         // node 0: cpu 8/32 = 250, gpu 250/2000 = 125 -> 187.5, rounded
         // node 1: cpu 24/32 = 750, gpu (3000-1900+250)/3000 = 450 -> 600
         assert_eq!(v, [188, 600]);
-        assert!(
-            hints.is_empty(),
-            "binpack leaves the GPU choice to the host"
-        );
+        assert!(hints.is_empty(), "binpack leaves the GPU choice to the host");
     }
 
     #[test]
     fn failed_gpus_do_not_count_as_free() {
-        let mut h =
-            ScorerHarness::<BinPack>::new(r#"{"cpu_weight":0,"memory_weight":0,"gpu_weight":1}"#)
-                .unwrap();
+        let mut h = ScorerHarness::<BinPack>::new(r#"{"cpu_weight":0,"memory_weight":0,"gpu_weight":1}"#).unwrap();
         let mut n = node(0, 32_000, &[0, 1000]);
         n.gpus[1].health = tessera_sdk::GpuHealth::Failed;
-        h.apply([
-            NodeDelta::Upsert(n),
-            NodeDelta::Upsert(node(1, 32_000, &[0, 1000])),
-        ])
-        .unwrap();
-        let pod = Pod {
-            gpu_count: 1,
-            gpu_milli: 0,
-            ..Pod::default()
-        };
+        h.apply([NodeDelta::Upsert(n), NodeDelta::Upsert(node(1, 32_000, &[0, 1000]))]).unwrap();
+        let pod = Pod { gpu_count: 1, gpu_milli: 0, ..Pod::default() };
         let (mut v, mut hints) = (Vec::new(), Vec::new());
         h.score(&pod, &[0, 1], &mut v, &mut hints).unwrap();
         assert_eq!(v, [1000, 500]);
@@ -228,13 +172,8 @@ mod tests {
 
     #[test]
     fn rejects_all_zero_weights_and_unknown_fields() {
-        assert!(
-            ScorerHarness::<BinPack>::new(r#"{"cpu_weight":0,"memory_weight":0,"gpu_weight":0}"#)
-                .is_err()
-        );
-        let err = ScorerHarness::<BinPack>::new(r#"{"cpu_wieght":1}"#)
-            .err()
-            .unwrap();
+        assert!(ScorerHarness::<BinPack>::new(r#"{"cpu_weight":0,"memory_weight":0,"gpu_weight":0}"#).is_err());
+        let err = ScorerHarness::<BinPack>::new(r#"{"cpu_wieght":1}"#).err().unwrap();
         assert!(err.contains("cpu_wieght"), "{err}");
     }
 }

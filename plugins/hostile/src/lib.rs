@@ -85,9 +85,7 @@ mod component {
         fn info() -> PluginInfo {
             PluginInfo {
                 name: "hostile".into(),
-                version: CFG
-                    .with_borrow(|c| c.version.clone())
-                    .unwrap_or_else(|| "0.1.0".into()),
+                version: CFG.with_borrow(|c| c.version.clone()).unwrap_or_else(|| "0.1.0".into()),
                 description: "misbehaves on purpose".into(),
                 filter_reasons: vec![],
             }
@@ -125,20 +123,11 @@ mod component {
         fn score(_pod: Pod, candidates: Vec<u32>) -> Result<Scores, String> {
             let n = candidates.len();
             match misbehave("score", n).as_deref() {
-                Some("wrong-length") => Ok(Scores {
-                    values: vec![1; n.saturating_sub(1)],
-                    gpu_hints: vec![],
-                }),
-                Some("oversized") => Ok(Scores {
-                    values: vec![1; 200_000],
-                    gpu_hints: vec![],
-                }),
+                Some("wrong-length") => Ok(Scores { values: vec![1; n.saturating_sub(1)], gpu_hints: vec![] }),
+                Some("oversized") => Ok(Scores { values: vec![1; 200_000], gpu_hints: vec![] }),
                 Some("oversized-error") => Err("x".repeat(1 << 20)),
                 Some("guest-error") => Err("hostile: score refuses".into()),
-                _ => Ok(Scores {
-                    values: vec![0; n],
-                    gpu_hints: vec![],
-                }),
+                _ => Ok(Scores { values: vec![0; n], gpu_hints: vec![] }),
             }
         }
     }

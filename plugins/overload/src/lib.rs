@@ -26,12 +26,7 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
-        Self {
-            gpu_util_permille: 900,
-            gpu_intervals: 5,
-            memory_free_permille: 100,
-            memory_intervals: 3,
-        }
+        Self { gpu_util_permille: 900, gpu_intervals: 5, memory_free_permille: 100, memory_intervals: 3 }
     }
 }
 
@@ -68,9 +63,7 @@ impl Detector for Overload {
         };
         let mut out = Vec::new();
         for &(node, s) in &latest.samples {
-            if window.consecutive(node, |x| x.gpu_util_permille > c.gpu_util_permille)
-                >= c.gpu_intervals
-            {
+            if window.consecutive(node, |x| x.gpu_util_permille > c.gpu_util_permille) >= c.gpu_intervals {
                 let over = (s.gpu_util_permille - c.gpu_util_permille) as u32;
                 let room = (1000 - c.gpu_util_permille).max(1) as u32;
                 out.push(Finding {
@@ -83,15 +76,12 @@ impl Detector for Overload {
                     ),
                 });
             }
-            if window.consecutive(node, |x| x.memory_free_permille < c.memory_free_permille)
-                >= c.memory_intervals
-            {
+            if window.consecutive(node, |x| x.memory_free_permille < c.memory_free_permille) >= c.memory_intervals {
                 let short = (c.memory_free_permille - s.memory_free_permille) as u32;
                 out.push(Finding {
                     node,
                     kind: FindingKind::MemoryPressure,
-                    severity: (500 + 500 * short / c.memory_free_permille.max(1) as u32).min(1000)
-                        as u16,
+                    severity: (500 + 500 * short / c.memory_free_permille.max(1) as u32).min(1000) as u16,
                     message: format!(
                         "free memory below {}‰ for {} consecutive intervals (now {}‰)",
                         c.memory_free_permille, c.memory_intervals, s.memory_free_permille
@@ -118,14 +108,7 @@ mod tests {
                 .zip(mem_free)
                 .enumerate()
                 .map(|(i, (&u, &m))| {
-                    (
-                        i as u32,
-                        Sample {
-                            gpu_util_permille: u,
-                            memory_free_permille: m,
-                            ..Sample::default()
-                        },
-                    )
+                    (i as u32, Sample { gpu_util_permille: u, memory_free_permille: m, ..Sample::default() })
                 })
                 .collect(),
         }

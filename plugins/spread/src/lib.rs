@@ -39,18 +39,14 @@ impl Scorer for Spread {
     type Config = Config;
     const NAME: &'static str = "spread";
     const VERSION: &'static str = env!("CARGO_PKG_VERSION");
-    const DESCRIPTION: &'static str =
-        "spread a workload's pods across zones (soft score, optional max skew)";
+    const DESCRIPTION: &'static str = "spread a workload's pods across zones (soft score, optional max skew)";
     const FILTER_REASONS: &'static [&'static str] = &["SCHED-ZONE-SPREAD"];
 
     fn new(cfg: Config) -> Result<Self, String> {
         if cfg.max_skew == Some(0) {
             return Err("spread: max_skew must be at least 1".into());
         }
-        Ok(Self {
-            cfg,
-            ..Self::default()
-        })
+        Ok(Self { cfg, ..Self::default() })
     }
 
     fn prepare(&mut self, pod: &Pod, nodes: &NodeTable) {
@@ -65,13 +61,7 @@ impl Scorer for Spread {
             present[node.zone as usize] = true;
             self.counts[node.zone as usize] += meta.workload_pods(&pod.workload);
         }
-        let live = || {
-            self.counts
-                .iter()
-                .zip(&present)
-                .filter(|(_, p)| **p)
-                .map(|(c, _)| *c)
-        };
+        let live = || self.counts.iter().zip(&present).filter(|(_, p)| **p).map(|(c, _)| *c);
         self.max = live().max().unwrap_or(0);
         self.min = live().min().unwrap_or(0);
     }
@@ -80,11 +70,7 @@ impl Scorer for Spread {
         match self.cfg.max_skew {
             Some(skew) if self.active => {
                 let after = self.zone_count(node) + 1;
-                if after.saturating_sub(self.min) > skew {
-                    Err(0)
-                } else {
-                    Ok(())
-                }
+                if after.saturating_sub(self.min) > skew { Err(0) } else { Ok(()) }
             }
             _ => Ok(()),
         }
@@ -106,21 +92,9 @@ mod tests {
     use tessera_sdk::{NodeDelta, NodeRecord, ScorerHarness, WorkloadCount};
 
     fn node(id: u32, zone: &str, web_pods: u32) -> NodeRecord {
-        let workloads = if web_pods > 0 {
-            vec![WorkloadCount {
-                workload: "web".into(),
-                pods: web_pods,
-            }]
-        } else {
-            vec![]
-        };
-        NodeRecord {
-            id,
-            zone: zone.into(),
-            ready: true,
-            workloads,
-            ..NodeRecord::default()
-        }
+        let workloads =
+            if web_pods > 0 { vec![WorkloadCount { workload: "web".into(), pods: web_pods }] } else { vec![] };
+        NodeRecord { id, zone: zone.into(), ready: true, workloads, ..NodeRecord::default() }
     }
 
     fn harness(cfg: &str) -> ScorerHarness<Spread> {
@@ -138,19 +112,13 @@ mod tests {
     #[test]
     fn emptier_zone_scores_higher() {
         let mut h = harness("");
-        let pod = Pod {
-            workload: "web".into(),
-            ..Pod::default()
-        };
+        let pod = Pod { workload: "web".into(), ..Pod::default() };
         let (mut v, mut hints) = (Vec::new(), Vec::new());
         h.score(&pod, &[0, 1, 2, 3], &mut v, &mut hints).unwrap();
         // zone a: 3, b: 1, c: 0; max 3.
         assert_eq!(v, [0, 0, 2, 3]);
         assert!(hints.is_empty());
-        let other = Pod {
-            workload: "".into(),
-            ..Pod::default()
-        };
+        let other = Pod { workload: "".into(), ..Pod::default() };
         h.score(&other, &[0, 3], &mut v, &mut hints).unwrap();
         assert_eq!(v, [0, 0]);
     }
@@ -158,10 +126,7 @@ mod tests {
     #[test]
     fn max_skew_rejects_busy_zone() {
         let mut h = harness(r#"{"max_skew": 2}"#);
-        let pod = Pod {
-            workload: "web".into(),
-            ..Pod::default()
-        };
+        let pod = Pod { workload: "web".into(), ..Pod::default() };
         let mut out = Vec::new();
         h.filter(&pod, &[0, 1, 2, 3], &mut out).unwrap();
         // zone a would hold 4 vs min 0 -> skew 4 > 2; b: 2 - 0 = 2 ok; c: 1 ok.

@@ -1,0 +1,264 @@
+//! `tessera sim`: replay a workload on the embedded simulator with a policy
+//! of Wasm plugins, print a summary, optionally write `run.json`.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use serde::Serialize;
+use tessera_core::metrics::TargetWorkload;
+use tessera_core::model::{Node, Pod, Resources, Tier};
+use tessera_core::sim::{Arrival, RunReport, Simulator, synthetic};
+use tessera_policy::PolicyDocument;
+use tessera_trace::{NodeRow, PodRow};
+use tessera_wasm::{Runtime, RuntimeConfig};
+
+use crate::load;
+
+/// Where nodes or pods come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    /// Generated from the seed.
+    Builtin,
+    /// A trace file.
+    File(PathBuf),
+}
+
+impl std::str::FromStr for Input {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(if s == "builtin" { Input::Builtin } else { Input::File(s.into()) })
+    }
+}
+
+/// Options of `tessera sim`.
+#[derive(Debug, Clone)]
+pub struct SimOptions {
+    /// Node list.
+    pub nodes: Input,
+    /// Nodes generated for `--nodes builtin`.
+    pub node_count: usize,
+    /// Pod list.
+    pub pods: Input,
+    /// Arrival order (row indices), for trace pod lists.
+    pub order: Option<PathBuf>,
+    /// Seed of the built-in workload and of the plugins' random streams.
+    pub seed: u64,
+    /// Policy: a built-in plugin name, `default`, or a policy file.
+    pub policy: String,
+    /// Replay by creation/deletion time instead of submissions.
+    pub time_replay: bool,
+    /// Built-in workload: submit until GPU demand reaches this × capacity.
+    pub inflate: f64,
+}
+
+/// What `run.json` holds: inputs and the report (no timings, so equal
+/// inputs give byte-identical files).
+#[derive(Debug, Serialize)]
+pub struct RunFile {
+    /// Policy name.
+    pub policy: String,
+    /// Seed.
+    pub seed: u64,
+    /// Node source.
+    pub nodes: String,
+    /// Pod source.
+    pub pods: String,
+    /// Protocol.
+    pub protocol: &'static str,
+    /// The report.
+    pub report: RunReport,
+}
+
+/// A finished run.
+pub struct SimOutcome {
+    /// What goes into `run.json`.
+    pub file: RunFile,
+    /// Nodes simulated.
+    pub nodes: usize,
+    /// Wall time of the simulation itself, seconds.
+    pub wall_s: f64,
+}
+
+fn node_of(i: usize, row: &NodeRow) -> Node {
+    let cap = Resources { cpu_milli: row.cpu_milli, memory_mib: row.memory_mib };
+    Node::new(i as u32, row.name.clone(), cap, row.gpus as usize, &row.model)
+}
+
+/// A trace pod row as a pod to schedule.
+pub fn pod_of(row: &PodRow) -> Pod {
+    Pod {
+        name: row.name.clone(),
+        namespace: "default".into(),
+        workload: String::new(),
+        requests: Resources { cpu_milli: row.cpu_milli, memory_mib: row.memory_mib },
+        gpu_count: row.num_gpu,
+        gpu_milli: row.gpu_milli,
+        allowed_models: row.gpu_spec.clone(),
+        priority: 0,
+        tier: match row.qos.as_deref() {
+            Some("BE") => Tier::Opportunistic,
+            Some("Guaranteed") => Tier::Hard,
+            _ => Tier::Soft,
+        },
+    }
+}
+
+fn open(path: &Path) -> Result<std::fs::File> {
+    std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))
+}
+
+/// Submission order from an arrival-order file: row indices; repeats are
+/// clones named `NAME-tuned-K` (K counts clones in order, as in the
+/// published runs).
+pub fn ordered(rows: &[PodRow], order: &[u32]) -> Vec<Pod> {
+    let mut seen = vec![false; rows.len()];
+    let mut clones = 0;
+    order
+        .iter()
+        .map(|&i| {
+            let mut p = pod_of(&rows[i as usize]);
+            if std::mem::replace(&mut seen[i as usize], true) {
+                p.name = format!("{}-tuned-{clones}", p.name);
+                clones += 1;
+            }
+            p
+        })
+        .collect()
+}
+
+/// The policy document for `--policy`.
+pub fn policy_document(policy: &str, seed: u64) -> Result<PolicyDocument> {
+    let mut doc = if policy == "default" {
+        PolicyDocument::parse(include_str!("../../../deploy/policies/default.yaml"), "builtin:default")?
+    } else if tessera_plugins::by_name(policy).is_some() {
+        PolicyDocument::parse(
+            &format!("name: {policy}\nplugins:\n  - name: {policy}\n    source: builtin:{policy}\n"),
+            "builtin",
+        )?
+    } else {
+        let path = Path::new(policy);
+        if !path.exists() {
+            let known: Vec<&str> = tessera_plugins::ALL.iter().map(|a| a.name).collect();
+            bail!("--policy {policy}: not a file, `default`, or a built-in plugin ({})", known.join(", "));
+        }
+        let mut d = PolicyDocument::load(path)?;
+        d.resolve_paths(path);
+        d
+    };
+    doc.seed = seed;
+    Ok(doc)
+}
+
+/// Runs the simulation.
+pub fn run(opts: &SimOptions) -> Result<SimOutcome> {
+    // Load every input before simulating anything.
+    let nodes: Vec<Node> = match &opts.nodes {
+        Input::Builtin => synthetic::cluster(opts.node_count, opts.seed),
+        Input::File(p) => tessera_trace::read_nodes(open(p)?, &p.display().to_string())?
+            .iter()
+            .enumerate()
+            .map(|(i, r)| node_of(i, r))
+            .collect(),
+    };
+    let total_gpus: u64 = nodes.iter().map(|n| n.gpus.len() as u64).sum();
+    let (trace_pods, rows): (Vec<Pod>, Option<Vec<PodRow>>) = match &opts.pods {
+        Input::Builtin => {
+            let mut models: Vec<String> = nodes.iter().map(|n| n.gpu_model.clone()).filter(|m| !m.is_empty()).collect();
+            models.sort();
+            models.dedup();
+            (synthetic::pods(8_000, &models, opts.seed), None)
+        }
+        Input::File(p) => {
+            let rows = tessera_trace::read_pods(open(p)?, &p.display().to_string())?;
+            (rows.iter().map(pod_of).collect(), Some(rows))
+        }
+    };
+    let submissions: Vec<Pod> = match (&opts.order, &rows) {
+        (Some(order), Some(rows)) => {
+            let text = std::fs::read_to_string(order).with_context(|| format!("cannot read {}", order.display()))?;
+            ordered(rows, &tessera_trace::read_order(&text, &order.display().to_string(), rows.len())?)
+        }
+        (Some(_), None) => bail!("--order needs a pod list file (--pods FILE)"),
+        (None, Some(_)) => trace_pods.clone(),
+        (None, None) => synthetic::inflate(&trace_pods, total_gpus, opts.inflate, opts.seed),
+    };
+    let workload = TargetWorkload::from_pods(&trace_pods, 0.95);
+
+    let doc = policy_document(&opts.policy, opts.seed)?;
+    let rt = Runtime::new(RuntimeConfig::default())?;
+    let mut policy = load::load_policy(&rt, &doc)?;
+
+    let started = Instant::now();
+    let n_nodes = nodes.len();
+    let report = if opts.time_replay {
+        let rows = rows.as_ref().context("time replay needs a pod list with creation times (--pods FILE)")?;
+        let arrivals: Vec<Arrival> = rows
+            .iter()
+            .filter_map(|r| {
+                Some(Arrival { pod: pod_of(r), at: r.creation_time?, leaves_at: r.deletion_time.filter(|&d| d > 0) })
+            })
+            .collect();
+        Simulator::new(nodes, workload, &mut policy).run_time_replay(&arrivals)
+    } else {
+        Simulator::new(nodes, workload, &mut policy).run_submissions(&submissions)
+    };
+    let wall_s = started.elapsed().as_secs_f64();
+    let describe = |i: &Input| match i {
+        Input::Builtin => "builtin".to_string(),
+        Input::File(p) => p.display().to_string(),
+    };
+    Ok(SimOutcome {
+        file: RunFile {
+            policy: doc.name.clone(),
+            seed: opts.seed,
+            nodes: describe(&opts.nodes),
+            pods: describe(&opts.pods),
+            protocol: if opts.time_replay { "time-replay" } else { "submissions" },
+            report,
+        },
+        nodes: n_nodes,
+        wall_s,
+    })
+}
+
+/// The summary table.
+pub fn summary(o: &SimOutcome) -> String {
+    let r = &o.file.report;
+    let mut rows: Vec<(String, String)> = vec![
+        ("policy".into(), o.file.policy.clone()),
+        ("protocol".into(), o.file.protocol.into()),
+        ("nodes / GPUs".into(), format!("{} / {}", o.nodes, r.total_gpus)),
+        ("pods submitted".into(), r.submitted.to_string()),
+        ("placed".into(), r.placed.to_string()),
+        ("failed".into(), r.failed.to_string()),
+    ];
+    if o.file.protocol == "time-replay" {
+        rows.push(("departed / pending".into(), format!("{} / {}", r.departed, r.pending)));
+    }
+    if let Some(b) = r.buckets.last() {
+        rows.push(("GPU demand arrived (end)".into(), format!("{}% of capacity", b.arrived_pct)));
+    }
+    for pct in [100, 130] {
+        if let Some(a) = r.allocation_at(pct) {
+            rows.push((format!("GPU allocation @ {pct}% arrived"), format!("{a:.2}%")));
+        }
+    }
+    rows.push(("GPU allocation (end)".into(), format!("{:.2}%", r.last.allocation)));
+    rows.push(("unallocated GPUs (end)".into(), format!("{:.2}%", 100.0 - r.last.allocation)));
+    rows.push((
+        "fragmentation (end)".into(),
+        format!("{:.2}% of GPUs, {:.2}% of free", r.last.fragmentation, r.last.fragmentation_rate),
+    ));
+    let hot = r.hotspot_counts.iter().filter(|&&c| c > 0).count();
+    rows.push(("nodes ever hot (≥90%)".into(), hot.to_string()));
+    for (code, n) in &r.failures_by_reason {
+        rows.push((format!("failed: {code}"), n.to_string()));
+    }
+    rows.push(("plugin errors".into(), r.plugin_errors.to_string()));
+    rows.push((
+        "wall time".into(),
+        format!("{:.3} s ({:.0} pods/s)", o.wall_s, r.submitted as f64 / o.wall_s.max(1e-9)),
+    ));
+    rows.iter().map(|(k, v)| format!("{k:<30} {v}\n")).collect()
+}

@@ -1,0 +1,173 @@
+//! A built-in workload and cluster, generated from a seed, so the simulator
+//! runs on a fresh machine with no trace files.
+//!
+//! Shapes and proportions are modelled on the Alibaba openb trace (the
+//! `openb_node_list_gpu_node.csv` node mix and the `default` pod list): 13%
+//! CPU-only pods, 48% one whole GPU, 38% a share of one GPU (mostly 0.4 and
+//! 0.8 GPU), 1% two to eight whole GPUs, 5% restricted to one GPU model.
+//! Nodes are spread over three zones. Pods are submitted, as in the
+//! published protocol, until their GPU demand reaches a multiple of the
+//! cluster's GPU capacity.
+
+use rand::{RngExt as _, SeedableRng as _};
+use rand_chacha::ChaCha8Rng;
+
+use crate::model::{GPU_MILLI, Node, Pod, Resources, Tier};
+
+/// `(count in openb, GPUs, CPU millicores, memory MiB, model)`.
+const NODE_MIX: [(u32, usize, u64, u64, &str); 12] = [
+    (549, 8, 96_000, 393_216, "G2"),
+    (387, 2, 104_000, 524_288, "T4"),
+    (107, 2, 16_000, 122_880, "P100"),
+    (39, 8, 128_000, 786_432, "G3"),
+    (28, 4, 32_000, 131_072, "V100M16"),
+    (22, 2, 64_000, 262_144, "P100"),
+    (21, 8, 96_000, 786_432, "V100M32"),
+    (19, 1, 8_000, 32_768, "V100M16"),
+    (17, 4, 96_000, 393_216, "T4"),
+    (9, 4, 48_000, 376_832, "V100M32"),
+    (7, 8, 64_000, 262_144, "V100M16"),
+    (3, 1, 8_000, 61_440, "P100"),
+];
+
+/// `(count in openb default, share of one GPU)` for GPU-sharing pods.
+const SHARE_MIX: [(u32, u32); 8] =
+    [(7, 50), (99, 150), (207, 250), (388, 350), (899, 450), (147, 550), (253, 650), (1078, 850)];
+
+/// `(weight, CPU millicores)` of GPU pods.
+const GPU_POD_CPU: [(u32, u64); 6] = [(20, 4_000), (25, 6_000), (25, 8_000), (15, 12_000), (10, 16_000), (5, 32_000)];
+
+fn pick<T: Copy>(rng: &mut ChaCha8Rng, mix: &[(u32, T)]) -> T {
+    let total: u32 = mix.iter().map(|(w, _)| w).sum();
+    let mut x = rng.random_range(0..total);
+    for &(w, v) in mix {
+        if x < w {
+            return v;
+        }
+        x -= w;
+    }
+    mix[mix.len() - 1].1
+}
+
+/// `nodes` nodes drawn from the openb node mix, in three zones.
+pub fn cluster(nodes: usize, seed: u64) -> Vec<Node> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mix: Vec<(u32, usize)> = NODE_MIX.iter().enumerate().map(|(i, m)| (m.0, i)).collect();
+    (0..nodes)
+        .map(|i| {
+            let (_, gpus, cpu, mem, model) = NODE_MIX[pick(&mut rng, &mix)];
+            let mut n =
+                Node::new(i as u32, format!("node-{i:05}"), Resources { cpu_milli: cpu, memory_mib: mem }, gpus, model);
+            n.zone = ["zone-a", "zone-b", "zone-c"][i % 3].to_string();
+            for g in &mut n.gpus {
+                g.memory_mib = if model.ends_with("M32") { 32_768 } else { 16_384 };
+            }
+            n
+        })
+        .collect()
+}
+
+/// The distinct pod shapes the generator draws ("the trace").
+pub fn pods(count: usize, models: &[String], seed: u64) -> Vec<Pod> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x9E37_79B9);
+    (0..count)
+        .map(|i| {
+            let kind = rng.random_range(0..1000u32);
+            let (gpu_count, gpu_milli, cpu) = if kind < 130 {
+                (0, 0, [1_000, 2_000, 4_000, 8_000, 16_000][rng.random_range(0..5)])
+            } else if kind < 610 {
+                (1, GPU_MILLI, pick(&mut rng, &GPU_POD_CPU))
+            } else if kind < 990 {
+                (1, pick(&mut rng, &SHARE_MIX.map(|(w, m)| (w, m))), pick(&mut rng, &GPU_POD_CPU))
+            } else {
+                let g = [2, 4, 8][rng.random_range(0..3)];
+                (g, GPU_MILLI, 8_000 * u64::from(g))
+            };
+            let memory = cpu / 1000 * [2_048, 4_096][rng.random_range(0..2)];
+            let allowed_models = if gpu_count > 0 && !models.is_empty() && rng.random_range(0..100) < 5 {
+                vec![models[rng.random_range(0..models.len())].clone()]
+            } else {
+                Vec::new()
+            };
+            Pod {
+                name: format!("pod-{i:05}"),
+                namespace: "default".into(),
+                workload: format!("job-{}", i % 97),
+                requests: Resources { cpu_milli: cpu, memory_mib: memory },
+                gpu_count,
+                gpu_milli,
+                allowed_models,
+                priority: 0,
+                tier: if gpu_count == 0 { Tier::Opportunistic } else { Tier::Soft },
+            }
+        })
+        .collect()
+}
+
+/// Submission order in the style of the published runs: a shuffle of
+/// `pods`, then clones of random pods (named `NAME-tuned-K`) until the
+/// submitted GPU demand reaches `ratio` × the GPU capacity.
+pub fn inflate(pods: &[Pod], total_gpus: u64, ratio: f64, seed: u64) -> Vec<Pod> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xC10E);
+    let mut out: Vec<Pod> = pods.to_vec();
+    for i in (1..out.len()).rev() {
+        let j = rng.random_range(0..=i);
+        out.swap(i, j);
+    }
+    let demand = |p: &Pod| u64::from(p.gpu_count) * u64::from(p.gpu_milli);
+    let limit = (ratio * (total_gpus * u64::from(GPU_MILLI)) as f64) as u64;
+    let mut arrived: u64 = out.iter().map(demand).sum();
+    let mut clones = 0;
+    while !pods.is_empty() {
+        let p = &pods[rng.random_range(0..pods.len())];
+        if arrived + demand(p) > limit {
+            break;
+        }
+        arrived += demand(p);
+        let mut c = p.clone();
+        c.name = format!("{}-tuned-{clones}", p.name);
+        clones += 1;
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_seed_same_workload_and_shapes_like_openb() {
+        let c = cluster(1000, 7);
+        assert_eq!(c, cluster(1000, 7));
+        assert_ne!(c, cluster(1000, 8));
+        let gpus: usize = c.iter().map(|n| n.gpus.len()).sum();
+        // openb: 6212 GPUs on 1213 nodes, 5.1 per node.
+        let per_node = gpus as f64 / 1000.0;
+        assert!((4.3..6.0).contains(&per_node), "{per_node}");
+        let models: Vec<String> = vec!["G2".into(), "T4".into()];
+        let p = pods(8000, &models, 7);
+        assert_eq!(p, pods(8000, &models, 7));
+        let share = |f: &dyn Fn(&Pod) -> bool| p.iter().filter(|x| f(x)).count() as f64 / p.len() as f64;
+        assert!((0.10..0.16).contains(&share(&|x| x.gpu_count == 0)));
+        assert!((0.34..0.42).contains(&share(&|x| x.gpu_count == 1 && x.gpu_milli < 1000)));
+        assert!((0.44..0.52).contains(&share(&|x| x.gpu_count == 1 && x.gpu_milli == 1000)));
+    }
+
+    #[test]
+    fn inflation_stops_at_the_ratio() {
+        let c = cluster(100, 1);
+        let total: u64 = c.iter().map(|n| n.gpus.len() as u64).sum();
+        let base = pods(300, &[], 1);
+        let all = inflate(&base, total, 1.3, 1);
+        let demand: u64 = all.iter().map(|p| u64::from(p.gpu_count * p.gpu_milli)).sum();
+        assert!(demand <= 13 * total * 100, "{demand}");
+        assert!(demand > 12 * total * 100, "{demand}");
+        assert!(all[300..].iter().all(|p| p.name.contains("-tuned-")));
+        let mut first: Vec<&str> = all[..300].iter().map(|p| p.name.as_str()).collect();
+        first.sort();
+        let mut orig: Vec<&str> = base.iter().map(|p| p.name.as_str()).collect();
+        orig.sort();
+        assert_eq!(first, orig, "the first N submissions are a shuffle of the trace");
+    }
+}

@@ -80,3 +80,22 @@ fn spread_hard_mode_filters_with_its_reason_code() {
     assert_eq!(d.rejections.len(), 1);
     assert_eq!((d.rejections[0].node, d.rejections[0].reason.as_str()), (0, "SCHED-ZONE-SPREAD"));
 }
+
+#[test]
+fn one_version_serves_policies_over_different_clusters() {
+    let rt = runtime();
+    let version = load(&rt, BINPACK, "binpack", "null");
+    let small = cluster(4);
+    let mut other = cluster(8);
+    // In the second cluster node 2 is the fullest; in the first, node 3.
+    for g in &mut other[2].gpus {
+        g.free_milli = 0;
+    }
+    other[2].gpus[0].free_milli = 1000;
+    let a = policy(vec![member(version.clone(), 1.0)], &small);
+    let b = policy(vec![member(version, 1.0)], &other);
+    for _ in 0..3 {
+        assert_eq!(a.decide(&gpu_pod(1), &[0, 1, 2, 3]).chosen, Some(3));
+        assert_eq!(b.decide(&gpu_pod(1), &[0, 1, 2, 3]).chosen, Some(2));
+    }
+}

@@ -8,8 +8,9 @@ use tessera_core::{GpuHealth, Node, NodeId, Pod, Tier};
 use crate::bindings::types as wit;
 
 /// Current node state plus a change log, shared by a policy's plugins.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct NodeFeed {
+    id: u64,
     nodes: Vec<Option<wit::Node>>,
     present: usize,
     /// `(generation, node)` of each change, oldest first.
@@ -19,10 +20,29 @@ pub struct NodeFeed {
     generation: u64,
 }
 
+impl Default for NodeFeed {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl NodeFeed {
-    /// An empty feed.
+    /// An empty feed with a process-unique id.
     pub fn new() -> Self {
-        Self::default()
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        Self {
+            id: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            nodes: Vec::new(),
+            present: 0,
+            log: Vec::new(),
+            log_start: 0,
+            generation: 0,
+        }
+    }
+
+    /// The feed's process-unique id.
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// Current generation; bumps on every change.
@@ -83,7 +103,7 @@ impl NodeFeed {
 
     /// Deltas that bring an instance synced at `since` up to date.
     pub fn deltas_since(&self, since: u64) -> Vec<wit::NodeDelta> {
-        if since == self.generation {
+        if since == self.generation && since != 0 {
             return Vec::new();
         }
         if since == 0 || since < self.log_start {

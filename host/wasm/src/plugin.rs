@@ -41,10 +41,13 @@ enum Bound {
     Detector(detector::Detector),
 }
 
-/// A live instance and the feed generation its mirror reflects.
+/// A live instance, the feed its mirror follows and the generation of that
+/// feed it reflects. A version may serve several policies (each with its
+/// own feed); an instance only ever serves the feed it first synced from.
 struct Instance {
     store: Store<HostState>,
     bound: Bound,
+    feed: Option<u64>,
     synced: u64,
 }
 
@@ -218,20 +221,24 @@ impl PluginVersion {
             Bound::Detector(b) => b.tessera_policy_detection().call_configure(&mut store, &self.config_json),
         };
         match configured {
-            Ok(Ok(())) => Ok(Instance { store, bound, synced: 0 }),
+            Ok(Ok(())) => Ok(Instance { store, bound, feed: None, synced: 0 }),
             Ok(Err(msg)) => Err(FaultKind::Guest(format!("configure: {}", clip(msg)))),
             Err(e) => Err(self.classify(&store, e)),
         }
     }
 
-    /// Runs `f` on a pooled (or new) instance; a fault drops the instance so
-    /// the next call gets a fresh one.
+    /// Runs `f` on a pooled instance that follows `feed` (or a fresh one); a
+    /// fault drops the instance so the next call gets a fresh one.
     fn with_instance<R>(
         &self,
         call: &'static str,
+        feed: Option<u64>,
         f: impl FnOnce(&Self, &mut Instance) -> Result<R, (FaultKind, bool)>,
     ) -> Result<R, CallError> {
-        let pooled = self.pool.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let pooled = {
+            let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+            pool.iter().rposition(|i| i.feed.is_none() || i.feed == feed).map(|at| pool.swap_remove(at))
+        };
         let mut inst = match pooled {
             Some(i) => i,
             None => self.instantiate().map_err(|k| self.err(call, k))?,
@@ -252,12 +259,13 @@ impl PluginVersion {
 
     /// Brings the instance's mirror up to date with `feed`.
     fn sync(&self, inst: &mut Instance, feed: &RwLock<NodeFeed>) -> Result<(), (FaultKind, bool)> {
-        let (deltas, generation) = {
+        let (deltas, generation, id) = {
             let feed = feed.read().unwrap_or_else(|p| p.into_inner());
-            if feed.generation() == inst.synced {
+            debug_assert!(inst.feed.is_none_or(|f| f == feed.id()), "instance of another feed");
+            if inst.feed.is_some() && feed.generation() == inst.synced {
                 return Ok(());
             }
-            (feed.deltas_since(inst.synced), feed.generation())
+            (feed.deltas_since(inst.synced), feed.generation(), feed.id())
         };
         let Bound::Scorer(b) = &inst.bound else {
             return Ok(());
@@ -266,6 +274,7 @@ impl PluginVersion {
         match b.tessera_policy_scoring().call_apply(&mut inst.store, &deltas) {
             Ok(Ok(())) => {
                 inst.synced = generation;
+                inst.feed = Some(id);
                 Ok(())
             }
             // The mirror may be half-applied: do not reuse this instance.
@@ -276,7 +285,8 @@ impl PluginVersion {
 
     /// Filters `candidates` for `pod`: one verdict per candidate.
     pub fn filter(&self, feed: &RwLock<NodeFeed>, pod: &wit::Pod, candidates: &[u32]) -> Result<Vec<u8>, CallError> {
-        self.with_instance("filter", |this, inst| {
+        let id = feed_id(feed);
+        self.with_instance("filter", id, |this, inst| {
             this.sync(inst, feed)?;
             let Bound::Scorer(b) = &inst.bound else { unreachable!("scorer call on a detector") };
             this.arm(&mut inst.store);
@@ -299,7 +309,8 @@ impl PluginVersion {
 
     /// Scores `candidates` for `pod`: one value per candidate.
     pub fn score(&self, feed: &RwLock<NodeFeed>, pod: &wit::Pod, candidates: &[u32]) -> Result<ScoreOutput, CallError> {
-        self.with_instance("score", |this, inst| {
+        let id = feed_id(feed);
+        self.with_instance("score", id, |this, inst| {
             this.sync(inst, feed)?;
             let Bound::Scorer(b) = &inst.bound else { unreachable!("scorer call on a detector") };
             this.arm(&mut inst.store);
@@ -324,7 +335,7 @@ impl PluginVersion {
     /// instance keeps its own window, so frames go to one instance that is
     /// kept for detection (detectors are called from one loop).
     pub fn observe(&self, frame: &wit::TelemetryFrame) -> Result<(), CallError> {
-        self.with_instance("observe", |this, inst| {
+        self.with_instance("observe", None, |this, inst| {
             let Bound::Detector(b) = &inst.bound else { unreachable!("detector call on a scorer") };
             this.arm(&mut inst.store);
             match b.tessera_policy_detection().call_observe(&mut inst.store, frame) {
@@ -337,7 +348,7 @@ impl PluginVersion {
 
     /// Findings over the detector's window.
     pub fn detect(&self) -> Result<Vec<wit::Finding>, CallError> {
-        self.with_instance("detect", |this, inst| {
+        self.with_instance("detect", None, |this, inst| {
             let Bound::Detector(b) = &inst.bound else { unreachable!("detector call on a scorer") };
             this.arm(&mut inst.store);
             match b.tessera_policy_detection().call_detect(&mut inst.store) {
@@ -378,6 +389,10 @@ impl PluginVersion {
     pub(crate) fn drain(&self) {
         self.pool.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
+}
+
+fn feed_id(feed: &RwLock<NodeFeed>) -> Option<u64> {
+    Some(feed.read().unwrap_or_else(|p| p.into_inner()).id())
 }
 
 fn wrong_len(what: &'static str, expected: usize, got: usize, elem: usize) -> FaultKind {

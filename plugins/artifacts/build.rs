@@ -16,6 +16,12 @@ const PLUGINS: &[(&str, &str, &str)] = &[
     ("tessera-plugin-overload", "tessera_plugin_overload", "OVERLOAD"),
     ("tessera-plugin-hostile", "tessera_plugin_hostile", "HOSTILE"),
     ("tessera-plugin-not-a-policy", "not-a-policy", "NOT_A_POLICY"),
+    ("tessera-plugin-random", "tessera_plugin_random", "RANDOM"),
+    ("tessera-plugin-dotprod", "tessera_plugin_dotprod", "DOTPROD"),
+    ("tessera-plugin-gpu-clustering", "tessera_plugin_gpu_clustering", "GPU_CLUSTERING"),
+    ("tessera-plugin-gpu-packing", "tessera_plugin_gpu_packing", "GPU_PACKING"),
+    ("tessera-plugin-bestfit", "tessera_plugin_bestfit", "BESTFIT"),
+    ("tessera-plugin-fgd", "tessera_plugin_fgd", "FGD"),
 ];
 
 const TARGET: &str = "wasm32-wasip2";

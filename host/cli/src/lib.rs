@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod check;
+pub mod fidelity;
 pub mod load;
 pub mod native;
 pub mod sim;

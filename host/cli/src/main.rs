@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
-use tessera::{bench, check, load, sim};
+use tessera::{bench, check, fidelity, load, sim};
 use tessera_policy::PolicyDocument;
 use tessera_wasm::{Runtime, RuntimeConfig};
 
@@ -50,6 +50,9 @@ enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Benchmarks against published results.
+    #[command(subcommand)]
+    Bench(BenchCmd),
     /// Inspect, check and benchmark policy plugins.
     #[command(subcommand)]
     Plugin(PluginCmd),
@@ -103,6 +106,22 @@ enum PluginCmd {
 }
 
 #[derive(Subcommand)]
+enum BenchCmd {
+    /// Replay every (workload, policy, seed) with published results under
+    /// DIR/expected and print the deviations from the published curves.
+    Fidelity {
+        /// A directory laid out like shared/traces/openb.
+        #[arg(long)]
+        traces: PathBuf,
+        /// Only these policies (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        policies: Vec<String>,
+        #[arg(long, value_enum, default_value = "table")]
+        format: Format,
+    },
+}
+
+#[derive(Subcommand)]
 enum PolicyCmd {
     /// Validate a policy document and load (and check) all its plugins.
     Check {
@@ -135,6 +154,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 let json = serde_json::to_string_pretty(&outcome.file)?;
                 std::fs::write(&path, json + "\n").with_context(|| format!("cannot write {}", path.display()))?;
                 println!("{:<30} {}", "run written to", path.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(BenchCmd::Fidelity { traces, policies, format }) => {
+            let report = fidelity::run(&traces, &policies)?;
+            match format {
+                Format::Table => print!("{}", report.to_table()),
+                Format::Json => println!("{}", serde_json::to_string(&report)?),
             }
             Ok(ExitCode::SUCCESS)
         }

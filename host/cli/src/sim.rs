@@ -150,8 +150,36 @@ pub fn policy_document(policy: &str, seed: u64) -> Result<PolicyDocument> {
     Ok(doc)
 }
 
-/// Runs the simulation.
+/// Gives the built-in `fgd` plugin the trace's target workload when the
+/// policy does not configure one.
+pub fn inject_workload(doc: &mut PolicyDocument, workload: &TargetWorkload) {
+    let shapes: Vec<serde_json::Value> = workload
+        .shapes
+        .iter()
+        .map(|(s, p)| {
+            serde_json::json!({
+                "cpu_milli": s.cpu_milli,
+                "gpu_count": s.gpu_count,
+                "gpu_milli": s.gpu_milli,
+                "models": s.allowed_models,
+                "weight": p,
+            })
+        })
+        .collect();
+    for entry in &mut doc.plugins {
+        if entry.source == tessera_policy::Source::Builtin("fgd".into()) && entry.config.is_null() {
+            entry.config = serde_json::json!({ "workload": shapes });
+        }
+    }
+}
+
+/// Runs the simulation with a runtime of its own.
 pub fn run(opts: &SimOptions) -> Result<SimOutcome> {
+    run_with(&Runtime::new(RuntimeConfig::default())?, opts)
+}
+
+/// Runs the simulation on `rt` (share one, with a cache, across many runs).
+pub fn run_with(rt: &Runtime, opts: &SimOptions) -> Result<SimOutcome> {
     // Load every input before simulating anything.
     let nodes: Vec<Node> = match &opts.nodes {
         Input::Builtin => synthetic::cluster(opts.node_count, opts.seed),
@@ -185,9 +213,9 @@ pub fn run(opts: &SimOptions) -> Result<SimOutcome> {
     };
     let workload = TargetWorkload::from_pods(&trace_pods, 0.95);
 
-    let doc = policy_document(&opts.policy, opts.seed)?;
-    let rt = Runtime::new(RuntimeConfig::default())?;
-    let mut policy = load::load_policy(&rt, &doc)?;
+    let mut doc = policy_document(&opts.policy, opts.seed)?;
+    inject_workload(&mut doc, &workload);
+    let mut policy = load::load_policy(rt, &doc)?;
 
     let started = Instant::now();
     let n_nodes = nodes.len();

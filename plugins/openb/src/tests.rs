@@ -1,0 +1,120 @@
+use tessera_sdk::{GpuRecord, NodeDelta, NodeRecord, Resources, ScorerHarness};
+
+use super::*;
+
+fn node(id: u32, cpu_free: u32, model: &str, gpu_free: &[u32]) -> NodeDelta {
+    NodeDelta::Upsert(NodeRecord {
+        id,
+        gpu_model: model.into(),
+        capacity: Resources { cpu_milli: 64_000, memory_mib: 262_144 },
+        free: Resources { cpu_milli: cpu_free, memory_mib: 262_144 },
+        gpus: gpu_free.iter().map(|&f| GpuRecord { free_milli: f, ..GpuRecord::default() }).collect(),
+        ready: true,
+        ..NodeRecord::default()
+    })
+}
+
+fn pod(cpu: u32, gpus: u32, milli: u32) -> Pod {
+    Pod { requests: Resources { cpu_milli: cpu, memory_mib: 0 }, gpu_count: gpus, gpu_milli: milli, ..Pod::default() }
+}
+
+fn scores<S: Scorer>(h: &mut ScorerHarness<S>, p: &Pod, ids: &[u32]) -> (Vec<i64>, Vec<u8>) {
+    let (mut v, mut hints) = (Vec::new(), Vec::new());
+    h.score(p, ids, &mut v, &mut hints).unwrap();
+    (v, hints)
+}
+
+fn best(v: &[i64]) -> usize {
+    v.iter().enumerate().max_by_key(|&(i, s)| (*s, std::cmp::Reverse(i))).unwrap().0
+}
+
+#[test]
+fn dotprod_prefers_the_node_with_less_free_and_best_fit_gpu() {
+    let mut h = ScorerHarness::<DotProd>::new("").unwrap();
+    h.apply([node(0, 64_000, "V100", &[1000, 1000]), node(1, 8_000, "V100", &[1000, 300])]).unwrap();
+    let (v, hints) = scores(&mut h, &pod(4_000, 1, 200), &[0, 1]);
+    assert_eq!(best(&v), 1);
+    assert_eq!(hints, [0, 1]);
+}
+
+#[test]
+fn bestfit_minimises_leftover_normalised_by_the_largest_node() {
+    let mut h = ScorerHarness::<BestFit>::new("").unwrap();
+    h.apply([node(0, 64_000, "V100", &[1000; 8]), node(1, 16_000, "V100", &[1000, 1000])]).unwrap();
+    let (v, _) = scores(&mut h, &pod(8_000, 1, 1000), &[0, 1]);
+    // leftover: node 0 = 56/64 + 7000/8000; node 1 = 8/64 + 1000/8000.
+    assert_eq!(best(&v), 1);
+    assert_eq!(v[1], -((8.0 / 64.0 + 1.0 / 8.0) * 1e9) as i64);
+}
+
+#[test]
+fn gpu_packing_tiers() {
+    let mut h = ScorerHarness::<GpuPacking>::new("").unwrap();
+    h.apply([node(0, 64_000, "V", &[1000, 1000]), node(1, 64_000, "V", &[0, 1000]), node(2, 64_000, "V", &[400, 1000])])
+        .unwrap();
+    let (v, hints) = scores(&mut h, &pod(1_000, 1, 300), &[0, 1, 2]);
+    assert_eq!(best(&v), 2, "a partly used GPU that fits wins");
+    assert_eq!(hints[2], 0);
+    let (v, _) = scores(&mut h, &pod(1_000, 1, 1000), &[0, 1]);
+    assert_eq!(best(&v), 1, "a busy node beats an idle one");
+}
+
+#[test]
+fn gpu_clustering_keeps_sizes_together() {
+    let mut h = ScorerHarness::<GpuClustering>::new("").unwrap();
+    // Node 0 runs 300-milli pods only; node 1 a 500; node 2 is empty.
+    h.apply([node(0, 64_000, "V", &[700, 1000]), node(1, 64_000, "V", &[500, 1000]), node(2, 64_000, "V", &[1000, 1000])])
+        .unwrap();
+    let (v, _) = scores(&mut h, &pod(1_000, 1, 300), &[0, 1, 2]);
+    assert_eq!(best(&v), 0);
+    let (v, _) = scores(&mut h, &pod(1_000, 1, 200), &[1, 2]);
+    assert_eq!(best(&v), 1, "an empty node beats one with only other sizes");
+    let _ = v;
+}
+
+#[test]
+fn random_is_seeded_and_hints_a_fitting_gpu() {
+    let mut h = ScorerHarness::<Random>::new("").unwrap();
+    h.apply([node(0, 64_000, "V", &[100, 900, 1000]), node(1, 64_000, "V", &[1000])]).unwrap();
+    let (v, hints) = scores(&mut h, &pod(1_000, 1, 800), &[0, 1]);
+    assert!(v.iter().all(|&x| x >= 0));
+    assert!([1, 2].contains(&hints[0]), "{hints:?}");
+    assert_eq!(hints[1], 0);
+}
+
+fn fgd_config() -> String {
+    r#"{"workload": [
+        {"cpu_milli": 1000, "gpu_count": 1, "gpu_milli": 500, "weight": 0.5},
+        {"cpu_milli": 1000, "gpu_count": 1, "gpu_milli": 1000, "weight": 0.5}
+    ]}"#
+    .into()
+}
+
+#[test]
+fn fgd_picks_the_gpu_and_node_with_the_least_fragmentation_increase() {
+    let mut h = ScorerHarness::<Fgd>::new(&fgd_config()).unwrap();
+    // Node 0: GPUs 1000, 600. Node 1: GPUs 1000, 1000.
+    h.apply([node(0, 64_000, "V", &[1000, 600]), node(1, 64_000, "V", &[1000, 1000])]).unwrap();
+    // A 500-milli pod. On node 0 GPU 1 (600 -> 100): before F = 0.5*0 + 0.5*600
+    // = 300; after: 100 < 500 -> 0.5*100 + 0.5*100 = 100: a decrease of 200.
+    // On node 0 GPU 0 (1000 -> 500): 0.5*0 + 0.5*(500+600) = 550: +250.
+    // On node 1 either GPU: 0.5*0 + 0.5*500 = 250: +250.
+    let (v, hints) = scores(&mut h, &pod(1_000, 1, 500), &[0, 1]);
+    assert_eq!(v[0], 200_000);
+    assert_eq!(v[1], -250_000);
+    assert_eq!(hints, [1, 0]);
+}
+
+#[test]
+fn fgd_respects_models_and_cpu_and_requires_a_workload() {
+    assert!(ScorerHarness::<Fgd>::new("").is_err());
+    assert!(ScorerHarness::<Fgd>::new(r#"{"workload": [], "x": 1}"#).is_err());
+    let cfg = r#"{"workload": [{"cpu_milli": 1000, "gpu_count": 1, "gpu_milli": 500, "models": ["T4"], "weight": 1.0}]}"#;
+    let mut h = ScorerHarness::<Fgd>::new(cfg).unwrap();
+    h.apply([node(0, 64_000, "V100", &[1000]), node(1, 64_000, "T4", &[1000])]).unwrap();
+    // On the V100 node the T4-only shape never fits: all free share is a
+    // fragment before (1000) and after (0 left of... 1000-200 = 800).
+    let (v, _) = scores(&mut h, &pod(500, 1, 200), &[0, 1]);
+    assert_eq!(v[0], 200_000, "fragment drops 1000 -> 800");
+    assert_eq!(v[1], 0, "800 left still fits a 500 pod: no fragment before or after");
+}

@@ -67,6 +67,11 @@ fn node(n: st::Node) -> crate::NodeRecord {
             .into_iter()
             .map(|w| crate::WorkloadCount { workload: w.workload, pods: w.pods })
             .collect(),
+        gpu_classes: n
+            .gpu_classes
+            .into_iter()
+            .map(|c| crate::WorkloadCount { workload: c.class, pods: c.pods })
+            .collect(),
     }
 }
 

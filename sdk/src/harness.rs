@@ -135,6 +135,7 @@ impl<S: Scorer> ScorerHarness<S> {
         if let Some(id) = missing {
             return Err(unknown(id));
         }
+        self.plugin.finish(pod, values);
         Ok(())
     }
 }

@@ -100,6 +100,11 @@ pub trait Scorer: Sized + 'static {
 
     /// Score of the node for the pod; higher is better.
     fn score(&self, pod: &Pod, node: &Node<'_>) -> Score;
+
+    /// Called with all of one call's scores, in candidate order, before
+    /// they go back to the host (e.g. to normalise them over the
+    /// candidates, as some kube-scheduler plugins do).
+    fn finish(&self, _pod: &Pod, _values: &mut [i64]) {}
 }
 
 /// A detection policy over a sliding window of telemetry.

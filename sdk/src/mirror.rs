@@ -13,6 +13,8 @@ pub struct NodeMeta {
     pub gpu_memory_mib: u32,
     /// Pods per workload on the node.
     pub workloads: Vec<WorkloadCount>,
+    /// Bound GPU pods per request class (`share-gpu`, `N-gpu`).
+    pub gpu_classes: Vec<WorkloadCount>,
 }
 
 impl NodeMeta {
@@ -127,7 +129,8 @@ impl NodeTable {
         self.nodes[i] = Some(node);
         self.gpus[i] = gpus;
         let gpu_memory_mib = rec.gpus.first().map_or(0, |g| g.memory_mib);
-        self.meta[i] = NodeMeta { name: rec.name, gpu_memory_mib, workloads: rec.workloads };
+        self.meta[i] =
+            NodeMeta { name: rec.name, gpu_memory_mib, workloads: rec.workloads, gpu_classes: rec.gpu_classes };
         Ok(())
     }
 
@@ -138,7 +141,7 @@ impl NodeTable {
         let state = self.nodes.get(id as usize)?.as_ref()?;
         // `get` rather than indexing: no panic path in scoring loops (the
         // two vectors always have the same length).
-        Some(Node::new(id, state, self.gpus.get(id as usize).unwrap_or(&NO_GPUS)))
+        Some(Node::new(id, state, self.gpus.get(id as usize).unwrap_or(&NO_GPUS), self.meta.get(id as usize)))
     }
 
     /// Name and workloads of a node, if present.
@@ -161,8 +164,9 @@ impl NodeTable {
         self.nodes
             .iter()
             .zip(&self.gpus)
+            .zip(&self.meta)
             .enumerate()
-            .filter_map(|(i, (n, g))| n.as_ref().map(|n| Node::new(i as NodeId, n, g)))
+            .filter_map(|(i, ((n, g), m))| n.as_ref().map(|n| Node::new(i as NodeId, n, g, Some(m))))
     }
 
     /// All nodes present with their metadata, in id order.
@@ -172,7 +176,7 @@ impl NodeTable {
             .zip(&self.gpus)
             .zip(&self.meta)
             .enumerate()
-            .filter_map(|(i, ((n, g), m))| n.as_ref().map(|n| (Node::new(i as NodeId, n, g), m)))
+            .filter_map(|(i, ((n, g), m))| n.as_ref().map(|n| (Node::new(i as NodeId, n, g, Some(m)), m)))
     }
 }
 

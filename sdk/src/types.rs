@@ -256,14 +256,21 @@ impl NodeState {
 pub struct Node<'a> {
     id: NodeId,
     state: &'a NodeState,
-    // A reference to the list, not a slice: building the view must not
-    // read the GPU array (a cache line that most scorers never touch).
+    // References, not slices: building the view must not read the GPU
+    // array or the metadata (cache lines most scorers never touch).
     gpus: &'a GpuList,
+    meta: Option<&'a crate::NodeMeta>,
 }
 
 impl<'a> Node<'a> {
-    pub(crate) fn new(id: NodeId, state: &'a NodeState, gpus: &'a GpuList) -> Self {
-        Self { id, state, gpus }
+    pub(crate) fn new(id: NodeId, state: &'a NodeState, gpus: &'a GpuList, meta: Option<&'a crate::NodeMeta>) -> Self {
+        Self { id, state, gpus, meta }
+    }
+
+    /// Name, workloads and GPU classes of the node.
+    #[inline]
+    pub fn meta(&self) -> Option<&'a crate::NodeMeta> {
+        self.meta
     }
 
     /// The host-assigned id.
@@ -334,6 +341,9 @@ pub struct NodeRecord {
     pub ready: bool,
     /// Pods per workload on this node.
     pub workloads: Vec<WorkloadCount>,
+    /// Bound GPU pods per request class (`share-gpu`, `N-gpu`), with the
+    /// class in the `workload` field.
+    pub gpu_classes: Vec<WorkloadCount>,
 }
 
 /// A change to the node mirror.

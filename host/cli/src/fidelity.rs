@@ -163,9 +163,15 @@ pub fn run(dir: &Path, only: &[String]) -> Result<FidelityReport> {
                         policy: ours.to_string(),
                         time_replay: false,
                         inflate: 1.3,
+                        // The published runs broke ties by node names with
+                        // random prefixes: a seeded ranking, per seed.
+                        tie_break: Some(tessera_policy::TieBreakSpec::SeededRank),
                     };
                     let outcome = crate::sim::run_with(&rt, &opts);
-                    results.lock().unwrap_or_else(|p| p.into_inner()).push((i, workload, published, ours, seed, outcome));
+                    results
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push((i, workload, published, ours, seed, outcome));
                 }
             });
         }
@@ -211,7 +217,13 @@ pub fn run(dir: &Path, only: &[String]) -> Result<FidelityReport> {
         .map(|((workload, policy), (n, ours, theirs))| {
             let avg = |s: Series| -> Series { s.into_iter().map(|(b, v)| (b, v / n as f64)).collect() };
             let (m, x) = mean_abs(&avg(ours), &avg(theirs));
-            CurveDeviation { workload, policy: policy.to_string(), seeds: n, alloc_mean_abs_dev: m, alloc_max_abs_dev: x }
+            CurveDeviation {
+                workload,
+                policy: policy.to_string(),
+                seeds: n,
+                alloc_mean_abs_dev: m,
+                alloc_max_abs_dev: x,
+            }
         })
         .collect();
     Ok(FidelityReport { runs, curves, wall_s: started.elapsed().as_secs_f64() })
@@ -238,7 +250,11 @@ impl FidelityReport {
             "published"
         );
         for ((w, p), runs) in groups {
-            let curve = self.curves.iter().find(|c| c.workload == w && c.policy == p).map_or(f64::NAN, |c| c.alloc_mean_abs_dev);
+            let curve = self
+                .curves
+                .iter()
+                .find(|c| c.workload == w && c.policy == p)
+                .map_or(f64::NAN, |c| c.alloc_mean_abs_dev);
             let mean = |f: &dyn Fn(&RunDeviation) -> f64| runs.iter().map(|r| f(r)).sum::<f64>() / runs.len() as f64;
             let max = runs.iter().map(|r| r.alloc_max_abs_dev).fold(0.0, f64::max);
             s.push_str(&format!(

@@ -46,5 +46,9 @@ pub fn load_policy(rt: &Runtime, doc: &PolicyDocument) -> Result<Policy> {
         let weight = if entry.role == Role::Scorer { entry.weight.0 } else { 0.0 };
         members.push(Member { name: entry.name.clone(), weight, slot: Arc::new(PluginSlot::new(version)) });
     }
-    Ok(Policy::new(doc.name.clone(), members))
+    let tie = match doc.tie_break {
+        tessera_policy::TieBreakSpec::NodeId => tessera_core::score::TieBreak::NodeId,
+        tessera_policy::TieBreakSpec::SeededRank => tessera_core::score::TieBreak::SeededRank(doc.seed),
+    };
+    Ok(Policy::new(doc.name.clone(), members).with_tie_break(tie))
 }

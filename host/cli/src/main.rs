@@ -46,6 +46,9 @@ enum Command {
         /// Built-in workload: submit until GPU demand is this × capacity.
         #[arg(long, default_value_t = 1.3)]
         inflate: f64,
+        /// How equal scores are decided (default: the policy's setting).
+        #[arg(long, value_enum)]
+        tie_break: Option<TieBreakArg>,
         /// Write the per-bucket series and totals here.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -59,6 +62,14 @@ enum Command {
     /// Validate policy documents.
     #[command(subcommand)]
     Policy(PolicyCmd),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum TieBreakArg {
+    /// The lowest node id wins.
+    NodeId,
+    /// A fixed random ranking of nodes from the seed.
+    SeededRank,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -146,8 +157,13 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        Command::Sim { nodes, node_count, pods, order, seed, policy, time_replay, inflate, out } => {
-            let opts = sim::SimOptions { nodes, node_count, pods, order, seed, policy, time_replay, inflate };
+        Command::Sim { nodes, node_count, pods, order, seed, policy, time_replay, inflate, tie_break, out } => {
+            let tie_break = tie_break.map(|t| match t {
+                TieBreakArg::NodeId => tessera_policy::TieBreakSpec::NodeId,
+                TieBreakArg::SeededRank => tessera_policy::TieBreakSpec::SeededRank,
+            });
+            let opts =
+                sim::SimOptions { nodes, node_count, pods, order, seed, policy, time_replay, inflate, tie_break };
             let outcome = sim::run(&opts)?;
             print!("{}", sim::summary(&outcome));
             if let Some(path) = out {

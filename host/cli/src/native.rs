@@ -40,6 +40,7 @@ pub fn sdk_node(n: &Node) -> sdk::NodeRecord {
         memory_util_permille: n.memory_util_permille,
         ready: n.ready,
         workloads: n.workloads.iter().map(|(w, &pods)| sdk::WorkloadCount { workload: w.clone(), pods }).collect(),
+        gpu_classes: n.gpu_classes.iter().map(|(c, &pods)| sdk::WorkloadCount { workload: c.clone(), pods }).collect(),
     }
 }
 

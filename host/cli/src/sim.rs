@@ -50,6 +50,8 @@ pub struct SimOptions {
     pub time_replay: bool,
     /// Built-in workload: submit until GPU demand reaches this × capacity.
     pub inflate: f64,
+    /// Overrides the policy's tie-break.
+    pub tie_break: Option<tessera_policy::TieBreakSpec>,
 }
 
 /// What `run.json` holds: inputs and the report (no timings, so equal
@@ -214,6 +216,9 @@ pub fn run_with(rt: &Runtime, opts: &SimOptions) -> Result<SimOutcome> {
     let workload = TargetWorkload::from_pods(&trace_pods, 0.95);
 
     let mut doc = policy_document(&opts.policy, opts.seed)?;
+    if let Some(t) = opts.tie_break {
+        doc.tie_break = t;
+    }
     inject_workload(&mut doc, &workload);
     let mut policy = load::load_policy(rt, &doc)?;
 

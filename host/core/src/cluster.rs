@@ -235,6 +235,9 @@ impl Cluster {
         if !pod.workload.is_empty() {
             *n.workloads.entry(pod.workload.clone()).or_insert(0) += 1;
         }
+        if let Some(class) = pod.gpu_class() {
+            *n.gpu_classes.entry(class).or_insert(0) += 1;
+        }
         Ok(Placement { node, gpus })
     }
 
@@ -253,6 +256,14 @@ impl Cluster {
             *c -= 1;
             if *c == 0 {
                 n.workloads.remove(&pod.workload);
+            }
+        }
+        if let Some(class) = pod.gpu_class()
+            && let Some(c) = n.gpu_classes.get_mut(&class)
+        {
+            *c -= 1;
+            if *c == 0 {
+                n.gpu_classes.remove(&class);
             }
         }
     }
@@ -329,6 +340,7 @@ mod tests {
         assert_eq!(n.gpus.iter().map(|g| g.free_milli).collect::<Vec<_>>(), [0, 600, 0]);
         assert_eq!(n.free.cpu_milli, 26_000);
         assert_eq!(n.workloads["web"], 1);
+        assert_eq!((n.gpu_classes["share-gpu"], n.gpu_classes["2-gpu"]), (1, 1));
         assert!(matches!(
             c.bind(0, &whole, GpuSet(0b11)),
             Err(BindError::Rejected { reason: FilterReason::GpuInsufficient, .. })

@@ -2,13 +2,21 @@
 //! and its published results (see `shared/traces/README.md`).
 //!
 //! - **Target workload M**: the trace's pods grouped by shape
-//!   `(cpu, num_gpu, gpu_milli, gpu_spec)`; the most frequent shapes until
-//!   they cover 95% of pods, each weighted by its frequency `p_m` (its count
-//!   over *all* pods).
-//! - **Fragment amount of node n for shape m**: if m fits on n (CPU, GPU
-//!   model and GPU share all satisfied), the free share on GPUs with less
-//!   free than m's `gpu_milli`; otherwise all of n's free GPU share. A
-//!   CPU-only shape counts nothing when it fits. `F_n(M) = Σ p_m F_n(m)`.
+//!   `(cpu, num_gpu, gpu_milli, gpu_spec)` (a CPU request of 0 counts as
+//!   100 millicores, Kubernetes' non-zero default); the most frequent shapes
+//!   (equal counts: larger shape first) until they cover 95% of pods, each
+//!   weighted by its count over the count of the shapes kept, so weights
+//!   sum to 1.
+//! - **Fragment amount of node n for shape m**: if m needs GPUs and fits on
+//!   n (CPU, GPU model and GPU share all satisfied), the free share on GPUs
+//!   with less free than m's `gpu_milli`; otherwise, and for every CPU-only
+//!   shape, all of n's free GPU share (a CPU-only pod can use no GPU).
+//!   `F_n(M) = Σ p_m F_n(m)`.
+//!
+//! These follow the published simulator's code (`GetTypicalPods`,
+//! `NodeGpuShareFragAmount`: every category but "Q3, fits" is fragment),
+//! which the published series were computed with; the trace README's prose
+//! differs on CPU-only shapes and on the weights.
 //! - **Allocation** = allocated GPU milli ÷ (1000 × GPUs); **fragmentation
 //!   amount** = Σ F_n(M) ÷ (1000 × GPUs); **fragmentation rate** = Σ F_n(M)
 //!   ÷ free GPU milli; all in percent.
@@ -32,12 +40,17 @@ pub struct Shape {
     pub allowed_models: Vec<String>,
 }
 
+/// CPU a pod is counted with when it requests none (Kubernetes' default
+/// non-zero request).
+pub const NONZERO_CPU_MILLI: u64 = 100;
+
 impl Shape {
     /// The shape of a pod.
     pub fn of(pod: &Pod) -> Self {
         let mut allowed_models = pod.allowed_models.clone();
         allowed_models.sort();
-        Self { cpu_milli: pod.requests.cpu_milli, gpu_count: pod.gpu_count, gpu_milli: pod.gpu_milli, allowed_models }
+        let cpu_milli = if pod.requests.cpu_milli == 0 { NONZERO_CPU_MILLI } else { pod.requests.cpu_milli };
+        Self { cpu_milli, gpu_count: pod.gpu_count, gpu_milli: pod.gpu_milli, allowed_models }
     }
 }
 
@@ -50,8 +63,9 @@ pub struct TargetWorkload {
 
 impl TargetWorkload {
     /// The most frequent shapes of `pods` until they cover `coverage` (0..=1)
-    /// of them. Equally frequent shapes are taken in shape order, so the
-    /// result does not depend on the order of `pods`.
+    /// of them, weighted by count over the count kept. Equally frequent
+    /// shapes are taken larger first (CPU, then GPU share, count, models),
+    /// so the result does not depend on the order of `pods`.
     pub fn from_pods<'a>(pods: impl IntoIterator<Item = &'a Pod>, coverage: f64) -> Self {
         let mut counts: HashMap<Shape, u64> = HashMap::new();
         let mut total = 0u64;
@@ -60,17 +74,18 @@ impl TargetWorkload {
             total += 1;
         }
         let mut by_freq: Vec<(Shape, u64)> = counts.into_iter().collect();
-        by_freq.sort_by(|(sa, ca), (sb, cb)| cb.cmp(ca).then_with(|| sa.cmp(sb)));
-        let mut shapes = Vec::new();
+        let key = |s: &Shape| (s.cpu_milli, s.gpu_milli, s.gpu_count, s.allowed_models.clone());
+        by_freq.sort_by(|(sa, ca), (sb, cb)| cb.cmp(ca).then_with(|| key(sb).cmp(&key(sa))));
+        let mut kept = Vec::new();
         let mut covered = 0u64;
         for (shape, count) in by_freq {
             if total == 0 || covered as f64 >= coverage * total as f64 {
                 break;
             }
             covered += count;
-            shapes.push((shape, count as f64 / total as f64));
+            kept.push((shape, count));
         }
-        Self { shapes }
+        Self { shapes: kept.into_iter().map(|(s, c)| (s, c as f64 / covered as f64)).collect() }
     }
 }
 
@@ -88,7 +103,7 @@ pub fn node_fragment(node: &Node, shape: &Shape) -> u64 {
     let free = free_gpu_milli(node);
     let cpu_ok = shape.cpu_milli <= node.free.cpu_milli;
     if shape.gpu_count == 0 {
-        return if cpu_ok { 0 } else { free };
+        return free;
     }
     let model_ok = shape.allowed_models.is_empty() || shape.allowed_models.contains(&node.gpu_model);
     let gpu_ok = if shape.gpu_milli < GPU_MILLI {
@@ -206,8 +221,8 @@ mod tests {
         // Wrong model, or too little CPU: everything.
         assert_eq!(node_fragment(&n, &shape(1000, 1, 500, &["T4"])), 1900);
         assert_eq!(node_fragment(&n, &shape(9000, 1, 500, &[])), 1900);
-        // CPU-only shapes: nothing when they fit, everything when not.
-        assert_eq!(node_fragment(&n, &shape(8000, 0, 0, &[])), 0);
+        // CPU-only shapes: all free GPU share, fitting or not.
+        assert_eq!(node_fragment(&n, &shape(8000, 0, 0, &[])), 1900);
         assert_eq!(node_fragment(&n, &shape(8001, 0, 0, &[])), 1900);
     }
 
@@ -223,10 +238,19 @@ mod tests {
         pods.extend(vec![pod(2000, 1, 1000); 30]);
         pods.extend(vec![pod(4000, 0, 0); 6]);
         pods.extend(vec![pod(8000, 8, 1000); 4]);
+        pods.extend(vec![pod(0, 0, 0); 4]);
+        pods.extend(vec![pod(3000, 0, 0); 4]);
         let w = TargetWorkload::from_pods(&pods, 0.95);
         let got: Vec<(u64, f64)> = w.shapes.iter().map(|(s, p)| (s.cpu_milli, *p)).collect();
-        // 60 + 30 = 90% < 95%, + 6 = 96%: three shapes, the 4% one is left out.
-        assert_eq!(got, [(1000, 0.60), (2000, 0.30), (4000, 0.06)]);
+        // Of 108 pods, 60 + 30 = 83% < 95%, + 6 = 89%, + 4 (of the three
+        // shapes of 4, the largest first: 8 GPUs) = 93%, + 4 (3000 CPU before
+        // 0 CPU, counted as 100) = 96.3%: five shapes, weights over 104.
+        assert_eq!(
+            got,
+            [(1000, 60.0 / 104.0), (2000, 30.0 / 104.0), (4000, 6.0 / 104.0), (8000, 4.0 / 104.0), (3000, 4.0 / 104.0)]
+        );
+        let zero = TargetWorkload::from_pods(&[pod(0, 0, 0)], 1.0);
+        assert_eq!(zero.shapes[0].0.cpu_milli, NONZERO_CPU_MILLI);
     }
 
     #[test]

@@ -87,6 +87,8 @@ pub struct Node {
     pub ready: bool,
     /// Bound pods per workload.
     pub workloads: BTreeMap<String, u32>,
+    /// Bound GPU pods per request class ([`Pod::gpu_class`]).
+    pub gpu_classes: BTreeMap<String, u32>,
 }
 
 impl Node {
@@ -104,6 +106,7 @@ impl Node {
             memory_util_permille: 0,
             ready: true,
             workloads: BTreeMap::new(),
+            gpu_classes: BTreeMap::new(),
         }
     }
 
@@ -147,4 +150,16 @@ pub struct Pod {
     pub priority: i32,
     /// Tier.
     pub tier: Tier,
+}
+
+impl Pod {
+    /// The GPU request class: `share-gpu` for part of one GPU, `N-gpu` for
+    /// N whole GPUs, `None` for CPU-only pods.
+    pub fn gpu_class(&self) -> Option<String> {
+        match (self.gpu_count, self.gpu_milli) {
+            (0, _) => None,
+            (1, m) if m < GPU_MILLI => Some("share-gpu".into()),
+            (n, _) => Some(format!("{n}-gpu")),
+        }
+    }
 }

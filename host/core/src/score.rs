@@ -42,6 +42,51 @@ pub fn select(totals: &[f64]) -> Option<usize> {
     best.map(|(i, _)| i)
 }
 
+/// How equal totals are decided.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TieBreak {
+    /// The lowest node id wins.
+    #[default]
+    NodeId,
+    /// A fixed pseudo-random ranking of nodes drawn from the seed wins:
+    /// like kube-scheduler ranking by node name when names carry random
+    /// prefixes (as in the FGD paper's simulator), it spreads ties without
+    /// favouring low ids, and replays exactly.
+    SeededRank(u64),
+}
+
+impl TieBreak {
+    /// The rank of `node` (lower wins a tie).
+    pub fn rank(self, node: u32) -> u64 {
+        match self {
+            TieBreak::NodeId => u64::from(node),
+            TieBreak::SeededRank(seed) => splitmix64(seed ^ splitmix64(u64::from(node))),
+        }
+    }
+}
+
+fn splitmix64(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+/// Index of the best total among `nodes` (parallel slices); equal totals
+/// go to the lowest [`TieBreak::rank`]. `None` if empty.
+pub fn select_by(totals: &[f64], nodes: &[u32], tie: TieBreak) -> Option<usize> {
+    let mut best: Option<(usize, f64, u64)> = None;
+    for (i, (&t, &n)) in totals.iter().zip(nodes).enumerate() {
+        let r = tie.rank(n);
+        match best {
+            Some((_, b, br)) if t < b || (t == b && r >= br) => {}
+            _ => best = Some((i, t, r)),
+        }
+    }
+    best.map(|(i, _, _)| i)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -64,6 +109,19 @@ mod tests {
         assert_eq!(select(&totals), Some(0));
         assert_eq!(select(&[]), None);
         assert_eq!(select(&[1.0, 3.0, 3.0]), Some(1));
+    }
+
+    #[test]
+    fn seeded_rank_breaks_ties_without_favouring_low_ids() {
+        let totals = [5.0; 8];
+        let nodes: Vec<u32> = (0..8).collect();
+        assert_eq!(select_by(&totals, &nodes, TieBreak::NodeId), Some(0));
+        let winners: std::collections::BTreeSet<usize> =
+            (0..40).filter_map(|seed| select_by(&totals, &nodes, TieBreak::SeededRank(seed))).collect();
+        assert!(winners.len() >= 5, "ties spread over nodes across seeds: {winners:?}");
+        let s = TieBreak::SeededRank(3);
+        assert_eq!(select_by(&totals, &nodes, s), select_by(&totals, &nodes, s), "and replay exactly");
+        assert_eq!(select_by(&[1.0, 9.0, 2.0], &[0, 1, 2], s), Some(1), "a higher total still wins");
     }
 
     #[test]

@@ -162,10 +162,12 @@ impl Recorder {
         if self.capacity_milli == 0 {
             return;
         }
-        // Rounded, not truncated: the published series put the first
-        // submissions (0 to 0.5% arrived) in bucket 0 with a mean allocation
-        // of ~0.25%, and reach bucket 130 at 129.5% and above.
-        let pct = ((200 * self.arrived_milli + self.capacity_milli) / (2 * self.capacity_milli)) as u32;
+        // Rounded half to even, as the published analysis (numpy) does:
+        // the first submissions (0 to 0.5% arrived) fall in bucket 0, with a
+        // mean allocation of ~0.25% there, and bucket 130 starts at 129.5%.
+        let (num, den) = (100 * self.arrived_milli, self.capacity_milli);
+        let (q, rem) = (num / den, num % den);
+        let pct = (q + u64::from(2 * rem > den || (2 * rem == den && q % 2 == 1))) as u32;
         let e = self.buckets.entry(pct).or_insert((0, 0.0, 0.0, 0.0));
         e.0 += 1;
         e.1 += r.allocation;
@@ -173,15 +175,26 @@ impl Recorder {
         e.3 += r.fragmentation_rate;
     }
 
+    /// One bucket per percent up to the last one reached. A bucket no
+    /// reading fell in takes the readings of its neighbours (±1), as the
+    /// published analysis does; one with none there either is left out.
     fn buckets(&self) -> Vec<Bucket> {
-        self.buckets
-            .iter()
-            .map(|(&pct, &(n, a, f, fr))| Bucket {
-                arrived_pct: pct,
-                samples: n,
-                allocation: a / f64::from(n),
-                fragmentation: f / f64::from(n),
-                fragmentation_rate: fr / f64::from(n),
+        let Some(&last) = self.buckets.keys().next_back() else { return Vec::new() };
+        (0..=last)
+            .filter_map(|pct| {
+                let own = self.buckets.get(&pct).map(|&v| vec![v]);
+                let rows = own.unwrap_or_else(|| {
+                    (pct.saturating_sub(1)..=pct + 1).filter_map(|b| self.buckets.get(&b).copied()).collect()
+                });
+                let (n, a, f, fr) =
+                    rows.iter().fold((0, 0.0, 0.0, 0.0), |acc, r| (acc.0 + r.0, acc.1 + r.1, acc.2 + r.2, acc.3 + r.3));
+                (n > 0).then(|| Bucket {
+                    arrived_pct: pct,
+                    samples: n,
+                    allocation: a / f64::from(n),
+                    fragmentation: f / f64::from(n),
+                    fragmentation_rate: fr / f64::from(n),
+                })
             })
             .collect()
     }

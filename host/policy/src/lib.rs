@@ -35,11 +35,26 @@ pub use validate::{Bounded, Weight};
 pub struct PolicyDocument {
     /// Policy name.
     pub name: String,
-    /// Seed for the plugins' random streams.
+    /// Seed for the plugins' random streams (and a seeded tie-break).
     #[serde(default)]
     pub seed: u64,
+    /// How equal scores are decided: `node-id` (lowest id, the default) or
+    /// `seeded-rank` (a fixed random ranking of nodes from `seed`).
+    #[serde(default)]
+    pub tie_break: TieBreakSpec,
     /// Plugins in evaluation order.
     pub plugins: Vec<PluginEntry>,
+}
+
+/// How equal scores are decided.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TieBreakSpec {
+    /// The lowest node id wins.
+    #[default]
+    NodeId,
+    /// A fixed random ranking of nodes drawn from the policy's seed.
+    SeededRank,
 }
 
 /// Where a plugin's component comes from.

@@ -151,6 +151,7 @@ pub fn to_wit_node(n: &Node) -> wit::Node {
         memory_util_permille: n.memory_util_permille,
         ready: n.ready,
         workloads: n.workloads.iter().map(|(w, &pods)| wit::WorkloadCount { workload: w.clone(), pods }).collect(),
+        gpu_classes: n.gpu_classes.iter().map(|(c, &pods)| wit::ClassCount { class: c.clone(), pods }).collect(),
     }
 }
 

@@ -72,6 +72,7 @@ pub struct Decision {
 #[derive(Debug)]
 pub struct Policy {
     name: String,
+    tie_break: score::TieBreak,
     scorers: Vec<Member>,
     detectors: Vec<Member>,
     feed: Arc<RwLock<NodeFeed>>,
@@ -81,7 +82,19 @@ impl Policy {
     /// A policy over loaded plugin slots.
     pub fn new(name: impl Into<String>, members: Vec<Member>) -> Self {
         let (scorers, detectors) = members.into_iter().partition(|m| m.slot.current().kind() == WorldKind::Scorer);
-        Self { name: name.into(), scorers, detectors, feed: Arc::new(RwLock::new(NodeFeed::new())) }
+        Self {
+            name: name.into(),
+            tie_break: score::TieBreak::NodeId,
+            scorers,
+            detectors,
+            feed: Arc::new(RwLock::new(NodeFeed::new())),
+        }
+    }
+
+    /// Decides equal totals by `tie` instead of the lowest node id.
+    pub fn with_tie_break(mut self, tie: score::TieBreak) -> Self {
+        self.tie_break = tie;
+        self
     }
 
     /// Policy name.
@@ -191,7 +204,7 @@ impl Policy {
                 }
             }
         }
-        if let Some(i) = score::select(&d.totals) {
+        if let Some(i) = score::select_by(&d.totals, &d.feasible, self.tie_break) {
             d.chosen = Some(d.feasible[i]);
             d.gpu_hint = hints.and_then(|(_, h)| h.get(i).copied()).filter(|&g| g != u8::MAX);
         }

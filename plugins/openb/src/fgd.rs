@@ -3,11 +3,16 @@
 //! sharing pod's node, on the GPU that does.
 //!
 //! `F_n(M) = Σ_m p_m F_n(m)` over the target workload M (shapes with
-//! weights), where `F_n(m)` is, if shape m fits on n (CPU, GPU model and GPU
-//! share all satisfied), the free share on GPUs with less free than m's
-//! `gpu_milli`, and otherwise all of n's free GPU share; a CPU-only shape
-//! counts nothing when it fits. The workload comes from the host in the
-//! plugin's configuration.
+//! weights), where `F_n(m)` is, if shape m needs GPUs and fits on n (CPU,
+//! GPU model and GPU share all satisfied), the free share on GPUs with less
+//! free than m's `gpu_milli`, and otherwise (and for CPU-only shapes) all
+//! of n's free GPU share. The workload comes from the host in the plugin's
+//! configuration.
+//!
+//! As in the published simulator, a node scores
+//! `⌊100·sigmoid((F_before − F_after)/1000)⌋` (50 when nothing changes), for
+//! a sharing pod the best over its fitting GPUs (lowest index on ties); the
+//! coarse integer scores tie often, and ties are the host's to break.
 
 use serde::Deserialize;
 use tessera_sdk::{Node, NodeTable, Pod, Score, Scorer, Sym};
@@ -59,10 +64,10 @@ pub struct Fgd {
 /// Fragment amount of a node described by its usable GPUs' free shares, its
 /// free CPU and its model, for one shape.
 fn fragment(free: &[u32], total: u32, cpu_free: u32, model: Sym, s: &Shape) -> u32 {
-    let cpu_ok = s.cpu_milli <= cpu_free;
     if s.gpu_count == 0 {
-        return if cpu_ok { 0 } else { total };
+        return total;
     }
+    let cpu_ok = s.cpu_milli <= cpu_free;
     let model_ok = s.models.as_ref().is_none_or(|m| m.contains(&model));
     let gpu_ok = if s.gpu_milli < 1000 {
         free.iter().any(|&f| f >= s.gpu_milli)
@@ -90,7 +95,9 @@ impl Scorer for Fgd {
         if config.workload.is_empty() {
             return Err("fgd: `workload` (the target shapes and weights) is required".into());
         }
-        if let Some(s) = config.workload.iter().find(|s| !(s.weight.is_finite() && s.weight >= 0.0) || s.gpu_milli > 1000) {
+        if let Some(s) =
+            config.workload.iter().find(|s| !(s.weight.is_finite() && s.weight >= 0.0) || s.gpu_milli > 1000)
+        {
             return Err(format!("fgd: invalid shape {s:?}: weight must be finite and >= 0, gpu_milli <= 1000"));
         }
         Ok(Self { config: config.workload, shapes: Vec::new(), symbols: usize::MAX })
@@ -118,32 +125,34 @@ impl Scorer for Fgd {
         let gpus = node.gpus();
         let mut free: Vec<u32> = gpus.iter().filter(|g| g.usable()).map(|g| u32::from(g.free_milli)).collect();
         let index: Vec<u8> = gpus.iter().filter(|g| g.usable()).map(|g| g.index).collect();
-        let cpu_after = node.free.cpu_milli.saturating_sub(pod.requests.cpu_milli);
+        let cpu_after = node.free.cpu_milli.saturating_sub(crate::scored_cpu(pod));
         let before = self.weighted(&free, node.free.cpu_milli, node.gpu_model);
-        let scaled = |after: f64| -((after - before) * 1000.0).round() as i64;
-        if pod.gpu_count == 0 {
-            return Score::new(scaled(self.weighted(&free, cpu_after, node.gpu_model)));
-        }
+        let score = |after: f64| (100.0 / (1.0 + (-(before - after) / 1000.0).exp())) as i64;
         if pod.is_gpu_sharing() {
-            // Try each fitting GPU; keep the least increase (lowest index on ties).
-            let mut best: Option<(f64, u8)> = None;
+            // Each fitting GPU in index order; the best integer score wins,
+            // the lowest index on ties. GPUs with equal free share give equal
+            // results, so each free value is tried once.
+            let mut best: Option<(i64, u8)> = None;
+            let mut tried: Vec<u32> = Vec::with_capacity(free.len());
             for i in 0..free.len() {
-                if free[i] < pod.gpu_milli {
+                if free[i] < pod.gpu_milli || tried.contains(&free[i]) {
                     continue;
                 }
+                tried.push(free[i]);
                 free[i] -= pod.gpu_milli;
-                let after = self.weighted(&free, cpu_after, node.gpu_model);
+                let s = score(self.weighted(&free, cpu_after, node.gpu_model));
                 free[i] += pod.gpu_milli;
-                if best.is_none_or(|(b, _)| after < b) {
-                    best = Some((after, index[i]));
+                if best.is_none_or(|(b, _)| s > b) {
+                    best = Some((s, index[i]));
                 }
             }
             return match best {
-                Some((after, gpu)) => Score::with_gpu(scaled(after), gpu),
-                None => Score::new(i64::MIN / 2),
+                Some((s, gpu)) => Score::with_gpu(s, gpu),
+                None => Score::new(0),
             };
         }
-        // Whole GPUs: which free ones does not change the free shares.
+        // CPU-only or whole GPUs: the first entirely free GPUs (which ones
+        // does not change the free shares).
         let mut taken = 0;
         for f in free.iter_mut() {
             if taken < pod.gpu_count && *f == 1000 {
@@ -151,6 +160,6 @@ impl Scorer for Fgd {
                 taken += 1;
             }
         }
-        Score::new(scaled(self.weighted(&free, cpu_after, node.gpu_model)))
+        Score::new(score(self.weighted(&free, cpu_after, node.gpu_model)))
     }
 }

@@ -3,9 +3,13 @@
 //! Each is exported as its own component by `plugins/<name>`; the logic
 //! lives here so it is tested natively and shared.
 //!
-//! Scores are higher-is-better; the host normalises each plugin's scores to
-//! 0..100 over the candidates and picks the best (see `tessera-core`'s
-//! `score`). All six suggest the GPU a sharing pod should use.
+//! Scores follow the published simulator's integer formulas (read from its
+//! source, `pkg/simulator/plugin/*_score.go`): they are coarse, so ties are
+//! common, and the published runs broke them by a seeded ranking of nodes —
+//! run these with `tie_break: seeded-rank` to compare. All six suggest the
+//! GPU a sharing pod should use: best fit (least free share that fits,
+//! lowest index on ties), or for Random a random fitting GPU, or for FGD
+//! the one that fragments least.
 
 use tessera_sdk::{Gpu, Node, NodeTable, Pod, Score, Scorer, Sym};
 
@@ -13,8 +17,18 @@ mod fgd;
 
 pub use fgd::{Fgd, FgdConfig, ShapeConfig};
 
-/// Scale of fractional scores (they are integers on the wire).
-const SCALE: f64 = 1e9;
+/// The published simulator's reference node: 128 cores and 8 GPUs.
+const MAX_CPU: f64 = 128_000.0;
+const MAX_GPU: f64 = 8_000.0;
+
+/// Kubernetes counts a pod that requests no CPU as requesting 100 millicores
+/// when scoring.
+pub const NONZERO_CPU_MILLI: u32 = 100;
+
+/// The CPU a pod is scored with.
+pub fn scored_cpu(pod: &Pod) -> u32 {
+    if pod.requests.cpu_milli == 0 { NONZERO_CPU_MILLI } else { pod.requests.cpu_milli }
+}
 
 #[inline]
 fn fits(g: &Gpu, need: u32) -> bool {
@@ -33,12 +47,8 @@ fn best_fit_hint(value: i64, pod: &Pod, node: &Node<'_>) -> Score {
     }
 }
 
-/// GPU demand of a pod, milli.
-fn gpu_request(pod: &Pod) -> u32 {
-    pod.gpu_demand_milli()
-}
-
-/// **Random**: a random feasible node, a random fitting GPU on it.
+/// **Random**: a random feasible node, a random fitting GPU on it (both
+/// from the host's seeded stream).
 #[derive(Debug, Default)]
 pub struct Random;
 
@@ -66,9 +76,10 @@ impl Scorer for Random {
     }
 }
 
-/// **DotProd**: the node's free (CPU, GPU) vector dotted with the pod's
-/// request vector, each normalised by a maximum node of 128 cores and 8
-/// GPUs; the smaller product wins. Best-fit GPU on the node.
+/// **DotProd**: `100·(1 − d/2)` truncated, where `d` is the dot product of
+/// the node's free (CPU, GPU) and the pod's request, each normalised by a
+/// reference node of 128 cores and 8 GPUs: the smaller product wins.
+/// Best-fit GPU on the node.
 #[derive(Debug, Default)]
 pub struct DotProd;
 
@@ -76,7 +87,8 @@ impl Scorer for DotProd {
     type Config = ();
     const NAME: &'static str = "dotprod";
     const VERSION: &'static str = env!("CARGO_PKG_VERSION");
-    const DESCRIPTION: &'static str = "smallest dot product of free and requested (CPU, GPU), normalised by 128 cores and 8 GPUs";
+    const DESCRIPTION: &'static str =
+        "smallest dot product of free and requested (CPU, GPU), normalised by 128 cores and 8 GPUs";
     const SUGGESTS_GPU: bool = true;
 
     fn new(_: ()) -> Result<Self, String> {
@@ -84,51 +96,59 @@ impl Scorer for DotProd {
     }
 
     fn score(&self, pod: &Pod, node: &Node<'_>) -> Score {
-        const MAX_CPU: f64 = 128_000.0;
-        const MAX_GPU: f64 = 8_000.0;
-        let cpu = (f64::from(node.free.cpu_milli) / MAX_CPU) * (f64::from(pod.requests.cpu_milli) / MAX_CPU);
-        let gpu = (f64::from(node.free_gpu_milli()) / MAX_GPU) * (f64::from(gpu_request(pod)) / MAX_GPU);
-        best_fit_hint(-((cpu + gpu) * SCALE) as i64, pod, node)
+        if node.free.cpu_milli < pod.requests.cpu_milli {
+            return Score::new(0);
+        }
+        let cpu = (f64::from(node.free.cpu_milli) / MAX_CPU) * (f64::from(scored_cpu(pod)) / MAX_CPU);
+        let gpu = (f64::from(node.free_gpu_milli()) / MAX_GPU) * (f64::from(pod.gpu_demand_milli()) / MAX_GPU);
+        best_fit_hint((100.0 * (1.0 - (cpu + gpu) / 2.0)) as i64, pod, node)
     }
 }
 
-/// **BestFit**: the least leftover of CPU and GPU after placement, each
-/// normalised by the largest node's capacity.
+/// **BestFit**: `100·(1 − leftover)` truncated, where leftover averages the
+/// CPU and GPU left after placement, normalised by the reference node;
+/// then normalised over the candidates to 0..=100 with integer division
+/// (all equal: all 0), as kube-scheduler plugins do. Best-fit GPU.
 #[derive(Debug, Default)]
-pub struct BestFit {
-    max_cpu: u32,
-    max_gpu: u32,
-}
+pub struct BestFit;
 
 impl Scorer for BestFit {
     type Config = ();
     const NAME: &'static str = "bestfit";
     const VERSION: &'static str = env!("CARGO_PKG_VERSION");
-    const DESCRIPTION: &'static str = "least CPU + GPU left over, each normalised by the largest node";
+    const DESCRIPTION: &'static str = "least CPU + GPU left over, normalised by a 128-core, 8-GPU node";
     const SUGGESTS_GPU: bool = true;
 
     fn new(_: ()) -> Result<Self, String> {
-        Ok(Self::default())
-    }
-
-    fn on_node(&mut self, node: &Node<'_>) {
-        self.max_cpu = self.max_cpu.max(node.capacity.cpu_milli);
-        self.max_gpu = self.max_gpu.max(node.gpu_capacity_milli());
+        Ok(Self)
     }
 
     fn score(&self, pod: &Pod, node: &Node<'_>) -> Score {
-        let left = |free: u32, req: u32, max: u32| {
-            if max == 0 { 0.0 } else { f64::from(free.saturating_sub(req)) / f64::from(max) }
-        };
-        let leftover = left(node.free.cpu_milli, pod.requests.cpu_milli, self.max_cpu)
-            + left(node.free_gpu_milli(), gpu_request(pod), self.max_gpu);
-        best_fit_hint(-(leftover * SCALE) as i64, pod, node)
+        let cpu_left = f64::from(node.free.cpu_milli) - f64::from(scored_cpu(pod));
+        let gpu_left = f64::from(node.free_gpu_milli()) - f64::from(pod.gpu_demand_milli());
+        let leftover = 0.5 * cpu_left / MAX_CPU + 0.5 * gpu_left / MAX_GPU;
+        best_fit_hint(((1.0 - leftover) * 100.0) as i64, pod, node)
+    }
+
+    fn finish(&self, _pod: &Pod, values: &mut [i64]) {
+        normalize_0_100(values);
     }
 }
 
-/// **GpuPacking**: prefer nodes where a sharing pod fits on a partly used
-/// GPU, then nodes with some GPUs in use (whole free GPUs on busy nodes),
-/// then idle nodes; within a tier, the node with less free GPU share.
+/// kube-scheduler's `(s − min)·100 / (max − min)` in integers; all equal
+/// scores become 0.
+pub fn normalize_0_100(values: &mut [i64]) {
+    let (Some(&min), Some(&max)) = (values.iter().min(), values.iter().max()) else { return };
+    for v in values.iter_mut() {
+        *v = if max == min { 0 } else { (*v - min) * 100 / (max - min) };
+    }
+}
+
+/// **GpuPacking**: on an idle node (all n GPUs free) `max(33 − n, n)`;
+/// otherwise take the fitting GPUs in order of least free share: if any of
+/// them is entirely free (k of them), `max(50 − k, 33)`; if the pod fits on
+/// partly used GPUs only, `max(100 − Σ(free·100/1000)/10, 50)`. CPU-only
+/// pods score 0. Best-fit GPU.
 #[derive(Debug, Default)]
 pub struct GpuPacking;
 
@@ -144,57 +164,72 @@ impl Scorer for GpuPacking {
     }
 
     fn score(&self, pod: &Pod, node: &Node<'_>) -> Score {
+        if pod.gpu_count == 0 {
+            return Score::new(0);
+        }
         let gpus = node.gpus();
-        let partly_used_fit = pod.is_gpu_sharing()
-            && gpus.iter().any(|g| fits(g, pod.gpu_milli) && g.free_milli < 1000 && g.free_milli > 0);
-        let busy = gpus.iter().any(|g| g.usable() && g.free_milli < 1000);
-        let tier: i64 = if partly_used_fit {
-            2
-        } else if busy {
-            1
+        let n = gpus.len() as i64;
+        if gpus.iter().all(|g| g.free_milli == 1000) {
+            return best_fit_hint((33 - n).max(n), pod, node);
+        }
+        let mut order: Vec<&Gpu> = gpus.iter().filter(|g| fits(g, pod.gpu_milli.min(1000))).collect();
+        order.sort_by_key(|g| g.free_milli);
+        let used = &order[..(pod.gpu_count as usize).min(order.len())];
+        let whole = used.iter().filter(|g| g.free_milli == 1000).count() as i64;
+        let value = if whole > 0 {
+            (50 - whole).max(33)
         } else {
-            0
+            let sum: i64 = used.iter().map(|g| i64::from(g.free_milli) * 100 / 1000).sum();
+            (100 - sum / 10).max(50)
         };
-        let value = tier * 1_000_000 - i64::from(node.free_gpu_milli());
         best_fit_hint(value, pod, node)
     }
 }
 
-/// **GpuClustering**: keep GPU-sharing pods of one size together. A node's
-/// GPUs in use are classed by their allocated share; the node scores by
-/// tier: only this pod's class > this class among others > an empty node >
-/// only other classes; within a tier, the node with less free GPU share.
+/// **GpuClustering**: keep pods of one GPU request class together
+/// (`share-gpu`, `N-gpu`). Score `25·(8000 − free GPU share)/8000`
+/// (integers) plus 75 if the node runs only the pod's class, 50 if its
+/// class among others, 25 if no GPU pod, 0 if only other classes. CPU-only
+/// pods score 0. Best-fit GPU.
 #[derive(Debug, Default)]
-pub struct GpuClustering;
+pub struct GpuClustering {
+    class: String,
+}
 
 impl Scorer for GpuClustering {
     type Config = ();
     const NAME: &'static str = "gpu-clustering";
     const VERSION: &'static str = env!("CARGO_PKG_VERSION");
-    const DESCRIPTION: &'static str = "pack GPU-sharing pods of the same size together";
+    const DESCRIPTION: &'static str = "pack pods of the same GPU request class together";
     const SUGGESTS_GPU: bool = true;
 
     fn new(_: ()) -> Result<Self, String> {
-        Ok(Self)
+        Ok(Self::default())
+    }
+
+    fn prepare(&mut self, pod: &Pod, _nodes: &NodeTable) {
+        self.class = match (pod.gpu_count, pod.gpu_milli) {
+            (0, _) => String::new(),
+            (1, m) if m < 1000 => "share-gpu".into(),
+            (n, _) => format!("{n}-gpu"),
+        };
     }
 
     fn score(&self, pod: &Pod, node: &Node<'_>) -> Score {
-        // The class of a used GPU is its allocated share (1000 - free); the
-        // pod's class is its own share per GPU.
-        let class = pod.gpu_milli.min(1000);
-        let used: Vec<u32> =
-            node.gpus().iter().filter(|g| g.usable() && g.free_milli < 1000).map(|g| 1000 - u32::from(g.free_milli)).collect();
-        let same = used.iter().filter(|&&c| c == class).count();
-        let tier: i64 = if used.is_empty() {
-            1
-        } else if same == used.len() {
-            3
-        } else if same > 0 {
-            2
-        } else {
-            0
+        if self.class.is_empty() {
+            return Score::new(0);
+        }
+        let base = 25 * (8000 - i64::from(node.free_gpu_milli())) / 8000;
+        let classes = node.meta().map_or(&[][..], |m| &m.gpu_classes[..]);
+        let mine = classes.iter().any(|c| c.workload == self.class && c.pods > 0);
+        let others = classes.iter().any(|c| c.workload != self.class && c.pods > 0);
+        let bonus = match (mine, others) {
+            (true, false) => 75,
+            (true, true) => 50,
+            (false, false) => 25,
+            (false, true) => 0,
         };
-        best_fit_hint(tier * 1_000_000 - i64::from(node.free_gpu_milli()), pod, node)
+        best_fit_hint(base + bonus, pod, node)
     }
 }
 

@@ -38,20 +38,35 @@ fn dotprod_prefers_the_node_with_less_free_and_best_fit_gpu() {
 }
 
 #[test]
-fn bestfit_minimises_leftover_normalised_by_the_largest_node() {
+fn bestfit_minimises_leftover_then_normalises_over_candidates() {
     let mut h = ScorerHarness::<BestFit>::new("").unwrap();
-    h.apply([node(0, 64_000, "V100", &[1000; 8]), node(1, 16_000, "V100", &[1000, 1000])]).unwrap();
-    let (v, _) = scores(&mut h, &pod(8_000, 1, 1000), &[0, 1]);
-    // leftover: node 0 = 56/64 + 7000/8000; node 1 = 8/64 + 1000/8000.
-    assert_eq!(best(&v), 1);
-    assert_eq!(v[1], -((8.0 / 64.0 + 1.0 / 8.0) * 1e9) as i64);
+    h.apply([
+        node(0, 64_000, "V100", &[1000; 8]),
+        node(1, 16_000, "V100", &[1000, 1000]),
+        node(2, 64_000, "V100", &[1000; 8]),
+    ])
+    .unwrap();
+    // raw: node 0 = (1 - (0.5*56/128 + 0.5*7/8))*100 = 34.375 -> 34;
+    // node 1 = (1 - (0.5*8/128 + 0.5*1/8))*100 = 90.625 -> 90.
+    let (v, hints) = scores(&mut h, &pod(8_000, 1, 1000), &[0, 1, 2]);
+    assert_eq!(v, [0, 100, 0]);
+    assert_eq!(hints, [255; 3], "whole GPUs: no hint");
+    let (v, _) = scores(&mut h, &pod(8_000, 1, 1000), &[0, 2]);
+    assert_eq!(v, [0, 0], "all equal: all 0");
+    let mut raw = [5, 7, 9];
+    normalize_0_100(&mut raw);
+    assert_eq!(raw, [0, 50, 100]);
 }
 
 #[test]
 fn gpu_packing_tiers() {
     let mut h = ScorerHarness::<GpuPacking>::new("").unwrap();
-    h.apply([node(0, 64_000, "V", &[1000, 1000]), node(1, 64_000, "V", &[0, 1000]), node(2, 64_000, "V", &[400, 1000])])
-        .unwrap();
+    h.apply([
+        node(0, 64_000, "V", &[1000, 1000]),
+        node(1, 64_000, "V", &[0, 1000]),
+        node(2, 64_000, "V", &[400, 1000]),
+    ])
+    .unwrap();
     let (v, hints) = scores(&mut h, &pod(1_000, 1, 300), &[0, 1, 2]);
     assert_eq!(best(&v), 2, "a partly used GPU that fits wins");
     assert_eq!(hints[2], 0);
@@ -60,16 +75,30 @@ fn gpu_packing_tiers() {
 }
 
 #[test]
-fn gpu_clustering_keeps_sizes_together() {
+fn gpu_clustering_keeps_request_classes_together() {
     let mut h = ScorerHarness::<GpuClustering>::new("").unwrap();
-    // Node 0 runs 300-milli pods only; node 1 a 500; node 2 is empty.
-    h.apply([node(0, 64_000, "V", &[700, 1000]), node(1, 64_000, "V", &[500, 1000]), node(2, 64_000, "V", &[1000, 1000])])
-        .unwrap();
-    let (v, _) = scores(&mut h, &pod(1_000, 1, 300), &[0, 1, 2]);
-    assert_eq!(best(&v), 0);
-    let (v, _) = scores(&mut h, &pod(1_000, 1, 200), &[1, 2]);
-    assert_eq!(best(&v), 1, "an empty node beats one with only other sizes");
-    let _ = v;
+    let with_classes = |d: NodeDelta, classes: &[(&str, u32)]| match d {
+        NodeDelta::Upsert(mut r) => {
+            r.gpu_classes =
+                classes.iter().map(|&(c, n)| tessera_sdk::WorkloadCount { workload: c.into(), pods: n }).collect();
+            NodeDelta::Upsert(r)
+        }
+        other => other,
+    };
+    h.apply([
+        with_classes(node(0, 64_000, "V", &[700, 1000]), &[("share-gpu", 1)]),
+        with_classes(node(1, 64_000, "V", &[500, 1000]), &[("2-gpu", 1)]),
+        node(2, 64_000, "V", &[1000, 1000]),
+        with_classes(node(3, 64_000, "V", &[0, 700]), &[("share-gpu", 1), ("1-gpu", 1)]),
+    ])
+    .unwrap();
+    // Sharing pod: node 0 = 25*(8000-1700)/8000 + 75 = 19 + 75; node 1 =
+    // 20 + 0 (only another class); node 2 = 18 + 25 (no GPU pod); node 3 =
+    // 22 + 50 (its class among others).
+    let (v, _) = scores(&mut h, &pod(1_000, 1, 300), &[0, 1, 2, 3]);
+    assert_eq!(v, [94, 20, 43, 72]);
+    let (v, _) = scores(&mut h, &pod(1_000, 0, 0), &[0, 1]);
+    assert_eq!(v, [0, 0], "CPU-only pods: no preference");
 }
 
 #[test]
@@ -96,25 +125,26 @@ fn fgd_picks_the_gpu_and_node_with_the_least_fragmentation_increase() {
     // Node 0: GPUs 1000, 600. Node 1: GPUs 1000, 1000.
     h.apply([node(0, 64_000, "V", &[1000, 600]), node(1, 64_000, "V", &[1000, 1000])]).unwrap();
     // A 500-milli pod. On node 0 GPU 1 (600 -> 100): before F = 0.5*0 + 0.5*600
-    // = 300; after: 100 < 500 -> 0.5*100 + 0.5*100 = 100: a decrease of 200.
-    // On node 0 GPU 0 (1000 -> 500): 0.5*0 + 0.5*(500+600) = 550: +250.
-    // On node 1 either GPU: 0.5*0 + 0.5*500 = 250: +250.
+    // = 300; after: 100 < 500 -> 0.5*100 + 0.5*100 = 100: F drops by 200,
+    // score 100*sigmoid(0.2) = 54. On node 0 GPU 0 (1000 -> 500): F = 0.5*0 +
+    // 0.5*(500+600) = 550, +250: 100*sigmoid(-0.25) = 43. Node 1: F 0 -> 250:
+    // 43 too.
     let (v, hints) = scores(&mut h, &pod(1_000, 1, 500), &[0, 1]);
-    assert_eq!(v[0], 200_000);
-    assert_eq!(v[1], -250_000);
+    assert_eq!(v, [54, 43]);
     assert_eq!(hints, [1, 0]);
 }
 
 #[test]
-fn fgd_respects_models_and_cpu_and_requires_a_workload() {
+fn fgd_respects_models_and_requires_a_workload() {
     assert!(ScorerHarness::<Fgd>::new("").is_err());
     assert!(ScorerHarness::<Fgd>::new(r#"{"workload": [], "x": 1}"#).is_err());
-    let cfg = r#"{"workload": [{"cpu_milli": 1000, "gpu_count": 1, "gpu_milli": 500, "models": ["T4"], "weight": 1.0}]}"#;
+    let cfg =
+        r#"{"workload": [{"cpu_milli": 1000, "gpu_count": 1, "gpu_milli": 500, "models": ["T4"], "weight": 1.0}]}"#;
     let mut h = ScorerHarness::<Fgd>::new(cfg).unwrap();
     h.apply([node(0, 64_000, "V100", &[1000]), node(1, 64_000, "T4", &[1000])]).unwrap();
     // On the V100 node the T4-only shape never fits: all free share is a
-    // fragment before (1000) and after (0 left of... 1000-200 = 800).
+    // fragment, 1000 before and 800 after: F drops 200 -> 54. On the T4
+    // node 800 left still fits a 500 pod: no fragment either way -> 50.
     let (v, _) = scores(&mut h, &pod(500, 1, 200), &[0, 1]);
-    assert_eq!(v[0], 200_000, "fragment drops 1000 -> 800");
-    assert_eq!(v[1], 0, "800 left still fits a 500 pod: no fragment before or after");
+    assert_eq!(v, [54, 50]);
 }

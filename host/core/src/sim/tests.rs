@@ -60,15 +60,18 @@ fn submissions_protocol_by_hand() {
     assert_eq!(r.failures_by_reason.get("SCHED-GPU-INSUFFICIENT"), Some(&1));
     assert_eq!(r.total_gpus, 4);
     // Arrived demand after each submission: 25%, 37.5%, 52.5%, 102.5%,
-    // 102.5%, in buckets rounded half up.
+    // 102.5%, in buckets rounded half to even (25, 38, 52, 102, 102); a
+    // bucket with no reading takes its neighbours' (24, 26, 37, 39, ...).
     let pcts: Vec<u32> = r.buckets.iter().map(|b| b.arrived_pct).collect();
-    assert_eq!(pcts, [25, 38, 53, 103]);
+    assert_eq!(pcts, [24, 25, 26, 37, 38, 39, 51, 52, 53, 101, 102]);
     let at = |p| r.allocation_at(p).unwrap();
     assert_eq!(at(25), 25.0);
+    assert_eq!(at(24), 25.0);
     assert_eq!(at(38), 37.5);
+    assert_eq!(at(52), 52.5);
     assert_eq!(at(53), 52.5);
-    assert_eq!(r.buckets[3].samples, 2, "two submissions landed in the 103% bucket");
-    assert_eq!(at(103), 52.5);
+    let b102 = r.buckets.iter().find(|b| b.arrived_pct == 102).unwrap();
+    assert_eq!((b102.samples, b102.allocation), (2, 52.5), "two submissions landed in the 102% bucket");
     // Fragmentation at the end: node 0 has GPU 1 with 500 free: a fragment
     // for whole-GPU pods (p = 0.5) and not for 500-milli pods; node 1 has
     // GPU 0 with 400 free (fragment for both) and GPU 1 whole.

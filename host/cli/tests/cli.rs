@@ -143,3 +143,44 @@ fn sim_replays_the_published_protocol_on_the_shared_trace() {
     assert!(out.contains("pods submitted                 10866"), "{out}");
     assert!(out.contains("GPU allocation @ 130% arrived"), "{out}");
 }
+
+/// `bench fidelity` on a directory laid out like shared/traces/openb, cut
+/// down to one workload, policy and seed.
+#[test]
+fn fidelity_bench_reproduces_a_published_bestfit_run() {
+    let shared = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces/openb");
+    if !shared.exists() {
+        assert!(std::env::var_os("CI").is_none(), "{} is missing in CI", shared.display());
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("expected")).unwrap();
+    std::fs::create_dir_all(d.join("arrival-order")).unwrap();
+    for f in ["openb_node_list_gpu_node.csv", "openb_pod_list_default.csv"] {
+        std::os::unix::fs::symlink(shared.join(f), d.join(f)).unwrap();
+    }
+    let order = "arrival-order/openb_pod_list_default_tune1.3_seed42.txt";
+    std::os::unix::fs::symlink(shared.join(order), d.join(order)).unwrap();
+    for f in ["analysis_allo_discrete.csv", "analysis_frag_discrete.csv", "analysis_frag_ratio_discrete.csv"] {
+        let text = std::fs::read_to_string(shared.join("expected").join(f)).unwrap();
+        let mut lines = text.lines();
+        let mut kept = vec![lines.next().unwrap().to_string()];
+        kept.extend(lines.filter(|l| l.starts_with("openb_pod_list_default,05-BestFit,1.3,42,")).map(String::from));
+        assert_eq!(kept.len(), 2, "{f}");
+        std::fs::write(d.join("expected").join(f), kept.join("\n") + "\n").unwrap();
+    }
+    let (ok, out, err) = tessera(&["bench", "fidelity", "--traces", d.to_str().unwrap(), "--format", "json"]);
+    assert!(ok, "{out}\n{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1);
+    let r = &runs[0];
+    assert_eq!(
+        (r["workload"].as_str(), r["policy"].as_str(), r["seed"].as_u64()),
+        (Some("openb_pod_list_default"), Some("bestfit"), Some(42))
+    );
+    let dev = r["alloc_mean_abs_dev"].as_f64().unwrap();
+    assert!(dev < 0.5, "bestfit within half a point of the published curve: {dev}");
+    assert!(r["unallocated_at_130"].as_f64().is_some() && v["wall_s"].as_f64().is_some());
+}

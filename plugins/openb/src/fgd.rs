@@ -48,7 +48,8 @@ pub struct FgdConfig {
 struct Shape {
     cpu_milli: u32,
     gpu_count: u32,
-    gpu_milli: u32,
+    /// Index of the shape's `gpu_milli` in `Fgd::levels` (GPU shapes only).
+    level: usize,
     models: Option<Vec<Sym>>,
     weight: f64,
 }
@@ -58,29 +59,104 @@ struct Shape {
 pub struct Fgd {
     config: Vec<ShapeConfig>,
     shapes: Vec<Shape>,
+    /// Distinct `gpu_milli` of the GPU shapes.
+    levels: Vec<u32>,
     symbols: usize,
+    /// Bumped whenever `shapes` are rebuilt; cache entries of another
+    /// generation are stale.
+    generation: u32,
+    scratch: std::cell::RefCell<Agg>,
+    /// Per node id: `(generation, F before placement, shapes whose model
+    /// the node has)`; a node's entry is dropped when the node changes.
+    cache: std::cell::RefCell<Vec<(u32, f64, u64)>>,
+    /// `ln(k / (100 − k))` for k = 1..=99: see [`sigmoid_score`].
+    thresholds: Vec<f64>,
 }
 
-/// Fragment amount of a node described by its usable GPUs' free shares, its
-/// free CPU and its model, for one shape.
-fn fragment(free: &[u32], total: u32, cpu_free: u32, model: Sym, s: &Shape) -> u32 {
-    if s.gpu_count == 0 {
-        return total;
+/// `⌊100·sigmoid(x)⌋` without `exp` per call: it is the number of k in
+/// 1..=99 with `sigmoid(x) ≥ k/100`, i.e. `x ≥ ln(k/(100−k))`.
+pub(crate) fn sigmoid_score(thresholds: &[f64], x: f64) -> i64 {
+    thresholds.partition_point(|&t| t <= x) as i64
+}
+
+/// Shapes beyond this many share the last bit of the model mask (which
+/// then checks their models the slow way).
+const MASK_BITS: usize = 63;
+
+/// A node's free GPU shares summarised for every level `g` at once:
+/// `F(m)` needs only "how many GPUs have at least g free" and "how much is
+/// free on GPUs with less than g". Changing one GPU updates it in O(levels),
+/// so trying each GPU for a sharing pod costs O(levels + shapes), not
+/// O(GPUs × shapes).
+#[derive(Debug, Default, Clone)]
+struct Agg {
+    total: u32,
+    count_ge: Vec<u32>,
+    sum_lt: Vec<u32>,
+}
+
+impl Agg {
+    /// `levels` ascending; O(GPUs·log + levels) by walking the sorted shares.
+    fn fill(&mut self, free: &[u32], levels: &[u32]) {
+        let mut sorted = [0u32; tessera_sdk::MAX_GPUS];
+        let sorted = &mut sorted[..free.len()];
+        sorted.copy_from_slice(free);
+        sorted.sort_unstable();
+        self.total = free.iter().sum();
+        self.count_ge.clear();
+        self.sum_lt.clear();
+        let (mut k, mut below) = (0, 0);
+        for &g in levels {
+            while k < sorted.len() && sorted[k] < g {
+                below += sorted[k];
+                k += 1;
+            }
+            self.count_ge.push((sorted.len() - k) as u32);
+            self.sum_lt.push(below);
+        }
     }
-    let cpu_ok = s.cpu_milli <= cpu_free;
-    let model_ok = s.models.as_ref().is_none_or(|m| m.contains(&model));
-    let gpu_ok = if s.gpu_milli < 1000 {
-        free.iter().any(|&f| f >= s.gpu_milli)
-    } else {
-        free.iter().filter(|&&f| f == 1000).count() as u32 >= s.gpu_count
-    };
-    if cpu_ok && model_ok && gpu_ok { free.iter().filter(|&&f| f < s.gpu_milli).sum() } else { total }
+
+    /// One GPU's free share goes from `a` to `b`.
+    fn change(&mut self, a: u32, b: u32, levels: &[u32]) {
+        self.total = self.total - a + b;
+        for (i, &g) in levels.iter().enumerate() {
+            self.count_ge[i] = self.count_ge[i] - u32::from(a >= g) + u32::from(b >= g);
+            self.sum_lt[i] = self.sum_lt[i] - if a < g { a } else { 0 } + if b < g { b } else { 0 };
+        }
+    }
 }
 
 impl Fgd {
-    fn weighted(&self, free: &[u32], cpu_free: u32, model: Sym) -> f64 {
-        let total: u32 = free.iter().sum();
-        self.shapes.iter().map(|s| s.weight * f64::from(fragment(free, total, cpu_free, model, s))).sum()
+    /// Bit `i` set when shape `i` allows `model` (shapes past
+    /// [`MASK_BITS`] always set: they are checked in `weighted`).
+    fn model_mask(&self, model: Sym) -> u64 {
+        self.shapes.iter().enumerate().fold(0, |mask, (i, s)| {
+            let ok = i >= MASK_BITS || s.models.as_ref().is_none_or(|m| m.contains(&model));
+            mask | (u64::from(ok) << i.min(MASK_BITS))
+        })
+    }
+
+    /// `F_n(M)` for a node summarised by `agg`, with `cpu_free`, `model`
+    /// and its [`Fgd::model_mask`].
+    fn weighted(&self, agg: &Agg, cpu_free: u32, model: Sym, mask: u64) -> f64 {
+        self.shapes
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let frag = if s.gpu_count == 0 {
+                    agg.total
+                } else {
+                    let model_ok = if i < MASK_BITS {
+                        mask & (1 << i) != 0
+                    } else {
+                        s.models.as_ref().is_none_or(|m| m.contains(&model))
+                    };
+                    let fits = s.cpu_milli <= cpu_free && model_ok && agg.count_ge[s.level] >= s.gpu_count;
+                    if fits { agg.sum_lt[s.level] } else { agg.total }
+                };
+                s.weight * f64::from(frag)
+            })
+            .sum()
     }
 }
 
@@ -100,50 +176,89 @@ impl Scorer for Fgd {
         {
             return Err(format!("fgd: invalid shape {s:?}: weight must be finite and >= 0, gpu_milli <= 1000"));
         }
-        Ok(Self { config: config.workload, shapes: Vec::new(), symbols: usize::MAX })
+        let thresholds = (1..100).map(|k| (f64::from(k) / f64::from(100 - k)).ln()).collect();
+        Ok(Self { config: config.workload, symbols: usize::MAX, thresholds, ..Self::default() })
+    }
+
+    fn on_node(&mut self, node: &Node<'_>) {
+        if let Some(entry) = self.cache.get_mut().get_mut(node.id() as usize) {
+            entry.0 = 0;
+        }
+    }
+
+    fn on_remove(&mut self, id: tessera_sdk::NodeId) {
+        if let Some(entry) = self.cache.get_mut().get_mut(id as usize) {
+            entry.0 = 0;
+        }
     }
 
     fn prepare(&mut self, _pod: &Pod, nodes: &NodeTable) {
         // Model names resolve against the mirror's symbols, which only grow.
         if self.symbols != nodes.symbol_count() {
             self.symbols = nodes.symbol_count();
+            let mut levels: Vec<u32> = self.config.iter().filter(|c| c.gpu_count > 0).map(|c| c.gpu_milli).collect();
+            levels.sort_unstable();
+            levels.dedup();
             self.shapes = self
                 .config
                 .iter()
                 .map(|c| Shape {
                     cpu_milli: c.cpu_milli,
                     gpu_count: c.gpu_count,
-                    gpu_milli: c.gpu_milli,
+                    level: levels.binary_search(&c.gpu_milli).unwrap_or(0),
                     models: model_syms(&c.models, nodes),
                     weight: c.weight,
                 })
                 .collect();
+            self.levels = levels;
+            self.generation += 1;
         }
     }
 
     fn score(&self, pod: &Pod, node: &Node<'_>) -> Score {
+        let mut agg = self.scratch.borrow_mut();
         let gpus = node.gpus();
-        let mut free: Vec<u32> = gpus.iter().filter(|g| g.usable()).map(|g| u32::from(g.free_milli)).collect();
-        let index: Vec<u8> = gpus.iter().filter(|g| g.usable()).map(|g| g.index).collect();
+        let free = |g: &tessera_sdk::Gpu| if g.usable() { u32::from(g.free_milli) } else { 0 };
+        let mut frees = [0u32; tessera_sdk::MAX_GPUS];
+        let mut n = 0;
+        for g in gpus.iter().filter(|g| g.usable()) {
+            frees[n] = u32::from(g.free_milli);
+            n += 1;
+        }
+        let frees = &frees[..n];
+        agg.fill(frees, &self.levels);
         let cpu_after = node.free.cpu_milli.saturating_sub(crate::scored_cpu(pod));
-        let before = self.weighted(&free, node.free.cpu_milli, node.gpu_model);
-        let score = |after: f64| (100.0 / (1.0 + (-(before - after) / 1000.0).exp())) as i64;
+        let (before, mask) = {
+            let mut cache = self.cache.borrow_mut();
+            let i = node.id() as usize;
+            if i >= cache.len() {
+                cache.resize(i + 1, (0, 0.0, 0));
+            }
+            if cache[i].0 != self.generation {
+                let mask = self.model_mask(node.gpu_model);
+                cache[i] = (self.generation, self.weighted(&agg, node.free.cpu_milli, node.gpu_model, mask), mask);
+            }
+            (cache[i].1, cache[i].2)
+        };
+        let score = |after: f64| sigmoid_score(&self.thresholds, (before - after) / 1000.0);
         if pod.is_gpu_sharing() {
             // Each fitting GPU in index order; the best integer score wins,
             // the lowest index on ties. GPUs with equal free share give equal
             // results, so each free value is tried once.
             let mut best: Option<(i64, u8)> = None;
-            let mut tried: Vec<u32> = Vec::with_capacity(free.len());
-            for i in 0..free.len() {
-                if free[i] < pod.gpu_milli || tried.contains(&free[i]) {
+            let mut tried = [u32::MAX; tessera_sdk::MAX_GPUS];
+            for (k, g) in gpus.iter().filter(|g| g.usable()).enumerate() {
+                let a = free(g);
+                if a < pod.gpu_milli || tried[..k].contains(&a) {
                     continue;
                 }
-                tried.push(free[i]);
-                free[i] -= pod.gpu_milli;
-                let s = score(self.weighted(&free, cpu_after, node.gpu_model));
-                free[i] += pod.gpu_milli;
-                if best.is_none_or(|(b, _)| s > b) {
-                    best = Some((s, index[i]));
+                tried[k] = a;
+                let b = a - pod.gpu_milli;
+                agg.change(a, b, &self.levels);
+                let s = score(self.weighted(&agg, cpu_after, node.gpu_model, mask));
+                agg.change(b, a, &self.levels);
+                if best.is_none_or(|(bs, _)| s > bs) {
+                    best = Some((s, g.index));
                 }
             }
             return match best {
@@ -153,13 +268,9 @@ impl Scorer for Fgd {
         }
         // CPU-only or whole GPUs: the first entirely free GPUs (which ones
         // does not change the free shares).
-        let mut taken = 0;
-        for f in free.iter_mut() {
-            if taken < pod.gpu_count && *f == 1000 {
-                *f = 0;
-                taken += 1;
-            }
+        for _ in 0..pod.gpu_count.min(frees.iter().filter(|&&f| f == 1000).count() as u32) {
+            agg.change(1000, 0, &self.levels);
         }
-        Score::new(score(self.weighted(&free, cpu_after, node.gpu_model)))
+        Score::new(score(self.weighted(&agg, cpu_after, node.gpu_model, mask)))
     }
 }

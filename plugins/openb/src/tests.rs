@@ -148,3 +148,15 @@ fn fgd_respects_models_and_requires_a_workload() {
     let (v, _) = scores(&mut h, &pod(500, 1, 200), &[0, 1]);
     assert_eq!(v, [54, 50]);
 }
+
+#[test]
+fn sigmoid_score_matches_the_formula() {
+    let h = ScorerHarness::<Fgd>::new(&fgd_config()).unwrap();
+    let _ = h;
+    let thresholds: Vec<f64> = (1..100).map(|k| (f64::from(k) / f64::from(100 - k)).ln()).collect();
+    for i in -4000..=4000 {
+        let x = f64::from(i) / 517.0;
+        let direct = (100.0 / (1.0 + (-x).exp())) as i64;
+        assert_eq!(crate::fgd::sigmoid_score(&thresholds, x), direct, "x = {x}");
+    }
+}

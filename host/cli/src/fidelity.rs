@@ -94,6 +94,12 @@ pub struct CurveDeviation {
     pub alloc_mean_abs_dev: f64,
     /// Max of the same, points.
     pub alloc_max_abs_dev: f64,
+    /// Our seed-averaged allocation curve.
+    #[serde(skip)]
+    pub ours: Series,
+    /// The published seed-averaged allocation curve.
+    #[serde(skip)]
+    pub published: Series,
 }
 
 /// The bench's output.
@@ -216,13 +222,16 @@ pub fn run(dir: &Path, only: &[String]) -> Result<FidelityReport> {
         .into_iter()
         .map(|((workload, policy), (n, ours, theirs))| {
             let avg = |s: Series| -> Series { s.into_iter().map(|(b, v)| (b, v / n as f64)).collect() };
-            let (m, x) = mean_abs(&avg(ours), &avg(theirs));
+            let (ours, published) = (avg(ours), avg(theirs));
+            let (m, x) = mean_abs(&ours, &published);
             CurveDeviation {
                 workload,
                 policy: policy.to_string(),
                 seeds: n,
                 alloc_mean_abs_dev: m,
                 alloc_max_abs_dev: x,
+                ours,
+                published,
             }
         })
         .collect();
@@ -230,6 +239,40 @@ pub fn run(dir: &Path, only: &[String]) -> Result<FidelityReport> {
 }
 
 impl FidelityReport {
+    /// One SVG per workload in `dir`: each policy's seed-averaged curve,
+    /// ours solid and published dashed. Returns the files written.
+    pub fn plot(&self, dir: &Path) -> Result<Vec<PathBuf>> {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let mut by_workload: BTreeMap<&str, Vec<&CurveDeviation>> = BTreeMap::new();
+        for c in &self.curves {
+            by_workload.entry(&c.workload).or_default().push(c);
+        }
+        let mut written = Vec::new();
+        for (workload, curves) in by_workload {
+            let mut lines = Vec::new();
+            for c in curves {
+                let colour = POLICIES.iter().position(|(_, p)| *p == c.policy).unwrap_or(0);
+                let pts = |s: &Series| s.iter().map(|(&b, &v)| (f64::from(b), v)).collect();
+                lines.push(crate::plot::Curve {
+                    label: format!("{} (ours)", c.policy),
+                    points: pts(&c.ours),
+                    colour,
+                    dashed: false,
+                });
+                lines.push(crate::plot::Curve {
+                    label: format!("{} (published)", c.policy),
+                    points: pts(&c.published),
+                    colour,
+                    dashed: true,
+                });
+            }
+            let path = dir.join(format!("{workload}.svg"));
+            crate::plot::allocation_svg(&path, &format!("{workload}: GPU allocation, mean of seeds"), &lines)?;
+            written.push(path);
+        }
+        Ok(written)
+    }
+
     /// Per workload and policy: means over seeds.
     pub fn to_table(&self) -> String {
         let mut groups: BTreeMap<(&str, &str), Vec<&RunDeviation>> = BTreeMap::new();

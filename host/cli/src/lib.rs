@@ -6,4 +6,5 @@ pub mod check;
 pub mod fidelity;
 pub mod load;
 pub mod native;
+pub mod plot;
 pub mod sim;

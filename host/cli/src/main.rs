@@ -52,6 +52,9 @@ enum Command {
         /// Write the per-bucket series and totals here.
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Draw the allocation curve (SVG) here.
+        #[arg(long)]
+        plot: Option<PathBuf>,
     },
     /// Benchmarks against published results.
     #[command(subcommand)]
@@ -127,6 +130,9 @@ enum BenchCmd {
         /// Only these policies (comma-separated).
         #[arg(long, value_delimiter = ',')]
         policies: Vec<String>,
+        /// Write one allocation-curve SVG per workload into this directory.
+        #[arg(long)]
+        plot: Option<PathBuf>,
         #[arg(long, value_enum, default_value = "table")]
         format: Format,
     },
@@ -157,7 +163,7 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        Command::Sim { nodes, node_count, pods, order, seed, policy, time_replay, inflate, tie_break, out } => {
+        Command::Sim { nodes, node_count, pods, order, seed, policy, time_replay, inflate, tie_break, out, plot } => {
             let tie_break = tie_break.map(|t| match t {
                 TieBreakArg::NodeId => tessera_policy::TieBreakSpec::NodeId,
                 TieBreakArg::SeededRank => tessera_policy::TieBreakSpec::SeededRank,
@@ -171,10 +177,26 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 std::fs::write(&path, json + "\n").with_context(|| format!("cannot write {}", path.display()))?;
                 println!("{:<30} {}", "run written to", path.display());
             }
+            if let Some(path) = plot {
+                let r = &outcome.file.report;
+                let curve = tessera::plot::Curve {
+                    label: outcome.file.policy.clone(),
+                    points: r.buckets.iter().map(|b| (f64::from(b.arrived_pct), b.allocation)).collect(),
+                    colour: 0,
+                    dashed: false,
+                };
+                tessera::plot::allocation_svg(&path, "GPU allocation by arrived demand", &[curve])?;
+                println!("{:<30} {}", "plot written to", path.display());
+            }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Bench(BenchCmd::Fidelity { traces, policies, format }) => {
+        Command::Bench(BenchCmd::Fidelity { traces, policies, plot, format }) => {
             let report = fidelity::run(&traces, &policies)?;
+            if let Some(dir) = plot {
+                for f in report.plot(&dir)? {
+                    eprintln!("plot written to {}", f.display());
+                }
+            }
             match format {
                 Format::Table => print!("{}", report.to_table()),
                 Format::Json => println!("{}", serde_json::to_string(&report)?),

@@ -97,6 +97,15 @@ fn sim_on_the_builtin_workload_is_deterministic() {
         std::fs::read(out).unwrap()
     };
     let (a, b) = (run("a.json"), run("b.json"));
+    let svg = dir.path().join("curve.svg");
+    let (ok, _, err) = tessera(&["sim", "--node-count", "40", "--seed", "7", "--plot", svg.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let svg = std::fs::read_to_string(svg).unwrap();
+    assert!(
+        svg.starts_with("<svg") && svg.contains("GPU allocation") && svg.contains("<polyline"),
+        "{}",
+        &svg[..200.min(svg.len())]
+    );
     assert_eq!(a, b, "same seed, byte-identical run.json");
     let v: serde_json::Value = serde_json::from_slice(&a).unwrap();
     assert_eq!(v["policy"], "default");
@@ -170,8 +179,20 @@ fn fidelity_bench_reproduces_a_published_bestfit_run() {
         assert_eq!(kept.len(), 2, "{f}");
         std::fs::write(d.join("expected").join(f), kept.join("\n") + "\n").unwrap();
     }
-    let (ok, out, err) = tessera(&["bench", "fidelity", "--traces", d.to_str().unwrap(), "--format", "json"]);
+    let plots = d.join("plots");
+    let (ok, out, err) = tessera(&[
+        "bench",
+        "fidelity",
+        "--traces",
+        d.to_str().unwrap(),
+        "--format",
+        "json",
+        "--plot",
+        plots.to_str().unwrap(),
+    ]);
     assert!(ok, "{out}\n{err}");
+    let svg = std::fs::read_to_string(plots.join("openb_pod_list_default.svg")).unwrap();
+    assert!(svg.contains("bestfit (ours)") && svg.contains("bestfit (published)"), "legend names both curves");
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     let runs = v["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 1);

@@ -135,6 +135,11 @@ impl Runtime {
         c.wasm_component_model(true);
         c.epoch_interruption(true);
         c.consume_fuel(config.fuel);
+        // `TESSERA_PERFMAP=1` writes /tmp/perf-PID.map so `perf report` names
+        // the functions of compiled plugins.
+        if std::env::var_os("TESSERA_PERFMAP").is_some_and(|v| v == "1") {
+            c.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
         let mut pool = PoolingAllocationConfig::default();
         let n = config.max_instances.max(1);
         pool.total_component_instances(n)

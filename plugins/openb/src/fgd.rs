@@ -69,6 +69,18 @@ pub struct Fgd {
     /// Per node id: `(generation, F before placement, shapes whose model
     /// the node has)`; a node's entry is dropped when the node changes.
     cache: std::cell::RefCell<Vec<(u32, f64, u64)>>,
+    /// Distinct pod kinds `(scored CPU, GPU count, GPU share)` of the
+    /// workload: a node's score depends on nothing else of the pod.
+    kinds: Vec<(u32, u32, u32)>,
+    /// The current pod's kind, if it is one of `kinds`.
+    kind: Option<usize>,
+    /// Per node id: bumped whenever the node changes.
+    epochs: Vec<u32>,
+    /// Per node id × kind: `(generation, epoch, score, GPU)` of the last
+    /// score of that kind on that node. Between two changes of a node,
+    /// thousands of pods are scored on it, mostly of a few dozen kinds, so
+    /// most scores are looked up, not recomputed (same values either way).
+    memo: std::cell::RefCell<Vec<(u32, u32, i64, u8)>>,
     /// `ln(k / (100 − k))` for k = 1..=99: see [`sigmoid_score`].
     thresholds: Vec<f64>,
 }
@@ -181,18 +193,14 @@ impl Scorer for Fgd {
     }
 
     fn on_node(&mut self, node: &Node<'_>) {
-        if let Some(entry) = self.cache.get_mut().get_mut(node.id() as usize) {
-            entry.0 = 0;
-        }
+        self.forget(node.id());
     }
 
     fn on_remove(&mut self, id: tessera_sdk::NodeId) {
-        if let Some(entry) = self.cache.get_mut().get_mut(id as usize) {
-            entry.0 = 0;
-        }
+        self.forget(id);
     }
 
-    fn prepare(&mut self, _pod: &Pod, nodes: &NodeTable) {
+    fn prepare(&mut self, pod: &Pod, nodes: &NodeTable) {
         // Model names resolve against the mirror's symbols, which only grow.
         if self.symbols != nodes.symbol_count() {
             self.symbols = nodes.symbol_count();
@@ -212,10 +220,55 @@ impl Scorer for Fgd {
                 .collect();
             self.levels = levels;
             self.generation += 1;
+            self.kinds = self
+                .config
+                .iter()
+                .map(|c| (c.cpu_milli.max(crate::NONZERO_CPU_MILLI), c.gpu_count, c.gpu_milli))
+                .collect();
+            self.kinds.sort_unstable();
+            self.kinds.dedup();
+            self.memo.get_mut().clear();
         }
+        let key = (crate::scored_cpu(pod), pod.gpu_count, pod.gpu_milli);
+        self.kind = self.kinds.binary_search(&key).ok();
     }
 
     fn score(&self, pod: &Pod, node: &Node<'_>) -> Score {
+        let i = node.id() as usize;
+        let epoch = self.epochs.get(i).copied().unwrap_or(0);
+        let slot = self.kind.map(|k| i * self.kinds.len() + k);
+        if let Some(slot) = slot
+            && let Some(&(generation, e, score, gpu)) = self.memo.borrow().get(slot)
+            && generation == self.generation
+            && e == epoch
+        {
+            return if gpu == u8::MAX { Score::new(score) } else { Score::with_gpu(score, gpu) };
+        }
+        let fresh = self.compute(pod, node);
+        if let Some(slot) = slot {
+            let mut memo = self.memo.borrow_mut();
+            if slot >= memo.len() {
+                memo.resize(slot + 1, (0, 0, 0, u8::MAX));
+            }
+            memo[slot] = (self.generation, epoch, fresh.value, fresh.gpu.unwrap_or(u8::MAX));
+        }
+        fresh
+    }
+}
+
+impl Fgd {
+    fn forget(&mut self, id: tessera_sdk::NodeId) {
+        let i = id as usize;
+        if let Some(entry) = self.cache.get_mut().get_mut(i) {
+            entry.0 = 0;
+        }
+        if i >= self.epochs.len() {
+            self.epochs.resize(i + 1, 0);
+        }
+        self.epochs[i] = self.epochs[i].wrapping_add(1);
+    }
+
+    fn compute(&self, pod: &Pod, node: &Node<'_>) -> Score {
         let mut agg = self.scratch.borrow_mut();
         let gpus = node.gpus();
         let free = |g: &tessera_sdk::Gpu| if g.usable() { u32::from(g.free_milli) } else { 0 };

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use serde::Serialize;
-use tessera_wasm::{PluginSpec, Policy, Runtime, WorldKind, canned_nodes, canned_pods, wit};
+use tessera_wasm::{PluginSpec, Policy, Runtime, WorldKind, canned_frame, canned_nodes, canned_pods};
 
 /// The report printed by `plugin check`.
 #[derive(Debug, Serialize)]
@@ -123,14 +123,7 @@ pub fn check_file(rt: &Runtime, path: &Path, config_json: &str) -> CheckReport {
         }
         WorldKind::Detector => {
             for seq in 0..5u64 {
-                let frame = wit::TelemetryFrame {
-                    seq,
-                    nodes: vec![0, 1, 2, 3],
-                    gpu_util_permille: vec![950, 100, 500, 0],
-                    memory_free_permille: vec![50, 800, 500, 900],
-                    cpu_util_permille: vec![900, 100, 400, 50],
-                    stranded_gpu_milli: vec![500, 0, 0, 0],
-                };
+                let frame = canned_frame(seq);
                 if let Err(e) = version.observe(&frame) {
                     r.canned.push(format!("observe {seq}: {e}"));
                 }

@@ -46,6 +46,19 @@ pub fn canned_pods() -> Vec<Pod> {
     vec![pod("cpu-only", 0, 0), pod("shared", 1, 300), pod("whole", 2, 1000)]
 }
 
+/// One canned telemetry interval of the canned cluster: node 0 hot and
+/// short of memory, the others calm.
+pub fn canned_frame(seq: u64) -> wit::TelemetryFrame {
+    wit::TelemetryFrame {
+        seq,
+        nodes: vec![0, 1, 2, 3],
+        gpu_util_permille: vec![950, 100, 500, 0],
+        memory_free_permille: vec![50, 800, 500, 900],
+        cpu_util_permille: vec![900, 100, 400, 50],
+        stranded_gpu_milli: vec![500, 0, 0, 0],
+    }
+}
+
 /// Runs the canned calls against a fresh mirror.
 pub(crate) fn canned(version: &PluginVersion) -> Result<(), CallError> {
     match version.kind() {
@@ -63,14 +76,7 @@ pub(crate) fn canned(version: &PluginVersion) -> Result<(), CallError> {
         }
         WorldKind::Detector => {
             for seq in 0..3u64 {
-                version.observe(&wit::TelemetryFrame {
-                    seq,
-                    nodes: vec![0, 1, 2, 3],
-                    gpu_util_permille: vec![950, 100, 500, 0],
-                    memory_free_permille: vec![50, 800, 500, 900],
-                    cpu_util_permille: vec![900, 100, 400, 50],
-                    stranded_gpu_milli: vec![500, 0, 0, 0],
-                })?;
+                version.observe(&canned_frame(seq))?;
             }
             version.detect()?;
         }

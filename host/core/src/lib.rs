@@ -7,6 +7,7 @@
 pub mod cluster;
 pub mod metrics;
 pub mod model;
+pub mod queue;
 pub mod score;
 pub mod sim;
 

@@ -4,6 +4,7 @@
 //! logic that turns plugin scores into a placement. No IO, no clocks, no
 //! global state: the same inputs always give the same outputs.
 
+pub mod bandit;
 pub mod cluster;
 pub mod metrics;
 pub mod model;

@@ -8,6 +8,7 @@ pub mod bandit;
 pub mod cluster;
 pub mod metrics;
 pub mod model;
+pub mod preempt;
 pub mod queue;
 pub mod score;
 pub mod sim;

@@ -1,0 +1,301 @@
+//! Preemption: when a pod fits nowhere, find the cheapest set of running
+//! pods on one node whose eviction lets it fit.
+//!
+//! Who may be evicted: pods of a lower tier than the preemptor (hard >
+//! soft > opportunistic), or of its tier with a lower priority; hard-tier
+//! pods never. The pod must then pass the full hard filter (model, health,
+//! GPU share, CPU, memory) on the node: preemption never bends a
+//! constraint, it only frees capacity.
+//!
+//! Cost, compared in this order: fewest victims, then the lowest highest
+//! tier among them, then the least work lost (sum of their run times).
+//! Per node with up to [`EXACT_LIMIT`] eligible victims every subset is
+//! considered, cheapest first, so the answer is the cheapest; with more,
+//! victims are added cheapest first until the pod fits and then any victim
+//! not needed after all is spared (kube-scheduler's "reprieve"). Ties
+//! between nodes go to the lowest node id.
+
+use std::cmp::Reverse;
+
+use crate::cluster::{Placement, check};
+use crate::model::{GPU_MILLI, Node, NodeId, Pod, Tier};
+
+/// A pod running on the cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Running {
+    /// The pod.
+    pub pod: Pod,
+    /// Where it runs.
+    pub placement: Placement,
+    /// When it started (caller's clock).
+    pub started_at: u64,
+}
+
+/// The victims chosen on one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Preemption {
+    /// The node.
+    pub node: NodeId,
+    /// Indices of the victims in the `running` slice given.
+    pub victims: Vec<usize>,
+    /// Their total run time, the work lost.
+    pub work_lost: u64,
+}
+
+/// Higher is more important.
+fn tier_rank(t: Tier) -> u8 {
+    match t {
+        Tier::Opportunistic => 0,
+        Tier::Soft => 1,
+        Tier::Hard => 2,
+    }
+}
+
+/// Whether `preemptor` may evict `victim`.
+pub fn may_preempt(preemptor: &Pod, victim: &Pod) -> bool {
+    if victim.tier == Tier::Hard {
+        return false;
+    }
+    let (p, v) = (tier_rank(preemptor.tier), tier_rank(victim.tier));
+    p > v || (p == v && preemptor.priority > victim.priority)
+}
+
+fn release(node: &mut Node, r: &Running) {
+    for i in r.placement.gpus.indices() {
+        if let Some(g) = node.gpus.get_mut(i) {
+            g.free_milli = (g.free_milli + r.pod.gpu_milli.min(GPU_MILLI)).min(GPU_MILLI);
+        }
+    }
+    node.free.cpu_milli = (node.free.cpu_milli + r.pod.requests.cpu_milli).min(node.capacity.cpu_milli);
+    node.free.memory_mib = (node.free.memory_mib + r.pod.requests.memory_mib).min(node.capacity.memory_mib);
+}
+
+fn fits_without(node: &Node, running: &[Running], victims: &[usize], pod: &Pod) -> bool {
+    let mut n = node.clone();
+    for &v in victims {
+        release(&mut n, &running[v]);
+    }
+    check(&n, pod).is_ok()
+}
+
+type Cost = (usize, u8, u64);
+
+/// Most eligible victims on one node for which every subset is tried.
+pub const EXACT_LIMIT: usize = 12;
+
+/// The cheapest subset of `eligible` that lets `pod` fit, trying subsets in
+/// cost order.
+fn exact(
+    node: &Node,
+    running: &[Running],
+    eligible: &[usize],
+    pod: &Pod,
+    cost: impl Fn(&[usize]) -> Cost,
+) -> Option<Vec<usize>> {
+    let mut subsets: Vec<(Cost, Vec<usize>)> = (0u32..1 << eligible.len())
+        .map(|mask| {
+            let set: Vec<usize> = (0..eligible.len()).filter(|b| mask & (1 << b) != 0).map(|b| eligible[b]).collect();
+            (cost(&set), set)
+        })
+        .collect();
+    subsets.sort();
+    subsets.into_iter().map(|(_, set)| set).find(|set| fits_without(node, running, set, pod))
+}
+
+/// The cheapest preemption that lets `pod` run, if any (no victims at all
+/// if it already fits somewhere).
+pub fn plan(nodes: &[Node], running: &[Running], pod: &Pod, now: u64) -> Option<Preemption> {
+    let mut best: Option<(Cost, Preemption)> = None;
+    for node in nodes {
+        // Eligible victims on this node, cheapest first.
+        let mut eligible: Vec<usize> = running
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.placement.node == node.id && may_preempt(pod, &r.pod))
+            .map(|(i, _)| i)
+            .collect();
+        if eligible.is_empty() || !fits_without(node, running, &eligible, pod) {
+            continue;
+        }
+        let work = |i: usize| now.saturating_sub(running[i].started_at);
+        let cost = |set: &[usize]| -> Cost {
+            let top_tier = set.iter().map(|&v| tier_rank(running[v].pod.tier)).max().unwrap_or(0);
+            (set.len(), top_tier, set.iter().map(|&v| work(v)).sum())
+        };
+        let mut chosen = if eligible.len() <= EXACT_LIMIT {
+            exact(node, running, &eligible, pod, cost).expect("all eligible victims together make room")
+        } else {
+            eligible.sort_by_key(|&i| (tier_rank(running[i].pod.tier), running[i].pod.priority, work(i), Reverse(i)));
+            let mut chosen = Vec::new();
+            for &v in &eligible {
+                chosen.push(v);
+                if fits_without(node, running, &chosen, pod) {
+                    break;
+                }
+            }
+            // Reprieve: spare, most important first, whoever is not needed.
+            for k in (0..chosen.len()).rev() {
+                let mut without = chosen.clone();
+                without.remove(k);
+                if fits_without(node, running, &without, pod) {
+                    chosen = without;
+                }
+            }
+            chosen
+        };
+        chosen.sort_unstable();
+        let cost = cost(&chosen);
+        let work_lost = cost.2;
+        if best.as_ref().is_none_or(|(c, _)| cost < *c) {
+            best = Some((cost, Preemption { node: node.id, victims: chosen, work_lost }));
+        }
+    }
+    best.map(|(_, p)| p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::{Cluster, choose_gpus};
+    use crate::model::Resources;
+
+    fn pod(name: &str, tier: Tier, priority: i32, gpus: u32, milli: u32) -> Pod {
+        Pod {
+            name: name.into(),
+            requests: Resources { cpu_milli: 1_000, memory_mib: 1_024 },
+            gpu_count: gpus,
+            gpu_milli: milli,
+            priority,
+            tier,
+            ..Pod::default()
+        }
+    }
+
+    /// Binds `pods` in order on `node` of `cluster`, started at the given times.
+    fn run(cluster: &mut Cluster, node: NodeId, pods: Vec<(Pod, u64)>) -> Vec<Running> {
+        pods.into_iter()
+            .map(|(p, started_at)| {
+                let gpus = choose_gpus(cluster.node(node).unwrap(), &p, None).unwrap();
+                let placement = cluster.bind(node, &p, gpus).unwrap();
+                Running { pod: p, placement, started_at }
+            })
+            .collect()
+    }
+
+    fn cluster(nodes: usize, gpus: usize, model: &str) -> Cluster {
+        Cluster::new(
+            (0..nodes)
+                .map(|i| {
+                    Node::new(
+                        i as u32,
+                        format!("n{i}"),
+                        Resources { cpu_milli: 64_000, memory_mib: 262_144 },
+                        gpus,
+                        model,
+                    )
+                })
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn fewest_victims_then_lowest_tier_then_least_work() {
+        let mut c = cluster(2, 2, "V100");
+        let mut running = run(
+            &mut c,
+            0,
+            vec![
+                (pod("batch-old", Tier::Opportunistic, 0, 1, 1000), 0),
+                (pod("batch-new", Tier::Opportunistic, 0, 1, 1000), 90),
+            ],
+        );
+        running.extend(run(&mut c, 1, vec![(pod("svc", Tier::Soft, 0, 2, 1000), 50)]));
+        let hard = pod("trainer", Tier::Hard, 0, 1, 1000);
+        let p = plan(c.nodes(), &running, &hard, 100).unwrap();
+        // One victim suffices on node 0 (a batch pod) and on node 1 (svc);
+        // the batch tier is cheaper; of the two batch pods, the newer loses
+        // less work.
+        assert_eq!((p.node, p.victims.clone(), p.work_lost), (0, vec![1], 10));
+        // Needing both GPUs of a node: two batch pods cost more than one
+        // soft pod (fewest victims first).
+        let big = pod("big", Tier::Hard, 0, 2, 1000);
+        let p = plan(c.nodes(), &running, &big, 100).unwrap();
+        assert_eq!((p.node, p.victims), (1, vec![2]));
+    }
+
+    #[test]
+    fn never_hard_never_higher_and_reprieve() {
+        let mut c = cluster(1, 5, "V100");
+        let running = run(
+            &mut c,
+            0,
+            vec![
+                (pod("exclusive", Tier::Hard, 0, 1, 1000), 0),
+                (pod("svc", Tier::Soft, 5, 1, 1000), 0),
+                (pod("batch-a", Tier::Opportunistic, 0, 1, 400), 0),
+                (pod("batch-b", Tier::Opportunistic, 0, 1, 1000), 0),
+                (pod("batch-c", Tier::Opportunistic, 0, 1, 1000), 0),
+            ],
+        );
+        // A soft pod of priority 1 may evict batch pods but not svc (same
+        // tier, higher priority) or the hard pod.
+        let want = pod("svc-2", Tier::Soft, 1, 2, 1000);
+        assert_eq!(check(c.node(0).unwrap(), &want), Err(crate::cluster::FilterReason::GpuInsufficient));
+        let p = plan(c.nodes(), &running, &want, 10).unwrap();
+        // Two of the three batch pods, each freeing a whole GPU.
+        assert_eq!(p.victims.len(), 2);
+        assert!(p.victims.iter().all(|&v| running[v].pod.tier == Tier::Opportunistic), "{p:?}");
+        // Four whole GPUs are impossible without the hard pod or svc.
+        assert_eq!(plan(c.nodes(), &running, &pod("x", Tier::Soft, 1, 4, 1000), 10), None);
+        // A pod that already fits costs nothing: no victims.
+        let small = pod("small", Tier::Soft, 1, 1, 500);
+        assert_eq!(plan(c.nodes(), &running, &small, 10).unwrap().victims, Vec::<usize>::new(), "GPU 2 has 600 free");
+        // One whole GPU: one victim, and the reprieve keeps it at one.
+        let p = plan(c.nodes(), &running, &pod("w", Tier::Soft, 1, 1, 1000), 10).unwrap();
+        assert_eq!(p.victims.len(), 1, "{p:?}");
+        // An opportunistic pod preempts nobody of its tier and priority.
+        assert_eq!(plan(c.nodes(), &running, &pod("y", Tier::Opportunistic, 0, 4, 1000), 10), None);
+        assert!(!may_preempt(&pod("z", Tier::Hard, 100, 0, 0), &running[0].pod), "hard pods are never victims");
+    }
+
+    #[test]
+    fn the_cheapest_set_not_the_first_greedy_one() {
+        let mut c = cluster(1, 2, "V100");
+        // GPU 0 holds two recent 0.3-GPU batch pods, GPU 1 an old whole one.
+        let running = run(
+            &mut c,
+            0,
+            vec![
+                (pod("whole", Tier::Opportunistic, 0, 1, 1000), 0),
+                (pod("share-1", Tier::Opportunistic, 0, 1, 300), 95),
+                (pod("share-2", Tier::Opportunistic, 0, 1, 300), 96),
+            ],
+        );
+        assert_eq!(running[1].placement.gpus, running[2].placement.gpus);
+        // The least work lost would take both sharing pods (9 s); one victim
+        // (the whole pod, 100 s) is cheaper by the first criterion.
+        let p = plan(c.nodes(), &running, &pod("w", Tier::Soft, 0, 1, 1000), 100).unwrap();
+        assert_eq!((p.victims, p.work_lost), (vec![0], 100));
+    }
+
+    #[test]
+    fn many_victims_take_the_greedy_path_with_reprieve() {
+        let mut c = cluster(1, 16, "V100");
+        // 16 whole-GPU batch pods (more than EXACT_LIMIT eligible), started
+        // at 0..16: the latest lose the least work.
+        let running =
+            run(&mut c, 0, (0..16).map(|i| (pod(&format!("b{i}"), Tier::Opportunistic, 0, 1, 1000), i)).collect());
+        let p = plan(c.nodes(), &running, &pod("w", Tier::Soft, 0, 2, 1000), 100).unwrap();
+        assert_eq!(p.victims, vec![14, 15], "the two newest: 86 + 85 s lost");
+        assert_eq!(p.work_lost, 86 + 85);
+    }
+
+    #[test]
+    fn constraints_hold_after_preemption() {
+        let mut c = cluster(1, 1, "T4");
+        let running = run(&mut c, 0, vec![(pod("batch", Tier::Opportunistic, 0, 1, 1000), 0)]);
+        let mut p = pod("needs-v100", Tier::Hard, 0, 1, 1000);
+        p.allowed_models = vec!["V100".into()];
+        assert_eq!(plan(c.nodes(), &running, &p, 5), None, "evicting does not change the GPU model");
+    }
+}

@@ -22,6 +22,8 @@ const PLUGINS: &[(&str, &str, &str)] = &[
     ("tessera-plugin-gpu-packing", "tessera_plugin_gpu_packing", "GPU_PACKING"),
     ("tessera-plugin-bestfit", "tessera_plugin_bestfit", "BESTFIT"),
     ("tessera-plugin-fgd", "tessera_plugin_fgd", "FGD"),
+    ("tessera-plugin-gpu-aware", "tessera_plugin_gpu_aware", "GPU_AWARE"),
+    ("tessera-plugin-load-aware", "tessera_plugin_load_aware", "LOAD_AWARE"),
 ];
 
 const TARGET: &str = "wasm32-wasip2";

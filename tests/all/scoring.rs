@@ -99,3 +99,30 @@ fn one_version_serves_policies_over_different_clusters() {
         assert_eq!(b.decide(&gpu_pod(1), &[0, 1, 2, 3]).chosen, Some(2));
     }
 }
+
+#[test]
+fn telemetry_aware_components_read_gpu_health_and_load() {
+    use tessera_core::GpuHealth;
+    use tessera_plugins::{GPU_AWARE, LOAD_AWARE};
+    let rt = runtime();
+    let mut nodes = cluster(3);
+    for n in &mut nodes {
+        for g in &mut n.gpus {
+            g.free_milli = 1000;
+            g.util_permille = 600;
+        }
+    }
+    nodes[1].gpus[3].util_permille = 50;
+    nodes[2].gpus[0].util_permille = 10;
+    nodes[2].gpus[0].health = GpuHealth::Degraded;
+    let p = policy(vec![member(load(&rt, GPU_AWARE, "gpu-aware", r#"{"degraded": "hard"}"#), 1.0)], &nodes);
+    let mut pod = gpu_pod(1);
+    pod.gpu_milli = 300;
+    let d = p.decide(&pod, &[0, 1, 2]);
+    assert_eq!((d.chosen, d.gpu_hint), (Some(1), Some(3)), "{d:?}");
+    // Load-aware: node 0 runs hot on CPU.
+    nodes[0].cpu_util_permille = 950;
+    let p = policy(vec![member(load(&rt, LOAD_AWARE, "load-aware", "null"), 1.0)], &nodes);
+    let d = p.decide(&gpu_pod(0), &[0, 2]);
+    assert_eq!(d.chosen, Some(2), "{d:?}");
+}

@@ -1,0 +1,239 @@
+//! Telemetry-aware placement scorers. Each is exported as its own
+//! component by `plugins/<name>`; the logic lives here, tested natively.
+//!
+//! - [`GpuAware`]: place on healthy, cool GPUs; degraded GPUs are avoided
+//!   (soft: a penalty; hard: a filter) and failed ones never fit.
+//! - [`LoadAware`]: place by measured utilisation (CPU, memory, GPU), not
+//!   by requests, so hot nodes cool down.
+
+use serde::Deserialize;
+use tessera_sdk::{Gpu, GpuHealth, Node, Pod, Score, Scorer};
+
+fn fits(g: &Gpu, need: u32) -> bool {
+    g.usable() && u32::from(g.free_milli) >= need
+}
+
+/// How degraded GPUs are treated.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Avoid {
+    /// Score them down.
+    #[default]
+    Soft,
+    /// Reject nodes where the pod would have to use one.
+    Hard,
+}
+
+/// `gpu-aware` settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GpuAwareConfig {
+    /// How degraded GPUs are treated.
+    pub degraded: Avoid,
+    /// Score lost for using a degraded GPU (soft mode), out of 1000.
+    pub degraded_penalty: i64,
+}
+
+impl Default for GpuAwareConfig {
+    fn default() -> Self {
+        Self { degraded: Avoid::Soft, degraded_penalty: 500 }
+    }
+}
+
+/// **gpu-aware**: for a GPU pod, the GPUs it would use are the fitting ones
+/// that are healthy first, then coolest (lowest utilisation), then least
+/// free (best fit); the node scores `1000 − their mean utilisation (‰)`,
+/// minus the penalty if one of them is degraded. The GPU suggested for a
+/// sharing pod is the first of them. CPU-only pods score 0 everywhere.
+#[derive(Debug, Clone)]
+pub struct GpuAware {
+    cfg: GpuAwareConfig,
+}
+
+impl GpuAware {
+    /// The GPUs the pod would use on `node`, in preference order.
+    fn pick<'a>(&self, pod: &Pod, node: &'a Node<'_>) -> Vec<&'a Gpu> {
+        let need = pod.gpu_milli.min(1000);
+        let mut gpus: Vec<&Gpu> = node.gpus().iter().filter(|g| fits(g, need)).collect();
+        gpus.sort_by_key(|g| (g.health != GpuHealth::Healthy, g.util_permille, g.free_milli, g.index));
+        gpus.truncate(pod.gpu_count as usize);
+        gpus
+    }
+}
+
+impl Scorer for GpuAware {
+    type Config = GpuAwareConfig;
+    const NAME: &'static str = "gpu-aware";
+    const VERSION: &'static str = env!("CARGO_PKG_VERSION");
+    const DESCRIPTION: &'static str = "healthy, cool GPUs first; degraded GPUs avoided";
+    const FILTER_REASONS: &'static [&'static str] = &["SCHED-GPU-DEGRADED"];
+    const SUGGESTS_GPU: bool = true;
+
+    fn new(cfg: GpuAwareConfig) -> Result<Self, String> {
+        if !(0..=1000).contains(&cfg.degraded_penalty) {
+            return Err("gpu-aware: degraded_penalty must be within 0..=1000".into());
+        }
+        Ok(Self { cfg })
+    }
+
+    fn filter(&self, pod: &Pod, node: &Node<'_>) -> Result<(), u8> {
+        if pod.gpu_count == 0 || self.cfg.degraded != Avoid::Hard {
+            return Ok(());
+        }
+        let chosen = self.pick(pod, node);
+        if chosen.len() < pod.gpu_count as usize || chosen.iter().any(|g| g.health == GpuHealth::Degraded) {
+            Err(0)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn score(&self, pod: &Pod, node: &Node<'_>) -> Score {
+        if pod.gpu_count == 0 {
+            return Score::new(0);
+        }
+        let chosen = self.pick(pod, node);
+        if chosen.is_empty() {
+            return Score::new(0);
+        }
+        let util: i64 = chosen.iter().map(|g| i64::from(g.util_permille.min(1000))).sum::<i64>() / chosen.len() as i64;
+        let degraded = chosen.iter().any(|g| g.health == GpuHealth::Degraded);
+        let value = 1000 - util - if degraded { self.cfg.degraded_penalty } else { 0 };
+        if pod.is_gpu_sharing() { Score::with_gpu(value, chosen[0].index) } else { Score::new(value) }
+    }
+}
+
+/// `load-aware` settings: how much each measured utilisation weighs.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LoadAwareConfig {
+    /// Weight of CPU utilisation.
+    pub cpu_weight: u32,
+    /// Weight of memory utilisation.
+    pub memory_weight: u32,
+    /// Weight of the mean GPU utilisation.
+    pub gpu_weight: u32,
+}
+
+impl Default for LoadAwareConfig {
+    fn default() -> Self {
+        Self { cpu_weight: 1, memory_weight: 1, gpu_weight: 2 }
+    }
+}
+
+/// **load-aware**: `1000 − weighted mean measured utilisation (‰)`, so the
+/// least loaded node wins regardless of what has been requested on it.
+#[derive(Debug, Clone)]
+pub struct LoadAware {
+    cfg: LoadAwareConfig,
+}
+
+impl Scorer for LoadAware {
+    type Config = LoadAwareConfig;
+    const NAME: &'static str = "load-aware";
+    const VERSION: &'static str = env!("CARGO_PKG_VERSION");
+    const DESCRIPTION: &'static str = "least measured CPU, memory and GPU utilisation";
+
+    fn new(cfg: LoadAwareConfig) -> Result<Self, String> {
+        if cfg.cpu_weight + cfg.memory_weight + cfg.gpu_weight == 0 {
+            return Err("load-aware: at least one weight must be positive".into());
+        }
+        Ok(Self { cfg })
+    }
+
+    fn score(&self, _pod: &Pod, node: &Node<'_>) -> Score {
+        let c = &self.cfg;
+        let gpus = node.gpus();
+        let gpu_util = if gpus.is_empty() {
+            0
+        } else {
+            gpus.iter().map(|g| u64::from(g.util_permille.min(1000))).sum::<u64>() / gpus.len() as u64
+        };
+        let gpu_weight = if gpus.is_empty() { 0 } else { u64::from(c.gpu_weight) };
+        let weights = u64::from(c.cpu_weight) + u64::from(c.memory_weight) + gpu_weight;
+        let load = u64::from(c.cpu_weight) * u64::from(node.cpu_util_permille.min(1000))
+            + u64::from(c.memory_weight) * u64::from(node.memory_util_permille.min(1000))
+            + gpu_weight * gpu_util;
+        Score::new(1000 - load.checked_div(weights).unwrap_or(0) as i64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tessera_sdk::{GpuRecord, NodeDelta, NodeRecord, Resources, ScorerHarness};
+
+    use super::*;
+
+    fn node(id: u32, cpu_util: u16, gpus: &[(u32, u16, GpuHealth)]) -> NodeDelta {
+        NodeDelta::Upsert(NodeRecord {
+            id,
+            capacity: Resources { cpu_milli: 64_000, memory_mib: 262_144 },
+            free: Resources { cpu_milli: 64_000, memory_mib: 262_144 },
+            gpus: gpus
+                .iter()
+                .map(|&(free_milli, util_permille, health)| GpuRecord {
+                    free_milli,
+                    util_permille,
+                    health,
+                    ..GpuRecord::default()
+                })
+                .collect(),
+            cpu_util_permille: cpu_util,
+            ready: true,
+            ..NodeRecord::default()
+        })
+    }
+
+    fn pod(gpus: u32, milli: u32) -> Pod {
+        Pod { gpu_count: gpus, gpu_milli: milli, ..Pod::default() }
+    }
+
+    use GpuHealth::{Degraded, Healthy};
+
+    #[test]
+    fn gpu_aware_prefers_cool_healthy_gpus() {
+        let mut h = ScorerHarness::<GpuAware>::new("").unwrap();
+        h.apply([
+            node(0, 0, &[(1000, 900, Healthy), (1000, 100, Healthy)]),
+            node(1, 0, &[(1000, 50, Degraded), (1000, 300, Healthy)]),
+            node(2, 0, &[(1000, 20, Degraded)]),
+        ])
+        .unwrap();
+        let (mut v, mut hints) = (Vec::new(), Vec::new());
+        h.score(&pod(1, 500), &[0, 1, 2], &mut v, &mut hints).unwrap();
+        // Node 0 uses its cool GPU 1 (100‰); node 1 its healthy GPU 1 (300‰);
+        // node 2 only has a degraded GPU: 1000 - 20 - 500.
+        assert_eq!(v, [900, 700, 480]);
+        assert_eq!(hints, [1, 1, 0]);
+        h.score(&pod(2, 1000), &[0, 1], &mut v, &mut hints).unwrap();
+        assert_eq!(v, [500, 1000 - 175 - 500], "two GPUs: mean utilisation, degraded penalty");
+    }
+
+    #[test]
+    fn gpu_aware_hard_mode_filters_degraded() {
+        let mut h = ScorerHarness::<GpuAware>::new(r#"{"degraded": "hard"}"#).unwrap();
+        h.apply([node(0, 0, &[(1000, 50, Degraded), (1000, 300, Healthy)]), node(1, 0, &[(1000, 20, Degraded)])])
+            .unwrap();
+        let mut out = Vec::new();
+        h.filter(&pod(1, 1000), &[0, 1], &mut out).unwrap();
+        assert_eq!(out, [0, 1], "node 0 has a healthy GPU; node 1 only a degraded one");
+        h.filter(&pod(2, 1000), &[0], &mut out).unwrap();
+        assert_eq!(out, [1], "two GPUs would include the degraded one");
+        assert!(ScorerHarness::<GpuAware>::new(r#"{"degraded_penalty": 2000}"#).is_err());
+        assert!(ScorerHarness::<GpuAware>::new(r#"{"degraded": "maybe"}"#).is_err());
+    }
+
+    #[test]
+    fn load_aware_follows_measured_load() {
+        let mut h = ScorerHarness::<LoadAware>::new("").unwrap();
+        h.apply([node(0, 800, &[(1000, 900, Healthy)]), node(1, 100, &[(0, 100, Healthy)]), node(2, 500, &[])])
+            .unwrap();
+        let (mut v, mut hints) = (Vec::new(), Vec::new());
+        h.score(&pod(0, 0), &[0, 1, 2], &mut v, &mut hints).unwrap();
+        // (cpu + mem + 2 gpu) / 4: node 0 (800 + 0 + 1800)/4 = 650; node 1
+        // (100 + 0 + 200)/4 = 75 (fully requested GPU, but idle); node 2 has
+        // no GPU: (500 + 0)/2 = 250.
+        assert_eq!(v, [350, 925, 750]);
+        assert!(ScorerHarness::<LoadAware>::new(r#"{"cpu_weight":0,"memory_weight":0,"gpu_weight":0}"#).is_err());
+    }
+}

@@ -157,6 +157,18 @@ pub fn choose_gpus(node: &Node, pod: &Pod, hint: Option<u8>) -> Option<GpuSet> {
         .then(|| GpuSet(free[..pod.gpu_count as usize].iter().fold(0, |acc, &i| acc | (1 << i))))
 }
 
+/// Gives back to `node` the CPU, memory and GPU share `pod` held on `gpus`
+/// (bookkeeping of workloads and classes is the caller's).
+pub(crate) fn release(node: &mut Node, gpus: GpuSet, pod: &Pod) {
+    for i in gpus.indices() {
+        if let Some(g) = node.gpus.get_mut(i) {
+            g.free_milli = (g.free_milli + pod.gpu_milli.min(GPU_MILLI)).min(GPU_MILLI);
+        }
+    }
+    node.free.cpu_milli = (node.free.cpu_milli + pod.requests.cpu_milli).min(node.capacity.cpu_milli);
+    node.free.memory_mib = (node.free.memory_mib + pod.requests.memory_mib).min(node.capacity.memory_mib);
+}
+
 /// Nodes and the pods bound to them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cluster {
@@ -247,11 +259,7 @@ impl Cluster {
     /// If the placement does not belong to this cluster (a caller bug).
     pub fn unbind(&mut self, placement: &Placement, pod: &Pod) {
         let n = &mut self.nodes[placement.node as usize];
-        for i in placement.gpus.indices() {
-            n.gpus[i].free_milli = (n.gpus[i].free_milli + pod.gpu_milli.min(GPU_MILLI)).min(GPU_MILLI);
-        }
-        n.free.cpu_milli = (n.free.cpu_milli + pod.requests.cpu_milli).min(n.capacity.cpu_milli);
-        n.free.memory_mib = (n.free.memory_mib + pod.requests.memory_mib).min(n.capacity.memory_mib);
+        release(n, placement.gpus, pod);
         if let Some(c) = n.workloads.get_mut(&pod.workload) {
             *c -= 1;
             if *c == 0 {

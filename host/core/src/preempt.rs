@@ -17,8 +17,8 @@
 
 use std::cmp::Reverse;
 
-use crate::cluster::{Placement, check};
-use crate::model::{GPU_MILLI, Node, NodeId, Pod, Tier};
+use crate::cluster::{Placement, check, release};
+use crate::model::{Node, NodeId, Pod, Tier};
 
 /// A pod running on the cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,20 +60,10 @@ pub fn may_preempt(preemptor: &Pod, victim: &Pod) -> bool {
     p > v || (p == v && preemptor.priority > victim.priority)
 }
 
-fn release(node: &mut Node, r: &Running) {
-    for i in r.placement.gpus.indices() {
-        if let Some(g) = node.gpus.get_mut(i) {
-            g.free_milli = (g.free_milli + r.pod.gpu_milli.min(GPU_MILLI)).min(GPU_MILLI);
-        }
-    }
-    node.free.cpu_milli = (node.free.cpu_milli + r.pod.requests.cpu_milli).min(node.capacity.cpu_milli);
-    node.free.memory_mib = (node.free.memory_mib + r.pod.requests.memory_mib).min(node.capacity.memory_mib);
-}
-
 fn fits_without(node: &Node, running: &[Running], victims: &[usize], pod: &Pod) -> bool {
     let mut n = node.clone();
     for &v in victims {
-        release(&mut n, &running[v]);
+        release(&mut n, running[v].placement.gpus, &running[v].pod);
     }
     check(&n, pod).is_ok()
 }

@@ -67,6 +67,12 @@ impl Gpu {
     pub fn usable(&self) -> bool {
         self.health != GpuHealth::Failed
     }
+
+    /// Whether it can hold `need` milli more (usable and enough free).
+    #[inline]
+    pub fn fits(&self, need: u32) -> bool {
+        self.usable() && u32::from(self.free_milli) >= need
+    }
 }
 
 /// Most GPUs a node may have.

@@ -30,14 +30,9 @@ pub fn scored_cpu(pod: &Pod) -> u32 {
     if pod.requests.cpu_milli == 0 { NONZERO_CPU_MILLI } else { pod.requests.cpu_milli }
 }
 
-#[inline]
-fn fits(g: &Gpu, need: u32) -> bool {
-    g.usable() && u32::from(g.free_milli) >= need
-}
-
 /// The fitting GPU with the least free share (lowest index on ties).
 pub fn best_fit_gpu(node: &Node<'_>, need: u32) -> Option<u8> {
-    node.gpus().iter().filter(|g| fits(g, need)).min_by_key(|g| (g.free_milli, g.index)).map(|g| g.index)
+    node.gpus().iter().filter(|g| g.fits(need)).min_by_key(|g| (g.free_milli, g.index)).map(|g| g.index)
 }
 
 fn best_fit_hint(value: i64, pod: &Pod, node: &Node<'_>) -> Score {
@@ -66,7 +61,7 @@ impl Scorer for Random {
     fn score(&self, pod: &Pod, node: &Node<'_>) -> Score {
         let value = (tessera_sdk::random_u64() >> 2) as i64;
         if pod.is_gpu_sharing() {
-            let fitting: Vec<u8> = node.gpus().iter().filter(|g| fits(g, pod.gpu_milli)).map(|g| g.index).collect();
+            let fitting: Vec<u8> = node.gpus().iter().filter(|g| g.fits(pod.gpu_milli)).map(|g| g.index).collect();
             if !fitting.is_empty() {
                 let pick = (tessera_sdk::random_u64() % fitting.len() as u64) as usize;
                 return Score::with_gpu(value, fitting[pick]);
@@ -172,7 +167,7 @@ impl Scorer for GpuPacking {
         if gpus.iter().all(|g| g.free_milli == 1000) {
             return best_fit_hint((33 - n).max(n), pod, node);
         }
-        let mut order: Vec<&Gpu> = gpus.iter().filter(|g| fits(g, pod.gpu_milli.min(1000))).collect();
+        let mut order: Vec<&Gpu> = gpus.iter().filter(|g| g.fits(pod.gpu_milli.min(1000))).collect();
         order.sort_by_key(|g| g.free_milli);
         let used = &order[..(pod.gpu_count as usize).min(order.len())];
         let whole = used.iter().filter(|g| g.free_milli == 1000).count() as i64;

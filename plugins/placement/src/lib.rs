@@ -9,10 +9,6 @@
 use serde::Deserialize;
 use tessera_sdk::{Gpu, GpuHealth, Node, Pod, Score, Scorer};
 
-fn fits(g: &Gpu, need: u32) -> bool {
-    g.usable() && u32::from(g.free_milli) >= need
-}
-
 /// How degraded GPUs are treated.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -54,7 +50,7 @@ impl GpuAware {
     /// The GPUs the pod would use on `node`, in preference order.
     fn pick<'a>(&self, pod: &Pod, node: &'a Node<'_>) -> Vec<&'a Gpu> {
         let need = pod.gpu_milli.min(1000);
-        let mut gpus: Vec<&Gpu> = node.gpus().iter().filter(|g| fits(g, need)).collect();
+        let mut gpus: Vec<&Gpu> = node.gpus().iter().filter(|g| g.fits(need)).collect();
         gpus.sort_by_key(|g| (g.health != GpuHealth::Healthy, g.util_permille, g.free_milli, g.index));
         gpus.truncate(pod.gpu_count as usize);
         gpus

@@ -126,3 +126,24 @@ fn telemetry_aware_components_read_gpu_health_and_load() {
     let d = p.decide(&gpu_pod(0), &[0, 2]);
     assert_eq!(d.chosen, Some(2), "{d:?}");
 }
+
+/// The native twin of a policy decides exactly as the Wasm policy does.
+#[test]
+fn native_twin_decides_like_the_components() {
+    use tessera_core::sim::Placer;
+    let doc =
+        tessera_policy::PolicyDocument::parse(include_str!("../../deploy/policies/throughput.yaml"), "throughput.yaml")
+            .unwrap();
+    let rt = runtime();
+    let mut wasm = tessera::load::load_policy(&rt, &doc).unwrap();
+    let mut twin = tessera::native::NativePolicy::from_document(&doc).unwrap();
+    let nodes = tessera::bench::synthetic_cluster(40);
+    let refs: Vec<&tessera_core::Node> = nodes.iter().collect();
+    wasm.nodes_changed(&refs);
+    twin.nodes_changed(&refs);
+    let pods = tessera_core::sim::synthetic::pods(60, &[], 5);
+    let ids: Vec<u32> = (0..40).collect();
+    for pod in &pods {
+        assert_eq!(wasm.place(pod, &ids), twin.place(pod, &ids), "{pod:?}");
+    }
+}

@@ -8,3 +8,4 @@ pub mod load;
 pub mod native;
 pub mod plot;
 pub mod sim;
+pub mod throughput;

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
-use tessera::{bench, check, fidelity, load, sim};
+use tessera::{bench, check, fidelity, load, sim, throughput};
 use tessera_policy::PolicyDocument;
 use tessera_wasm::{Runtime, RuntimeConfig};
 
@@ -121,6 +121,24 @@ enum PluginCmd {
 
 #[derive(Subcommand)]
 enum BenchCmd {
+    /// Pods placed per second and decision latency on a synthetic cluster
+    /// (8 GPUs per node, 3 zones), through Wasm and natively.
+    Throughput {
+        /// Nodes.
+        #[arg(long, default_value_t = 10_000)]
+        nodes: u32,
+        /// Pending pods.
+        #[arg(long, default_value_t = 50_000)]
+        pods: usize,
+        /// `default` (binpack, spread, gpu-aware, load-aware) or a policy file.
+        #[arg(long, default_value = "default")]
+        policy: String,
+        /// Seed of the workload.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[arg(long, value_enum, default_value = "table")]
+        format: Format,
+    },
     /// Replay every (workload, policy, seed) with published results under
     /// DIR/expected and print the deviations from the published curves.
     Fidelity {
@@ -187,6 +205,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 };
                 tessera::plot::allocation_svg(&path, "GPU allocation by arrived demand", &[curve])?;
                 println!("{:<30} {}", "plot written to", path.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(BenchCmd::Throughput { nodes, pods, policy, seed, format }) => {
+            let r = throughput::run(&throughput::ThroughputOptions { nodes, pods, policy, seed })?;
+            match format {
+                Format::Table => print!("{}", r.to_table()),
+                Format::Json => println!("{}", serde_json::to_string(&r)?),
             }
             Ok(ExitCode::SUCCESS)
         }

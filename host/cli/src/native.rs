@@ -67,6 +67,8 @@ pub fn sdk_pod(p: &Pod) -> sdk::Pod {
 pub trait NativeScorer {
     /// Applies node deltas.
     fn apply(&mut self, nodes: &[Node]) -> Result<(), String>;
+    /// Filters candidates: 0 = feasible, k > 0 = rejected.
+    fn filter(&mut self, pod: &sdk::Pod, candidates: &[u32], out: &mut Vec<u8>) -> Result<(), String>;
     /// Scores candidates.
     fn score(
         &mut self,
@@ -80,6 +82,9 @@ pub trait NativeScorer {
 impl<S: sdk::Scorer> NativeScorer for sdk::ScorerHarness<S> {
     fn apply(&mut self, nodes: &[Node]) -> Result<(), String> {
         sdk::ScorerHarness::apply(self, nodes.iter().map(|n| sdk::NodeDelta::Upsert(sdk_node(n))))
+    }
+    fn filter(&mut self, pod: &sdk::Pod, candidates: &[u32], out: &mut Vec<u8>) -> Result<(), String> {
+        sdk::ScorerHarness::filter(self, pod, candidates, out)
     }
     fn score(
         &mut self,
@@ -100,6 +105,79 @@ pub fn builtin(name: &str, config_json: &str) -> Option<Result<Box<dyn NativeSco
     Some(match name {
         "binpack" => boxed::<tessera_plugin_binpack::BinPack>(config_json),
         "spread" => boxed::<tessera_plugin_spread::Spread>(config_json),
+        "gpu-aware" => boxed::<tessera_placement_policies::GpuAware>(config_json),
+        "load-aware" => boxed::<tessera_placement_policies::LoadAware>(config_json),
         _ => return None,
     })
+}
+
+/// A policy of natively compiled scorers, combined exactly as the Wasm
+/// [`tessera_wasm::Policy`] combines its plugins (filters, normalised
+/// weighted scores, tie-break), for like-for-like comparisons.
+pub struct NativePolicy {
+    members: Vec<(Box<dyn NativeScorer>, f64)>,
+    tie: tessera_core::score::TieBreak,
+    verdicts: Vec<u8>,
+    values: Vec<i64>,
+    hints: Vec<u8>,
+}
+
+impl NativePolicy {
+    /// Builds the native twin of a policy document's scorers.
+    pub fn from_document(doc: &tessera_policy::PolicyDocument) -> Result<Self, String> {
+        let mut members = Vec::new();
+        for e in doc.plugins.iter().filter(|e| e.role == tessera_policy::Role::Scorer) {
+            let tessera_policy::Source::Builtin(name) = &e.source else {
+                return Err(format!("plugin {}: only built-in plugins have a native build", e.name));
+            };
+            let scorer = builtin(name, &tessera_policy::PolicyDocument::config_json(e))
+                .ok_or_else(|| format!("plugin {}: `{name}` has no native build", e.name))??;
+            members.push((scorer, e.weight.0));
+        }
+        Ok(Self {
+            members,
+            tie: tessera_core::score::TieBreak::NodeId,
+            verdicts: Vec::new(),
+            values: Vec::new(),
+            hints: Vec::new(),
+        })
+    }
+}
+
+impl tessera_core::sim::Placer for NativePolicy {
+    fn nodes_changed(&mut self, nodes: &[&Node]) {
+        let owned: Vec<Node> = nodes.iter().map(|n| (*n).clone()).collect();
+        for (m, _) in &mut self.members {
+            m.apply(&owned).expect("valid nodes");
+        }
+    }
+
+    fn place(&mut self, pod: &Pod, candidates: &[u32]) -> tessera_core::sim::Choice {
+        let p = sdk_pod(pod);
+        let mut ok = vec![true; candidates.len()];
+        for (m, _) in &mut self.members {
+            if m.filter(&p, candidates, &mut self.verdicts).is_ok() {
+                for (o, &v) in ok.iter_mut().zip(&self.verdicts) {
+                    *o &= v == 0;
+                }
+            }
+        }
+        let feasible: Vec<u32> = candidates.iter().zip(&ok).filter(|(_, o)| **o).map(|(c, _)| *c).collect();
+        let mut totals = vec![0.0; feasible.len()];
+        let mut hint: Option<(f64, Vec<u8>)> = None;
+        for (m, w) in &mut self.members {
+            if m.score(&p, &feasible, &mut self.values, &mut self.hints).is_ok() {
+                tessera_core::score::accumulate(&mut totals, &self.values, *w);
+                if !self.hints.is_empty() && hint.as_ref().is_none_or(|(hw, _)| *w > *hw) {
+                    hint = Some((*w, self.hints.clone()));
+                }
+            }
+        }
+        let chosen = tessera_core::score::select_by(&totals, &feasible, self.tie);
+        tessera_core::sim::Choice {
+            node: chosen.map(|i| feasible[i]),
+            gpu_hint: chosen.and_then(|i| hint.and_then(|(_, h)| h.get(i).copied())).filter(|&g| g != u8::MAX),
+            plugin_errors: 0,
+        }
+    }
 }

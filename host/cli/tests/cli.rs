@@ -205,3 +205,15 @@ fn fidelity_bench_reproduces_a_published_bestfit_run() {
     assert!(dev < 0.5, "bestfit within half a point of the published curve: {dev}");
     assert!(r["unallocated_at_130"].as_f64().is_some() && v["wall_s"].as_f64().is_some());
 }
+
+#[test]
+fn throughput_bench_prints_the_documented_json() {
+    let (ok, out, err) = tessera(&["bench", "throughput", "--nodes", "60", "--pods", "200", "--format", "json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    for key in ["nodes", "pods", "pods_per_sec", "p50_ms", "p99_ms", "wasm_native_ratio", "nodes_scored_per_pod"] {
+        assert!(v.get(key).is_some_and(|x| x.is_number()), "{key} in {v}");
+    }
+    assert!(v["placed"].as_u64().unwrap() > 50, "{v}");
+    assert!(v["p99_ms"].as_f64().unwrap() >= v["p50_ms"].as_f64().unwrap());
+}

@@ -1,0 +1,141 @@
+//! `tessera bench throughput`: pods placed per second and per-decision
+//! latency on a synthetic cluster, with a policy of Wasm scorers and with
+//! the same policy compiled natively, in one run.
+
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use serde::Serialize;
+use tessera_core::cluster::{Cluster, choose_gpus};
+use tessera_core::model::{Node, Pod};
+use tessera_core::sim::{Placer, synthetic};
+use tessera_policy::PolicyDocument;
+use tessera_wasm::{Runtime, RuntimeConfig};
+
+use crate::{bench, load, native, sim};
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct ThroughputOptions {
+    /// Nodes (8 GPUs each, 3 zones).
+    pub nodes: u32,
+    /// Pending pods of mixed shapes.
+    pub pods: usize,
+    /// Policy: `default` for the built-in four-scorer policy, or a file.
+    pub policy: String,
+    /// Seed of the workload.
+    pub seed: u64,
+}
+
+/// The figures printed.
+#[derive(Debug, Clone, Serialize)]
+pub struct ThroughputResult {
+    /// Nodes.
+    pub nodes: u32,
+    /// Pods submitted.
+    pub pods: usize,
+    /// Pods decided per second through Wasm (placed or failed).
+    pub pods_per_sec: f64,
+    /// Median decision latency (filter, score, bind), ms.
+    pub p50_ms: f64,
+    /// 99th percentile decision latency, ms.
+    pub p99_ms: f64,
+    /// Wasm time per decision over native time per decision.
+    pub wasm_native_ratio: f64,
+    /// Mean candidates scored per pod.
+    pub nodes_scored_per_pod: f64,
+    /// Pods placed (Wasm run).
+    pub placed: usize,
+    /// Pods decided per second natively.
+    pub native_pods_per_sec: f64,
+}
+
+struct Run {
+    latencies_ms: Vec<f64>,
+    placed: usize,
+    scored: u64,
+    wall_s: f64,
+}
+
+fn drive<P: Placer>(placer: &mut P, nodes: Vec<Node>, pods: &[Pod]) -> Run {
+    let mut cluster = Cluster::new(nodes);
+    placer.nodes_changed(&cluster.nodes().iter().collect::<Vec<_>>());
+    let (mut candidates, mut rejected) = (Vec::new(), [0u32; 5]);
+    let mut run = Run { latencies_ms: Vec::with_capacity(pods.len()), placed: 0, scored: 0, wall_s: 0.0 };
+    let started = Instant::now();
+    for pod in pods {
+        let t = Instant::now();
+        cluster.feasible(pod, &mut candidates, &mut rejected);
+        if !candidates.is_empty() {
+            run.scored += candidates.len() as u64;
+            let choice = placer.place(pod, &candidates);
+            let node = choice.node.filter(|n| candidates.binary_search(n).is_ok()).unwrap_or(candidates[0]);
+            let gpus = choose_gpus(cluster.node(node).expect("candidate"), pod, choice.gpu_hint).expect("fits");
+            cluster.bind(node, pod, gpus).expect("passes the hard filter");
+            placer.nodes_changed(&[cluster.node(node).expect("candidate")]);
+            run.placed += 1;
+        }
+        run.latencies_ms.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    run.wall_s = started.elapsed().as_secs_f64();
+    run
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((p * (sorted.len() - 1) as f64).round() as usize).min(sorted.len() - 1)]
+}
+
+/// Runs the benchmark.
+pub fn run(opts: &ThroughputOptions) -> Result<ThroughputResult> {
+    if opts.nodes == 0 || opts.pods == 0 {
+        bail!("--nodes and --pods must be positive");
+    }
+    let doc = if opts.policy == "default" {
+        PolicyDocument::parse(include_str!("../../../deploy/policies/throughput.yaml"), "builtin:throughput")?
+    } else {
+        sim::policy_document(&opts.policy, opts.seed)?
+    };
+    let nodes = bench::synthetic_cluster(opts.nodes);
+    let models: Vec<String> = vec![nodes[0].gpu_model.clone()];
+    let pods = synthetic::pods(opts.pods, &models, opts.seed);
+
+    let rt = Runtime::new(RuntimeConfig::default())?;
+    let mut wasm = load::load_policy(&rt, &doc)?;
+    let mut twin = native::NativePolicy::from_document(&doc).map_err(anyhow::Error::msg).context("native twin")?;
+    let w = drive(&mut wasm, nodes.clone(), &pods);
+    let n = drive(&mut twin, nodes, &pods);
+    let mut lat = w.latencies_ms.clone();
+    lat.sort_by(f64::total_cmp);
+    Ok(ThroughputResult {
+        nodes: opts.nodes,
+        pods: opts.pods,
+        pods_per_sec: opts.pods as f64 / w.wall_s,
+        p50_ms: percentile(&lat, 0.50),
+        p99_ms: percentile(&lat, 0.99),
+        wasm_native_ratio: w.wall_s / n.wall_s,
+        nodes_scored_per_pod: w.scored as f64 / opts.pods as f64,
+        placed: w.placed,
+        native_pods_per_sec: opts.pods as f64 / n.wall_s,
+    })
+}
+
+impl ThroughputResult {
+    /// Human-readable table.
+    pub fn to_table(&self) -> String {
+        let rows = [
+            ("nodes", self.nodes.to_string()),
+            ("pods", self.pods.to_string()),
+            ("placed", self.placed.to_string()),
+            ("pods/s (Wasm)", format!("{:.0}", self.pods_per_sec)),
+            ("pods/s (native)", format!("{:.0}", self.native_pods_per_sec)),
+            ("p50 decision ms", format!("{:.3}", self.p50_ms)),
+            ("p99 decision ms", format!("{:.3}", self.p99_ms)),
+            ("Wasm / native", format!("{:.2}", self.wasm_native_ratio)),
+            ("nodes scored per pod", format!("{:.0}", self.nodes_scored_per_pod)),
+        ];
+        rows.iter().map(|(k, v)| format!("{k:<22} {v:>12}\n")).collect()
+    }
+}

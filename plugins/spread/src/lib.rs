@@ -5,8 +5,10 @@
 //! With `max_skew` set, a node is rejected when placing the pod there would
 //! make its zone exceed the least-loaded zone by more than `max_skew`.
 
+use std::collections::HashMap;
+
 use serde::Deserialize;
-use tessera_sdk::{Node, NodeTable, Pod, Score, Scorer};
+use tessera_sdk::{Node, NodeId, NodeTable, Pod, Score, Scorer, Sym, WorkloadCount};
 
 /// Spread settings.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -26,6 +28,27 @@ pub struct Spread {
     max: u32,
     min: u32,
     active: bool,
+    /// Kept up to date node by node, so a call costs O(zones), not
+    /// O(nodes): pods per zone of every workload,
+    by_workload: HashMap<String, Vec<u32>>,
+    /// nodes per zone,
+    nodes_per_zone: Vec<u32>,
+    /// and what each node contributed (its zone and workload counts).
+    seen: Vec<Option<(Sym, Vec<WorkloadCount>)>>,
+}
+
+impl Spread {
+    /// Takes back what node `id` contributed.
+    fn forget(&mut self, id: NodeId) {
+        let Some(Some((zone, workloads))) = self.seen.get_mut(id as usize).map(Option::take) else { return };
+        let z = zone as usize;
+        self.nodes_per_zone[z] -= 1;
+        for w in workloads {
+            if let Some(c) = self.by_workload.get_mut(&w.workload) {
+                c[z] -= w.pods;
+            }
+        }
+    }
 }
 
 impl Spread {
@@ -49,6 +72,32 @@ impl Scorer for Spread {
         Ok(Self { cfg, ..Self::default() })
     }
 
+    fn on_node(&mut self, node: &Node<'_>) {
+        self.forget(node.id());
+        let z = node.zone as usize;
+        if z >= self.nodes_per_zone.len() {
+            self.nodes_per_zone.resize(z + 1, 0);
+        }
+        self.nodes_per_zone[z] += 1;
+        let workloads = node.meta().map(|m| m.workloads.clone()).unwrap_or_default();
+        for w in &workloads {
+            let c = self.by_workload.entry(w.workload.clone()).or_default();
+            if z >= c.len() {
+                c.resize(z + 1, 0);
+            }
+            c[z] += w.pods;
+        }
+        let i = node.id() as usize;
+        if i >= self.seen.len() {
+            self.seen.resize(i + 1, None);
+        }
+        self.seen[i] = Some((node.zone, workloads));
+    }
+
+    fn on_remove(&mut self, id: NodeId) {
+        self.forget(id);
+    }
+
     fn prepare(&mut self, pod: &Pod, nodes: &NodeTable) {
         self.active = !pod.workload.is_empty();
         self.counts.clear();
@@ -56,12 +105,18 @@ impl Scorer for Spread {
         if !self.active {
             return;
         }
-        let mut present = vec![false; nodes.symbol_count()];
-        for (node, meta) in nodes.iter_meta() {
-            present[node.zone as usize] = true;
-            self.counts[node.zone as usize] += meta.workload_pods(&pod.workload);
+        if let Some(c) = self.by_workload.get(&pod.workload) {
+            for (dst, src) in self.counts.iter_mut().zip(c) {
+                *dst = *src;
+            }
         }
-        let live = || self.counts.iter().zip(&present).filter(|(_, p)| **p).map(|(c, _)| *c);
+        let live = || {
+            self.counts
+                .iter()
+                .zip(self.nodes_per_zone.iter().chain(std::iter::repeat(&0)))
+                .filter(|(_, n)| **n > 0)
+                .map(|(c, _)| *c)
+        };
         self.max = live().max().unwrap_or(0);
         self.min = live().min().unwrap_or(0);
     }
@@ -131,6 +186,23 @@ mod tests {
         h.filter(&pod, &[0, 1, 2, 3], &mut out).unwrap();
         // zone a would hold 4 vs min 0 -> skew 4 > 2; b: 2 - 0 = 2 ok; c: 1 ok.
         assert_eq!(out, [1, 1, 0, 0]);
+    }
+
+    #[test]
+    fn counts_follow_node_changes_and_removals() {
+        let mut h = harness("");
+        let pod = Pod { workload: "web".into(), ..Pod::default() };
+        let (mut v, mut hints) = (Vec::new(), Vec::new());
+        // Node 0 (zone a) loses its 2 web pods; node 3 (zone c) gets 4; node
+        // 2 (zone b) leaves: zones a = 1, c = 4, b has no node.
+        h.apply([NodeDelta::Upsert(node(0, "a", 0)), NodeDelta::Upsert(node(3, "c", 4)), NodeDelta::Remove(2)])
+            .unwrap();
+        h.score(&pod, &[0, 1, 3], &mut v, &mut hints).unwrap();
+        assert_eq!(v, [3, 3, 0]);
+        // A node moving zones moves its pods.
+        h.apply([NodeDelta::Upsert(node(1, "c", 1))]).unwrap();
+        h.score(&pod, &[0, 1, 3], &mut v, &mut hints).unwrap();
+        assert_eq!(v, [5, 0, 0], "zone a = 0, zone c = 5");
     }
 
     #[test]

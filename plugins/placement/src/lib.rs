@@ -7,7 +7,7 @@
 //!   by requests, so hot nodes cool down.
 
 use serde::Deserialize;
-use tessera_sdk::{Gpu, GpuHealth, Node, Pod, Score, Scorer};
+use tessera_sdk::{Gpu, GpuHealth, MAX_GPUS, Node, Pod, Score, Scorer};
 
 /// How degraded GPUs are treated.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -47,13 +47,24 @@ pub struct GpuAware {
 }
 
 impl GpuAware {
-    /// The GPUs the pod would use on `node`, in preference order.
-    fn pick<'a>(&self, pod: &Pod, node: &'a Node<'_>) -> Vec<&'a Gpu> {
+    /// Preference key of a GPU: healthy first, then coolest, then least
+    /// free (best fit), then lowest index.
+    fn key(g: &Gpu) -> (bool, u16, u16, u8) {
+        (g.health != GpuHealth::Healthy, g.util_permille, g.free_milli, g.index)
+    }
+
+    /// The GPUs the pod would use on `node`, in preference order, in a
+    /// fixed array (no allocation per node: this runs for every candidate).
+    fn pick<'a>(&self, pod: &Pod, node: &'a Node<'_>) -> ([Option<&'a Gpu>; MAX_GPUS], usize) {
         let need = pod.gpu_milli.min(1000);
-        let mut gpus: Vec<&Gpu> = node.gpus().iter().filter(|g| g.fits(need)).collect();
-        gpus.sort_by_key(|g| (g.health != GpuHealth::Healthy, g.util_permille, g.free_milli, g.index));
-        gpus.truncate(pod.gpu_count as usize);
-        gpus
+        let mut chosen: [Option<&Gpu>; MAX_GPUS] = [None; MAX_GPUS];
+        let mut n = 0;
+        for g in node.gpus().iter().filter(|g| g.fits(need)) {
+            chosen[n] = Some(g);
+            n += 1;
+        }
+        chosen[..n].sort_unstable_by_key(|g| g.map(Self::key));
+        (chosen, n.min(pod.gpu_count as usize))
     }
 }
 
@@ -76,8 +87,9 @@ impl Scorer for GpuAware {
         if pod.gpu_count == 0 || self.cfg.degraded != Avoid::Hard {
             return Ok(());
         }
-        let chosen = self.pick(pod, node);
-        if chosen.len() < pod.gpu_count as usize || chosen.iter().any(|g| g.health == GpuHealth::Degraded) {
+        let (picked, n) = self.pick(pod, node);
+        let chosen = picked[..n].iter().flatten();
+        if n < pod.gpu_count as usize || chosen.clone().any(|g| g.health == GpuHealth::Degraded) {
             Err(0)
         } else {
             Ok(())
@@ -88,14 +100,18 @@ impl Scorer for GpuAware {
         if pod.gpu_count == 0 {
             return Score::new(0);
         }
-        let chosen = self.pick(pod, node);
-        if chosen.is_empty() {
+        let (picked, n) = self.pick(pod, node);
+        if n == 0 {
             return Score::new(0);
         }
-        let util: i64 = chosen.iter().map(|g| i64::from(g.util_permille.min(1000))).sum::<i64>() / chosen.len() as i64;
-        let degraded = chosen.iter().any(|g| g.health == GpuHealth::Degraded);
+        let chosen = picked[..n].iter().flatten();
+        let util: i64 = chosen.clone().map(|g| i64::from(g.util_permille.min(1000))).sum::<i64>() / n as i64;
+        let degraded = chosen.clone().any(|g| g.health == GpuHealth::Degraded);
         let value = 1000 - util - if degraded { self.cfg.degraded_penalty } else { 0 };
-        if pod.is_gpu_sharing() { Score::with_gpu(value, chosen[0].index) } else { Score::new(value) }
+        match picked[0] {
+            Some(first) if pod.is_gpu_sharing() => Score::with_gpu(value, first.index),
+            _ => Score::new(value),
+        }
     }
 }
 

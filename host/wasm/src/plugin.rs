@@ -485,7 +485,7 @@ impl PluginSlot {
     }
 
     /// Runs a call on the current version with fault accounting.
-    pub fn call<R>(&self, f: impl FnOnce(&PluginVersion) -> Result<R, CallError>) -> Result<R, CallError> {
+    pub fn call<R>(&self, f: impl FnOnce(&Arc<PluginVersion>) -> Result<R, CallError>) -> Result<R, CallError> {
         let version = self.current();
         if let Some(faults) = self.faults.lock().unwrap_or_else(|p| p.into_inner()).quarantined {
             return Err(CallError {

@@ -147,13 +147,15 @@ impl Policy {
         // Filter: a candidate must pass every plugin that answers.
         let mut ok = vec![true; candidates.len()];
         for m in &self.scorers {
-            let mut reasons = Vec::new();
-            let answered = m.slot.call(|v| {
-                reasons.clone_from(&v.info().filter_reasons);
-                v.filter(&self.feed, &wit_pod, candidates)
-            });
+            // A plugin that declares no filter reasons cannot reject (any
+            // other verdict than 0 would be a fault): skip the call.
+            if m.slot.current().info().filter_reasons.is_empty() {
+                continue;
+            }
+            let answered = m.slot.call(|v| v.filter(&self.feed, &wit_pod, candidates).map(|x| (x, v.clone())));
             match answered {
-                Ok(verdicts) => {
+                Ok((verdicts, version)) => {
+                    let reasons = &version.info().filter_reasons;
                     for (i, &k) in verdicts.iter().enumerate() {
                         if k != 0 && ok[i] {
                             ok[i] = false;

@@ -87,7 +87,8 @@ mod component {
                 name: "hostile".into(),
                 version: CFG.with_borrow(|c| c.version.clone()).unwrap_or_else(|| "0.1.0".into()),
                 description: "misbehaves on purpose".into(),
-                filter_reasons: vec![],
+                // Declared so that the host calls its filter at all.
+                filter_reasons: vec!["HOSTILE".into()],
             }
         }
 

@@ -58,6 +58,11 @@ impl GpuAware {
     fn pick<'a>(&self, pod: &Pod, node: &'a Node<'_>) -> ([Option<&'a Gpu>; MAX_GPUS], usize) {
         let need = pod.gpu_milli.min(1000);
         let mut chosen: [Option<&Gpu>; MAX_GPUS] = [None; MAX_GPUS];
+        if pod.gpu_count == 1 {
+            // The common case: one GPU, the best by a single scan.
+            chosen[0] = node.gpus().iter().filter(|g| g.fits(need)).min_by_key(|g| Self::key(g));
+            return (chosen, usize::from(chosen[0].is_some()));
+        }
         let mut n = 0;
         for g in node.gpus().iter().filter(|g| g.fits(need)) {
             chosen[n] = Some(g);

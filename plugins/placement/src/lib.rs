@@ -44,6 +44,9 @@ impl Default for GpuAwareConfig {
 #[derive(Debug, Clone)]
 pub struct GpuAware {
     cfg: GpuAwareConfig,
+    /// Per node id: its GPU indices in preference order, kept as nodes
+    /// change, so picking is a short scan for the first GPUs that fit.
+    order: Vec<([u8; MAX_GPUS], u8)>,
 }
 
 impl GpuAware {
@@ -57,12 +60,30 @@ impl GpuAware {
     /// fixed array (no allocation per node: this runs for every candidate).
     fn pick<'a>(&self, pod: &Pod, node: &'a Node<'_>) -> ([Option<&'a Gpu>; MAX_GPUS], usize) {
         let need = pod.gpu_milli.min(1000);
+        let gpus = node.gpus();
         let mut chosen: [Option<&Gpu>; MAX_GPUS] = [None; MAX_GPUS];
-        if pod.gpu_count == 1 {
-            // The common case: one GPU, the best by a single scan.
-            chosen[0] = node.gpus().iter().filter(|g| g.fits(need)).min_by_key(|g| Self::key(g));
-            return (chosen, usize::from(chosen[0].is_some()));
+        let mut n = 0;
+        let order = match self.order.get(node.id() as usize) {
+            Some((order, len)) if usize::from(*len) == gpus.len() => &order[..gpus.len()],
+            // Not seen through on_node (cannot happen in the harness): sort now.
+            _ => return Self::pick_sorted(pod, node),
+        };
+        for &i in order {
+            let g = &gpus[usize::from(i)];
+            if n == pod.gpu_count as usize {
+                break;
+            }
+            if g.fits(need) {
+                chosen[n] = Some(g);
+                n += 1;
+            }
         }
+        (chosen, n)
+    }
+
+    fn pick_sorted<'a>(pod: &Pod, node: &'a Node<'_>) -> ([Option<&'a Gpu>; MAX_GPUS], usize) {
+        let need = pod.gpu_milli.min(1000);
+        let mut chosen: [Option<&Gpu>; MAX_GPUS] = [None; MAX_GPUS];
         let mut n = 0;
         for g in node.gpus().iter().filter(|g| g.fits(need)) {
             chosen[n] = Some(g);
@@ -85,7 +106,24 @@ impl Scorer for GpuAware {
         if !(0..=1000).contains(&cfg.degraded_penalty) {
             return Err("gpu-aware: degraded_penalty must be within 0..=1000".into());
         }
-        Ok(Self { cfg })
+        Ok(Self { cfg, order: Vec::new() })
+    }
+
+    fn on_node(&mut self, node: &Node<'_>) {
+        // Preference among all GPUs by (health, utilisation, free share,
+        // index); which fit is decided per pod, in `pick`. Free share only
+        // breaks ties, so this order stays right for every request size:
+        // among the GPUs that fit, the first in this order is the best.
+        let gpus = node.gpus();
+        let mut idx: Vec<u8> = (0..gpus.len() as u8).collect();
+        idx.sort_unstable_by_key(|&i| Self::key(&gpus[usize::from(i)]));
+        let mut order = [0u8; MAX_GPUS];
+        order[..idx.len()].copy_from_slice(&idx);
+        let i = node.id() as usize;
+        if i >= self.order.len() {
+            self.order.resize(i + 1, ([0; MAX_GPUS], 0));
+        }
+        self.order[i] = (order, idx.len() as u8);
     }
 
     fn filter(&self, pod: &Pod, node: &Node<'_>) -> Result<(), u8> {

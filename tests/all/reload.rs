@@ -115,3 +115,33 @@ fn a_swapped_in_version_rebuilds_its_mirror_from_the_feed() {
     assert_eq!(d.chosen, Some(2), "{d:?}");
     assert_eq!(d.gpu_hint, None, "binpack leaves the GPU to the host");
 }
+
+#[test]
+fn a_decision_past_its_budget_uses_the_scores_gathered_so_far() {
+    use tessera_plugins::SPREAD;
+    let rt = runtime();
+    let mut slow = PluginSpec::new("hostile");
+    slow.limits.deadline_ms = Bounded(10_000);
+    slow.config_json = r#"{"mode": "spin", "spin": 200000000, "min_candidates": 5}"#.into();
+    let (slow, _) = rt.load(&slow, HOSTILE.bytes).unwrap();
+    let p = policy(
+        vec![
+            member(load(&rt, BINPACK, "binpack", "null"), 1.0),
+            member(slow, 1.0),
+            member(load(&rt, SPREAD, "spread", "null"), 1.0),
+        ],
+        &cluster(8),
+    )
+    .with_timeout(Duration::from_millis(20));
+    let d = p.decide(&pod(), &(0..8).collect::<Vec<_>>());
+    assert!(d.deadline_hit, "{d:?}");
+    assert_eq!(
+        d.outcomes.iter().map(|o| o.plugin.as_str()).collect::<Vec<_>>(),
+        ["binpack", "hostile"],
+        "spread was not asked"
+    );
+    assert_eq!(d.chosen, Some(7), "binpack's choice stands");
+    // Without a budget every scorer answers.
+    let d = policy(vec![member(load(&rt, BINPACK, "binpack", "null"), 1.0)], &cluster(8)).decide(&pod(), &[0, 1]);
+    assert!(!d.deadline_hit);
+}

@@ -50,5 +50,7 @@ pub fn load_policy(rt: &Runtime, doc: &PolicyDocument) -> Result<Policy> {
         tessera_policy::TieBreakSpec::NodeId => tessera_core::score::TieBreak::NodeId,
         tessera_policy::TieBreakSpec::SeededRank => tessera_core::score::TieBreak::SeededRank(doc.seed),
     };
-    Ok(Policy::new(doc.name.clone(), members).with_tie_break(tie))
+    Ok(Policy::new(doc.name.clone(), members)
+        .with_tie_break(tie)
+        .with_timeout(std::time::Duration::from_millis(doc.timeout_ms.0)))
 }

@@ -178,6 +178,7 @@ impl tessera_core::sim::Placer for NativePolicy {
             node: chosen.map(|i| feasible[i]),
             gpu_hint: chosen.and_then(|i| hint.and_then(|(_, h)| h.get(i).copied())).filter(|&g| g != u8::MAX),
             plugin_errors: 0,
+            deadline_hit: false,
         }
     }
 }

@@ -289,6 +289,7 @@ pub fn summary(o: &SimOutcome) -> String {
         rows.push((format!("failed: {code}"), n.to_string()));
     }
     rows.push(("plugin errors".into(), r.plugin_errors.to_string()));
+    rows.push(("decisions past their deadline".into(), r.deadline_hits.to_string()));
     rows.push((
         "wall time".into(),
         format!("{:.3} s ({:.0} pods/s)", o.wall_s, r.submitted as f64 / o.wall_s.max(1e-9)),

@@ -42,6 +42,8 @@ pub struct Choice {
     pub gpu_hint: Option<u8>,
     /// Plugin errors and faults seen while deciding.
     pub plugin_errors: u32,
+    /// The decision ran out of time and used the scores gathered so far.
+    pub deadline_hit: bool,
 }
 
 /// How pods arrive.
@@ -98,6 +100,8 @@ pub struct RunReport {
     pub failures_by_reason: BTreeMap<String, u64>,
     /// Plugin errors and faults during the run.
     pub plugin_errors: u64,
+    /// Decisions that ran past the policy's time budget.
+    pub deadline_hits: u64,
     /// Total GPUs in the cluster.
     pub total_gpus: u64,
     /// The allocation curve by arrived GPU demand.
@@ -241,6 +245,7 @@ impl<'p, P: Placer> Simulator<'p, P> {
         }
         let d = self.placer.place(pod, &self.candidates);
         self.report.plugin_errors += u64::from(d.plugin_errors);
+        self.report.deadline_hits += u64::from(d.deadline_hit);
         // A placer that answers nothing, or a node outside the candidates,
         // falls back to the first candidate: the hard filter stays in charge.
         let node = d.node.filter(|n| self.candidates.binary_search(n).is_ok()).unwrap_or(self.candidates[0]);

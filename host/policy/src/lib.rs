@@ -42,8 +42,16 @@ pub struct PolicyDocument {
     /// `seeded-rank` (a fixed random ranking of nodes from `seed`).
     #[serde(default)]
     pub tie_break: TieBreakSpec,
+    /// Budget of one placement decision, ms (1..=60000, default 120): once
+    /// spent, no further scorer is asked and the best so far is chosen.
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: Bounded<1, 60_000>,
     /// Plugins in evaluation order.
     pub plugins: Vec<PluginEntry>,
+}
+
+fn default_timeout_ms() -> Bounded<1, 60_000> {
+    Bounded(120)
 }
 
 /// How equal scores are decided.

@@ -28,6 +28,7 @@ fn invalid(text: &str) -> (usize, usize, String) {
 fn parses_a_good_document_with_defaults() {
     let doc = PolicyDocument::parse(GOOD, "p.yaml").unwrap();
     assert_eq!(doc.seed, 7);
+    assert_eq!(doc.timeout_ms.0, 120, "the default decision budget");
     let b = &doc.plugins[0];
     assert_eq!(b.source, Source::Builtin("binpack".into()));
     assert_eq!(b.weight.0, 2.0);
@@ -84,6 +85,8 @@ fn semantic_checks() {
     assert!(r.contains("at least one plugin"), "{r}");
     let (_, _, r) = invalid("name: x\nplugins:\n  - name: a\n    source: builtin:a\n    weight: 0\n");
     assert!(r.contains("weight 0"), "{r}");
+    let (_, _, r) = invalid("name: x\ntimeout_ms: 0\nplugins:\n  - name: a\n    source: builtin:a\n");
+    assert!(r.contains("0 is out of range 1..=60000"), "{r}");
     let (line, _, r) = invalid("name: x\nplugins:\n  - name: Bad Name\n    source: builtin:a\n");
     assert_eq!(line, 3);
     assert!(r.contains("must be 1-63"), "{r}");

@@ -66,6 +66,9 @@ pub struct Decision {
     pub gpu_hint: Option<u8>,
     /// Every call error, faults and guest errors alike.
     pub errors: Vec<CallError>,
+    /// The decision deadline passed before every scorer had answered: the
+    /// choice was made on the scores gathered so far.
+    pub deadline_hit: bool,
 }
 
 /// A running policy.
@@ -73,6 +76,7 @@ pub struct Decision {
 pub struct Policy {
     name: String,
     tie_break: score::TieBreak,
+    timeout: Option<std::time::Duration>,
     scorers: Vec<Member>,
     detectors: Vec<Member>,
     feed: Arc<RwLock<NodeFeed>>,
@@ -85,10 +89,20 @@ impl Policy {
         Self {
             name: name.into(),
             tie_break: score::TieBreak::NodeId,
+            timeout: None,
             scorers,
             detectors,
             feed: Arc::new(RwLock::new(NodeFeed::new())),
         }
+    }
+
+    /// Bounds each decision: once `timeout` has passed, no further scorer
+    /// is called and the best candidate by the scores gathered so far wins
+    /// (`Decision::deadline_hit`). A call already running ends by its own
+    /// plugin deadline.
+    pub fn with_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
     }
 
     /// Decides equal totals by `tie` instead of the lowest node id.
@@ -141,6 +155,8 @@ impl Policy {
     /// One decision for `pod` over `candidates` (sorted by node id, already
     /// through the host's hard filter).
     pub fn decide(&self, pod: &Pod, candidates: &[NodeId]) -> Decision {
+        let started = std::time::Instant::now();
+        let late = || self.timeout.is_some_and(|t| started.elapsed() >= t);
         let wit_pod = to_wit_pod(pod);
         let mut d = Decision::default();
 
@@ -179,6 +195,10 @@ impl Policy {
         // Score: one call per plugin, one value per feasible candidate.
         let mut hints: Option<(f64, Vec<u8>)> = None;
         for m in &self.scorers {
+            if late() {
+                d.deadline_hit = true;
+                break;
+            }
             let version = m.slot.current();
             match m.slot.call(|v| v.score(&self.feed, &wit_pod, &d.feasible)) {
                 Ok(out) => {
@@ -222,6 +242,11 @@ impl tessera_core::sim::Placer for Policy {
 
     fn place(&mut self, pod: &Pod, candidates: &[NodeId]) -> tessera_core::sim::Choice {
         let d = self.decide(pod, candidates);
-        tessera_core::sim::Choice { node: d.chosen, gpu_hint: d.gpu_hint, plugin_errors: d.errors.len() as u32 }
+        tessera_core::sim::Choice {
+            node: d.chosen,
+            gpu_hint: d.gpu_hint,
+            plugin_errors: d.errors.len() as u32,
+            deadline_hit: d.deadline_hit,
+        }
     }
 }

@@ -220,7 +220,9 @@ pub fn run_with(rt: &Runtime, opts: &SimOptions) -> Result<SimOutcome> {
         doc.tie_break = t;
     }
     inject_workload(&mut doc, &workload);
-    let mut policy = load::load_policy(rt, &doc)?;
+    // The wall-clock decision budget is for live scheduling; a simulation
+    // must give the same result on any machine.
+    let mut policy = load::load_policy(rt, &doc)?.without_timeout();
 
     let started = Instant::now();
     let n_nodes = nodes.len();

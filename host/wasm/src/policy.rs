@@ -105,6 +105,13 @@ impl Policy {
         self
     }
 
+    /// Removes the decision budget (the simulator replays exactly, so it
+    /// must not depend on how fast this machine is).
+    pub fn without_timeout(mut self) -> Self {
+        self.timeout = None;
+        self
+    }
+
     /// Decides equal totals by `tie` instead of the lowest node id.
     pub fn with_tie_break(mut self, tie: score::TieBreak) -> Self {
         self.tie_break = tie;

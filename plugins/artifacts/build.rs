@@ -24,6 +24,7 @@ const PLUGINS: &[(&str, &str, &str)] = &[
     ("tessera-plugin-fgd", "tessera_plugin_fgd", "FGD"),
     ("tessera-plugin-gpu-aware", "tessera_plugin_gpu_aware", "GPU_AWARE"),
     ("tessera-plugin-load-aware", "tessera_plugin_load_aware", "LOAD_AWARE"),
+    ("tessera-plugin-hybrid-score", "tessera_plugin_hybrid_score", "HYBRID_SCORE"),
 ];
 
 const TARGET: &str = "wasm32-wasip2";

@@ -130,7 +130,7 @@ enum BenchCmd {
         /// Pending pods.
         #[arg(long, default_value_t = 50_000)]
         pods: usize,
-        /// `default` (binpack, spread, gpu-aware, load-aware) or a policy file.
+        /// `default` (binpack, spread, gpu-aware, hybrid-score) or a policy file.
         #[arg(long, default_value = "default")]
         policy: String,
         /// Seed of the workload.

@@ -107,6 +107,7 @@ pub fn builtin(name: &str, config_json: &str) -> Option<Result<Box<dyn NativeSco
         "spread" => boxed::<tessera_plugin_spread::Spread>(config_json),
         "gpu-aware" => boxed::<tessera_placement_policies::GpuAware>(config_json),
         "load-aware" => boxed::<tessera_placement_policies::LoadAware>(config_json),
+        "hybrid-score" => boxed::<tessera_placement_policies::HybridScore>(config_json),
         _ => return None,
     })
 }

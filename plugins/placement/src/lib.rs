@@ -5,9 +5,15 @@
 //!   (soft: a penalty; hard: a filter) and failed ones never fit.
 //! - [`LoadAware`]: place by measured utilisation (CPU, memory, GPU), not
 //!   by requests, so hot nodes cool down.
+//! - [`HybridScore`]: resource efficiency, SLA-violation risk and zone
+//!   carbon intensity, weighted by the policy.
 
 use serde::Deserialize;
 use tessera_sdk::{Gpu, GpuHealth, MAX_GPUS, Node, Pod, Score, Scorer};
+
+mod hybrid;
+
+pub use hybrid::{HybridConfig, HybridScore, HybridWeights};
 
 /// How degraded GPUs are treated.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]

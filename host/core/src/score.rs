@@ -4,9 +4,9 @@
 //! candidates (like kube-scheduler's `NormalizeScore`), so plugins with
 //! different scales can be weighted against each other; a plugin that gives
 //! every candidate the same score expresses no preference and adds 0. The
-//! weighted sum is compared in `f64`; ties go to the candidate that comes
-//! first in candidate order, which callers keep sorted by node id, so a
-//! decision never depends on hash order or timing.
+//! weighted sum is compared in `f64`; ties go by a [`TieBreak`] (the lowest
+//! node id, or a seeded ranking of nodes), so a decision never depends on
+//! hash order or timing.
 
 /// Normalised range of one plugin's scores.
 pub const MAX_NORMALISED: f64 = 100.0;
@@ -28,18 +28,6 @@ pub fn accumulate(totals: &mut [f64], values: &[i64], weight: f64) {
     for (t, &v) in totals.iter_mut().zip(values) {
         *t += weight * MAX_NORMALISED * ((v as f64) - (min as f64)) / span;
     }
-}
-
-/// Index of the best total; ties go to the lowest index. `None` if empty.
-pub fn select(totals: &[f64]) -> Option<usize> {
-    let mut best: Option<(usize, f64)> = None;
-    for (i, &t) in totals.iter().enumerate() {
-        match best {
-            Some((_, b)) if t <= b => {}
-            _ => best = Some((i, t)),
-        }
-    }
-    best.map(|(i, _)| i)
 }
 
 /// How equal totals are decided.
@@ -98,7 +86,7 @@ mod tests {
         assert_eq!(totals, [0.0, 50.0, 100.0]);
         accumulate(&mut totals, &[-5, -5, -1_000_000], 2.0);
         assert_eq!(totals, [200.0, 250.0, 100.0]);
-        assert_eq!(select(&totals), Some(1));
+        assert_eq!(select_by(&totals, &[0, 1, 2], TieBreak::NodeId), Some(1));
     }
 
     #[test]
@@ -106,9 +94,14 @@ mod tests {
         let mut totals = vec![0.0; 3];
         accumulate(&mut totals, &[7, 7, 7], 5.0);
         assert_eq!(totals, [0.0; 3]);
-        assert_eq!(select(&totals), Some(0));
-        assert_eq!(select(&[]), None);
-        assert_eq!(select(&[1.0, 3.0, 3.0]), Some(1));
+        assert_eq!(select_by(&totals, &[0, 1, 2], TieBreak::NodeId), Some(0));
+        assert_eq!(select_by(&[], &[], TieBreak::NodeId), None);
+        assert_eq!(select_by(&[1.0, 3.0, 3.0], &[0, 1, 2], TieBreak::NodeId), Some(1));
+        assert_eq!(
+            select_by(&[3.0, 3.0], &[9, 4], TieBreak::NodeId),
+            Some(1),
+            "the lowest node id, not the first index"
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::process::Command;
 /// with dashes as underscores; binaries keep their name.
 const PLUGINS: &[(&str, &str, &str)] = &[
     ("tessera-plugin-binpack", "tessera_plugin_binpack", "BINPACK"),
-    ("tessera-plugin-spread", "tessera_plugin_spread", "SPREAD"),
+    ("tessera-plugin-topology-spread", "tessera_plugin_topology_spread", "TOPOLOGY_SPREAD"),
     ("tessera-plugin-overload", "tessera_plugin_overload", "OVERLOAD"),
     ("tessera-plugin-hostile", "tessera_plugin_hostile", "HOSTILE"),
     ("tessera-plugin-not-a-policy", "not-a-policy", "NOT_A_POLICY"),

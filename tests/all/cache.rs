@@ -1,7 +1,7 @@
 //! The precompiled-component cache: a hit is used; a stale, foreign,
 //! truncated or altered entry is rejected, recompiled and rewritten.
 
-use tessera_plugins::{BINPACK, SPREAD};
+use tessera_plugins::{BINPACK, TOPOLOGY_SPREAD};
 use tessera_wasm::{CacheOutcome, PluginSpec, Runtime, RuntimeConfig, content_key};
 
 fn cached(dir: &std::path::Path, fuel: bool) -> Runtime {
@@ -17,7 +17,7 @@ fn miss_then_hit_across_runtimes() {
     let dir = tempfile::tempdir().unwrap();
     assert_eq!(outcome(&cached(dir.path(), false), BINPACK.bytes), CacheOutcome::Miss);
     assert_eq!(outcome(&cached(dir.path(), false), BINPACK.bytes), CacheOutcome::Hit);
-    assert_eq!(outcome(&cached(dir.path(), false), SPREAD.bytes), CacheOutcome::Miss);
+    assert_eq!(outcome(&cached(dir.path(), false), TOPOLOGY_SPREAD.bytes), CacheOutcome::Miss);
 }
 
 #[test]
@@ -52,8 +52,8 @@ fn altered_truncated_foreign_and_stale_entries_are_rejected_and_rebuilt() {
     expect_rejected("not a Tessera cache entry");
 
     // Another component's entry under this component's name.
-    assert_eq!(outcome(&rt, SPREAD.bytes), CacheOutcome::Miss);
-    std::fs::copy(cache.entry_path(&content_key(SPREAD.bytes)), &entry).unwrap();
+    assert_eq!(outcome(&rt, TOPOLOGY_SPREAD.bytes), CacheOutcome::Miss);
+    std::fs::copy(cache.entry_path(&content_key(TOPOLOGY_SPREAD.bytes)), &entry).unwrap();
     expect_rejected("entry is for component");
 
     // An entry compiled by another engine configuration (fuel metering on).

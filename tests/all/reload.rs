@@ -118,7 +118,7 @@ fn a_swapped_in_version_rebuilds_its_mirror_from_the_feed() {
 
 #[test]
 fn a_decision_past_its_budget_uses_the_scores_gathered_so_far() {
-    use tessera_plugins::SPREAD;
+    use tessera_plugins::TOPOLOGY_SPREAD;
     let rt = runtime();
     let mut slow = PluginSpec::new("hostile");
     slow.limits.deadline_ms = Bounded(10_000);
@@ -128,7 +128,7 @@ fn a_decision_past_its_budget_uses_the_scores_gathered_so_far() {
         vec![
             member(load(&rt, BINPACK, "binpack", "null"), 1.0),
             member(slow, 1.0),
-            member(load(&rt, SPREAD, "spread", "null"), 1.0),
+            member(load(&rt, TOPOLOGY_SPREAD, "topology-spread", "null"), 1.0),
         ],
         &cluster(8),
     )

@@ -1,5 +1,5 @@
 use tessera_core::{Pod, Resources};
-use tessera_plugins::{BINPACK, SPREAD};
+use tessera_plugins::{BINPACK, TOPOLOGY_SPREAD};
 
 use crate::{cluster, load, member, policy, runtime};
 
@@ -52,7 +52,10 @@ fn weights_combine_binpack_and_spread_and_mirror_follows_deltas() {
     nodes[1].workloads.insert("web".into(), 2);
     nodes[4].workloads.insert("web".into(), 1);
     let p = policy(
-        vec![member(load(&rt, BINPACK, "binpack", "null"), 1.0), member(load(&rt, SPREAD, "spread", "null"), 10.0)],
+        vec![
+            member(load(&rt, BINPACK, "binpack", "null"), 1.0),
+            member(load(&rt, TOPOLOGY_SPREAD, "topology-spread", "null"), 10.0),
+        ],
         &nodes,
     );
     let mut pod = gpu_pod(1);
@@ -73,12 +76,12 @@ fn spread_hard_mode_filters_with_its_reason_code() {
     let rt = runtime();
     let mut nodes = cluster(3);
     nodes[0].workloads.insert("web".into(), 3);
-    let p = policy(vec![member(load(&rt, SPREAD, "spread", r#"{"max_skew": 1}"#), 1.0)], &nodes);
+    let p = policy(vec![member(load(&rt, TOPOLOGY_SPREAD, "topology-spread", r#"{"max_skew": 1}"#), 1.0)], &nodes);
     let pod = Pod { workload: "web".into(), ..gpu_pod(0) };
     let d = p.decide(&pod, &[0, 1, 2]);
     assert_eq!(d.feasible, [1, 2]);
     assert_eq!(d.rejections.len(), 1);
-    assert_eq!((d.rejections[0].node, d.rejections[0].reason.as_str()), (0, "SCHED-ZONE-SPREAD"));
+    assert_eq!((d.rejections[0].node, d.rejections[0].reason.as_str()), (0, "SCHED-ZONE-TOPOLOGY_SPREAD"));
 }
 
 #[test]
@@ -146,4 +149,43 @@ fn native_twin_decides_like_the_components() {
     for pod in &pods {
         assert_eq!(wasm.place(pod, &ids), twin.place(pod, &ids), "{pod:?}");
     }
+}
+
+/// Scoring on worker threads (each plugin on its own) chooses exactly what
+/// scoring in turn chooses, pod after pod, as the cluster fills up; so does
+/// the native twin on as many threads.
+#[test]
+fn parallel_workers_decide_like_one() {
+    use tessera_core::cluster::{Cluster, choose_gpus};
+    use tessera_core::sim::Placer;
+    let doc = tessera::sim::policy_document("throughput", 1).unwrap();
+    let rt = runtime();
+    let mut placers: Vec<Box<dyn Placer>> = vec![
+        Box::new(tessera::load::load_policy(&rt, &doc).unwrap()),
+        Box::new(tessera::load::load_policy(&rt, &doc).unwrap().with_workers(2).unwrap()),
+        Box::new(tessera::native::NativePolicy::from_document(&doc).unwrap().with_workers(2).unwrap()),
+    ];
+    let mut clusters: Vec<Cluster> = (0..3).map(|_| Cluster::new(tessera::bench::synthetic_cluster(30))).collect();
+    for (p, c) in placers.iter_mut().zip(&clusters) {
+        p.nodes_changed(&c.nodes().iter().collect::<Vec<_>>());
+        p.prime();
+    }
+    let (mut candidates, mut rejected) = (Vec::new(), [0; 5]);
+    let mut placed = 0;
+    for pod in &tessera_core::sim::synthetic::pods(400, &[], 9) {
+        clusters[0].feasible(pod, &mut candidates, &mut rejected);
+        if candidates.is_empty() {
+            continue;
+        }
+        let choices: Vec<_> = placers.iter_mut().map(|p| p.place(pod, &candidates)).collect();
+        assert!(choices.iter().all(|c| *c == choices[0]), "{pod:?}: {choices:?}");
+        let node = choices[0].node.expect("a feasible node is chosen");
+        for (p, c) in placers.iter_mut().zip(clusters.iter_mut()) {
+            let gpus = choose_gpus(c.node(node).unwrap(), pod, choices[0].gpu_hint).unwrap();
+            c.bind(node, pod, gpus).unwrap();
+            p.nodes_changed(&[c.node(node).unwrap()]);
+        }
+        placed += 1;
+    }
+    assert!(placed > 100, "the cluster filled up: {placed} placed");
 }

@@ -64,7 +64,9 @@ pub fn sdk_pod(p: &Pod) -> sdk::Pod {
 }
 
 /// A natively compiled scorer behind one interface.
-pub trait NativeScorer {
+pub trait NativeScorer: Send {
+    /// Whether its filter can reject (it declares reason codes).
+    fn filters(&self) -> bool;
     /// Applies node deltas.
     fn apply(&mut self, nodes: &[Node]) -> Result<(), String>;
     /// Filters candidates: 0 = feasible, k > 0 = rejected.
@@ -79,7 +81,10 @@ pub trait NativeScorer {
     ) -> Result<(), String>;
 }
 
-impl<S: sdk::Scorer> NativeScorer for sdk::ScorerHarness<S> {
+impl<S: sdk::Scorer + Send> NativeScorer for sdk::ScorerHarness<S> {
+    fn filters(&self) -> bool {
+        !S::FILTER_REASONS.is_empty()
+    }
     fn apply(&mut self, nodes: &[Node]) -> Result<(), String> {
         sdk::ScorerHarness::apply(self, nodes.iter().map(|n| sdk::NodeDelta::Upsert(sdk_node(n))))
     }
@@ -99,12 +104,12 @@ impl<S: sdk::Scorer> NativeScorer for sdk::ScorerHarness<S> {
 
 /// The native build of a built-in scorer, by name.
 pub fn builtin(name: &str, config_json: &str) -> Option<Result<Box<dyn NativeScorer>, String>> {
-    fn boxed<S: sdk::Scorer>(config: &str) -> Result<Box<dyn NativeScorer>, String> {
+    fn boxed<S: sdk::Scorer + Send>(config: &str) -> Result<Box<dyn NativeScorer>, String> {
         Ok(Box::new(sdk::ScorerHarness::<S>::new(config)?))
     }
     Some(match name {
         "binpack" => boxed::<tessera_plugin_binpack::BinPack>(config_json),
-        "spread" => boxed::<tessera_plugin_spread::Spread>(config_json),
+        "topology-spread" => boxed::<tessera_plugin_topology_spread::Spread>(config_json),
         "gpu-aware" => boxed::<tessera_placement_policies::GpuAware>(config_json),
         "load-aware" => boxed::<tessera_placement_policies::LoadAware>(config_json),
         "hybrid-score" => boxed::<tessera_placement_policies::HybridScore>(config_json),
@@ -112,15 +117,24 @@ pub fn builtin(name: &str, config_json: &str) -> Option<Result<Box<dyn NativeSco
     })
 }
 
-/// A policy of natively compiled scorers, combined exactly as the Wasm
-/// [`tessera_wasm::Policy`] combines its plugins (filters, normalised
-/// weighted scores, tie-break), for like-for-like comparisons.
-pub struct NativePolicy {
-    members: Vec<(Box<dyn NativeScorer>, f64)>,
-    tie: tessera_core::score::TieBreak,
+/// One native scorer with its weight and answer buffers.
+struct NativeMember {
+    scorer: Box<dyn NativeScorer>,
+    weight: f64,
     verdicts: Vec<u8>,
     values: Vec<i64>,
     hints: Vec<u8>,
+    answered: bool,
+}
+
+/// A policy of natively compiled scorers, combined exactly as the Wasm
+/// [`tessera_wasm::Policy`] combines its plugins (filters skipped for
+/// scorers without reasons, normalised weighted scores, tie-break, the
+/// same worker threads), for like-for-like comparisons.
+pub struct NativePolicy {
+    members: Vec<NativeMember>,
+    tie: tessera_core::score::TieBreak,
+    workers: Option<rayon::ThreadPool>,
 }
 
 impl NativePolicy {
@@ -133,45 +147,67 @@ impl NativePolicy {
             };
             let scorer = builtin(name, &tessera_policy::PolicyDocument::config_json(e))
                 .ok_or_else(|| format!("plugin {}: `{name}` has no native build", e.name))??;
-            members.push((scorer, e.weight.0));
+            members.push(NativeMember {
+                scorer,
+                weight: e.weight.0,
+                verdicts: Vec::new(),
+                values: Vec::new(),
+                hints: Vec::new(),
+                answered: false,
+            });
         }
-        Ok(Self {
-            members,
-            tie: tessera_core::score::TieBreak::NodeId,
-            verdicts: Vec::new(),
-            values: Vec::new(),
-            hints: Vec::new(),
-        })
+        Ok(Self { members, tie: tessera_core::score::TieBreak::NodeId, workers: None })
+    }
+
+    /// Runs the scorers of one decision on `n` threads, as
+    /// [`tessera_wasm::Policy::with_workers`] does.
+    pub fn with_workers(mut self, n: usize) -> Result<Self, String> {
+        self.workers = if n > 1 {
+            Some(rayon::ThreadPoolBuilder::new().num_threads(n).build().map_err(|e| e.to_string())?)
+        } else {
+            None
+        };
+        Ok(self)
+    }
+
+    fn each(&mut self, f: impl Fn(&mut NativeMember) + Sync + Send) {
+        use rayon::prelude::*;
+        match &self.workers {
+            Some(pool) => pool.install(|| self.members.par_iter_mut().with_max_len(1).for_each(&f)),
+            None => self.members.iter_mut().for_each(f),
+        }
     }
 }
 
 impl tessera_core::sim::Placer for NativePolicy {
     fn nodes_changed(&mut self, nodes: &[&Node]) {
         let owned: Vec<Node> = nodes.iter().map(|n| (*n).clone()).collect();
-        for (m, _) in &mut self.members {
-            m.apply(&owned).expect("valid nodes");
+        for m in &mut self.members {
+            m.scorer.apply(&owned).expect("valid nodes");
         }
     }
 
     fn place(&mut self, pod: &Pod, candidates: &[u32]) -> tessera_core::sim::Choice {
         let p = sdk_pod(pod);
+        self.each(|m| {
+            m.answered = m.scorer.filters() && m.scorer.filter(&p, candidates, &mut m.verdicts).is_ok();
+        });
         let mut ok = vec![true; candidates.len()];
-        for (m, _) in &mut self.members {
-            if m.filter(&p, candidates, &mut self.verdicts).is_ok() {
-                for (o, &v) in ok.iter_mut().zip(&self.verdicts) {
-                    *o &= v == 0;
-                }
+        for m in self.members.iter().filter(|m| m.answered) {
+            for (o, &v) in ok.iter_mut().zip(&m.verdicts) {
+                *o &= v == 0;
             }
         }
         let feasible: Vec<u32> = candidates.iter().zip(&ok).filter(|(_, o)| **o).map(|(c, _)| *c).collect();
         let mut totals = vec![0.0; feasible.len()];
-        let mut hint: Option<(f64, Vec<u8>)> = None;
-        for (m, w) in &mut self.members {
-            if m.score(&p, &feasible, &mut self.values, &mut self.hints).is_ok() {
-                tessera_core::score::accumulate(&mut totals, &self.values, *w);
-                if !self.hints.is_empty() && hint.as_ref().is_none_or(|(hw, _)| *w > *hw) {
-                    hint = Some((*w, self.hints.clone()));
-                }
+        if !feasible.is_empty() {
+            self.each(|m| m.answered = m.scorer.score(&p, &feasible, &mut m.values, &mut m.hints).is_ok());
+        }
+        let mut hint: Option<(f64, &[u8])> = None;
+        for m in self.members.iter().filter(|m| m.answered && !feasible.is_empty()) {
+            tessera_core::score::accumulate(&mut totals, &m.values, m.weight);
+            if !m.hints.is_empty() && hint.is_none_or(|(hw, _)| m.weight > hw) {
+                hint = Some((m.weight, &m.hints));
             }
         }
         let chosen = tessera_core::score::select_by(&totals, &feasible, self.tie);

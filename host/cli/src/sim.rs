@@ -129,10 +129,19 @@ pub fn ordered(rows: &[PodRow], order: &[u32]) -> Vec<Pod> {
         .collect()
 }
 
-/// The policy document for `--policy`.
+/// The policies shipped in `deploy/policies`, by name: `default` is the
+/// recommended one, `throughput` the four-scorer policy of
+/// `tessera bench throughput`.
+pub const SHIPPED: &[(&str, &str)] = &[
+    ("default", include_str!("../../../deploy/policies/default.yaml")),
+    ("throughput", include_str!("../../../deploy/policies/throughput.yaml")),
+];
+
+/// The policy document for `--policy`: a shipped policy's name, a built-in
+/// plugin's name (that plugin alone), or a file.
 pub fn policy_document(policy: &str, seed: u64) -> Result<PolicyDocument> {
-    let mut doc = if policy == "default" {
-        PolicyDocument::parse(include_str!("../../../deploy/policies/default.yaml"), "builtin:default")?
+    let mut doc = if let Some((name, text)) = SHIPPED.iter().find(|(n, _)| *n == policy) {
+        PolicyDocument::parse(text, &format!("deploy/policies/{name}.yaml"))?
     } else if tessera_plugins::by_name(policy).is_some() {
         PolicyDocument::parse(
             &format!("name: {policy}\nplugins:\n  - name: {policy}\n    source: builtin:{policy}\n"),
@@ -142,7 +151,12 @@ pub fn policy_document(policy: &str, seed: u64) -> Result<PolicyDocument> {
         let path = Path::new(policy);
         if !path.exists() {
             let known: Vec<&str> = tessera_plugins::ALL.iter().map(|a| a.name).collect();
-            bail!("--policy {policy}: not a file, `default`, or a built-in plugin ({})", known.join(", "));
+            let shipped: Vec<&str> = SHIPPED.iter().map(|(n, _)| *n).collect();
+            bail!(
+                "--policy {policy}: not a file, a shipped policy ({}), or a built-in plugin ({})",
+                shipped.join(", "),
+                known.join(", ")
+            );
         }
         let mut d = PolicyDocument::load(path)?;
         d.resolve_paths(path);

@@ -21,10 +21,14 @@ pub struct ThroughputOptions {
     pub nodes: u32,
     /// Pending pods of mixed shapes.
     pub pods: usize,
-    /// Policy: `default` for the built-in four-scorer policy, or a file.
+    /// Policy: a shipped policy's name (`throughput`, the four-scorer
+    /// policy, by default) or a file.
     pub policy: String,
     /// Seed of the workload.
     pub seed: u64,
+    /// Worker threads scoring each decision's plugins in parallel (1 = in
+    /// turn); the native twin uses as many.
+    pub workers: usize,
 }
 
 /// The figures printed.
@@ -48,20 +52,27 @@ pub struct ThroughputResult {
     pub placed: usize,
     /// Pods decided per second natively.
     pub native_pods_per_sec: f64,
+    /// Worker threads per decision.
+    pub workers: usize,
+    /// Decisions made on partial scores because `timeout_ms` ran out.
+    pub deadline_hits: u64,
 }
 
 struct Run {
     latencies_ms: Vec<f64>,
     placed: usize,
     scored: u64,
+    deadline_hits: u64,
     wall_s: f64,
 }
 
 fn drive<P: Placer>(placer: &mut P, nodes: Vec<Node>, pods: &[Pod]) -> Run {
     let mut cluster = Cluster::new(nodes);
     placer.nodes_changed(&cluster.nodes().iter().collect::<Vec<_>>());
+    placer.prime();
     let (mut candidates, mut rejected) = (Vec::new(), [0u32; 5]);
-    let mut run = Run { latencies_ms: Vec::with_capacity(pods.len()), placed: 0, scored: 0, wall_s: 0.0 };
+    let mut run =
+        Run { latencies_ms: Vec::with_capacity(pods.len()), placed: 0, scored: 0, deadline_hits: 0, wall_s: 0.0 };
     let started = Instant::now();
     for pod in pods {
         let t = Instant::now();
@@ -69,6 +80,7 @@ fn drive<P: Placer>(placer: &mut P, nodes: Vec<Node>, pods: &[Pod]) -> Run {
         if !candidates.is_empty() {
             run.scored += candidates.len() as u64;
             let choice = placer.place(pod, &candidates);
+            run.deadline_hits += u64::from(choice.deadline_hit);
             let node = choice.node.filter(|n| candidates.binary_search(n).is_ok()).unwrap_or(candidates[0]);
             let gpus = choose_gpus(cluster.node(node).expect("candidate"), pod, choice.gpu_hint).expect("fits");
             cluster.bind(node, pod, gpus).expect("passes the hard filter");
@@ -93,18 +105,17 @@ pub fn run(opts: &ThroughputOptions) -> Result<ThroughputResult> {
     if opts.nodes == 0 || opts.pods == 0 {
         bail!("--nodes and --pods must be positive");
     }
-    let doc = if opts.policy == "default" {
-        PolicyDocument::parse(include_str!("../../../deploy/policies/throughput.yaml"), "builtin:throughput")?
-    } else {
-        sim::policy_document(&opts.policy, opts.seed)?
-    };
+    let doc: PolicyDocument = sim::policy_document(&opts.policy, opts.seed)?;
     let nodes = bench::synthetic_cluster(opts.nodes);
     let models: Vec<String> = vec![nodes[0].gpu_model.clone()];
     let pods = synthetic::pods(opts.pods, &models, opts.seed);
 
     let rt = Runtime::new(RuntimeConfig::default())?;
-    let mut wasm = load::load_policy(&rt, &doc)?;
-    let mut twin = native::NativePolicy::from_document(&doc).map_err(anyhow::Error::msg).context("native twin")?;
+    let mut wasm = load::load_policy(&rt, &doc)?.with_workers(opts.workers)?;
+    let mut twin = native::NativePolicy::from_document(&doc)
+        .and_then(|p| p.with_workers(opts.workers))
+        .map_err(anyhow::Error::msg)
+        .context("native twin")?;
     let w = drive(&mut wasm, nodes.clone(), &pods);
     let n = drive(&mut twin, nodes, &pods);
     let mut lat = w.latencies_ms.clone();
@@ -119,6 +130,8 @@ pub fn run(opts: &ThroughputOptions) -> Result<ThroughputResult> {
         nodes_scored_per_pod: w.scored as f64 / opts.pods as f64,
         placed: w.placed,
         native_pods_per_sec: opts.pods as f64 / n.wall_s,
+        workers: opts.workers,
+        deadline_hits: w.deadline_hits,
     })
 }
 
@@ -135,6 +148,8 @@ impl ThroughputResult {
             ("p99 decision ms", format!("{:.3}", self.p99_ms)),
             ("Wasm / native", format!("{:.2}", self.wasm_native_ratio)),
             ("nodes scored per pod", format!("{:.0}", self.nodes_scored_per_pod)),
+            ("workers", self.workers.to_string()),
+            ("deadline hits", self.deadline_hits.to_string()),
         ];
         rows.iter().map(|(k, v)| format!("{k:<22} {v:>12}\n")).collect()
     }

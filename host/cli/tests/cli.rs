@@ -52,7 +52,7 @@ fn policy_check_loads_plugins_and_reports_bad_documents_with_location() {
         &good,
         format!(
             "name: demo\nplugins:\n  - name: binpack\n    source: builtin:binpack\n    weight: 2\n  - name: spread\n    source: {}\n",
-            tessera_plugins::SPREAD.path
+            tessera_plugins::TOPOLOGY_SPREAD.path
         ),
     )
     .unwrap();
@@ -125,7 +125,7 @@ fn sim_rejects_a_malformed_trace_before_simulating() {
     assert!(!out.contains("pods submitted"), "nothing was simulated: {out}");
     let (ok, _, err) = tessera(&["sim", "--node-count", "10", "--policy", "no-such-policy"]);
     assert!(!ok);
-    assert!(err.contains("not a file, `default`, or a built-in plugin"), "{err}");
+    assert!(err.contains("not a file, a shipped policy (default, throughput), or a built-in plugin"), "{err}");
 }
 
 #[test]

@@ -169,11 +169,60 @@ pub(crate) fn release(node: &mut Node, gpus: GpuSet, pod: &Pod) {
     node.free.memory_mib = (node.free.memory_mib + pod.requests.memory_mib).min(node.capacity.memory_mib);
 }
 
+/// What the hard filter needs of one node, kept beside it so that a pass
+/// over every node reads a few bytes per node instead of the node itself.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Fit {
+    ready: bool,
+    /// Index of the node's GPU model in [`Cluster::models`].
+    model: u16,
+    /// Usable GPUs that are entirely free.
+    whole_free: u8,
+    /// Largest free share of a usable GPU.
+    best_share: u32,
+    cpu: u64,
+    memory: u64,
+}
+
 /// Nodes and the pods bound to them.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Beside the nodes the cluster keeps a compact summary of each (free CPU,
+/// memory, whole free GPUs, best free share, model, readiness) that every
+/// change refreshes, so the hard filter over 10,000 nodes stays a short
+/// linear scan. [`Cluster::check`] and [`check`] always agree.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(from = "ClusterRepr", into = "ClusterRepr")]
 pub struct Cluster {
     nodes: Vec<Node>,
+    fits: Vec<Fit>,
+    models: Vec<String>,
 }
+
+#[derive(Serialize, Deserialize)]
+struct ClusterRepr {
+    nodes: Vec<Node>,
+}
+
+impl From<ClusterRepr> for Cluster {
+    fn from(r: ClusterRepr) -> Self {
+        Cluster::new(r.nodes)
+    }
+}
+
+impl From<Cluster> for ClusterRepr {
+    fn from(c: Cluster) -> Self {
+        ClusterRepr { nodes: c.nodes }
+    }
+}
+
+/// Two clusters are equal when their nodes are (the summaries follow).
+impl PartialEq for Cluster {
+    fn eq(&self, other: &Self) -> bool {
+        self.nodes == other.nodes
+    }
+}
+
+impl Eq for Cluster {}
 
 impl Cluster {
     /// A cluster of `nodes`; their ids are set to their positions.
@@ -181,7 +230,37 @@ impl Cluster {
         for (i, n) in nodes.iter_mut().enumerate() {
             n.id = i as NodeId;
         }
-        Self { nodes }
+        let mut c = Self { fits: Vec::with_capacity(nodes.len()), nodes, models: Vec::new() };
+        for i in 0..c.nodes.len() {
+            let f = c.summarise(i);
+            c.fits.push(f);
+        }
+        c
+    }
+
+    fn summarise(&mut self, i: usize) -> Fit {
+        let n = &self.nodes[i];
+        let model = match self.models.iter().position(|m| *m == n.gpu_model) {
+            Some(m) => m,
+            None => {
+                self.models.push(n.gpu_model.clone());
+                self.models.len() - 1
+            }
+        };
+        let usable_gpus = n.gpus.iter().filter(|g| usable(g));
+        Fit {
+            ready: n.ready,
+            model: model as u16,
+            whole_free: usable_gpus.clone().filter(|g| g.free_milli == GPU_MILLI).count().min(255) as u8,
+            best_share: usable_gpus.map(|g| g.free_milli).max().unwrap_or(0),
+            cpu: n.free.cpu_milli,
+            memory: n.free.memory_mib,
+        }
+    }
+
+    fn refresh(&mut self, id: NodeId) {
+        let i = id as usize;
+        self.fits[i] = self.summarise(i);
     }
 
     /// The nodes, by id.
@@ -194,9 +273,14 @@ impl Cluster {
         self.nodes.get(id as usize)
     }
 
-    /// Mutable access to one node (telemetry, health, readiness).
-    pub fn node_mut(&mut self, id: NodeId) -> Option<&mut Node> {
-        self.nodes.get_mut(id as usize)
+    /// Changes one node (telemetry, health, readiness) and refreshes what
+    /// the hard filter knows of it. `None` if there is no such node.
+    pub fn update_node<R>(&mut self, id: NodeId, f: impl FnOnce(&mut Node) -> R) -> Option<R> {
+        let n = self.nodes.get_mut(id as usize)?;
+        let r = f(n);
+        n.id = id;
+        self.refresh(id);
+        Some(r)
     }
 
     /// Total number of GPUs.
@@ -204,13 +288,46 @@ impl Cluster {
         self.nodes.iter().map(|n| n.gpus.len() as u64).sum()
     }
 
+    /// Which of the cluster's GPU models `pod` accepts (all when it names
+    /// none), by model index.
+    fn allowed(&self, pod: &Pod) -> Vec<bool> {
+        self.models.iter().map(|m| pod.allowed_models.is_empty() || pod.allowed_models.contains(m)).collect()
+    }
+
+    /// The hard filter on node `id`, from the summary: same answer as
+    /// [`check`] on the node.
+    fn check_fit(f: &Fit, pod: &Pod, allowed: &[bool]) -> Result<(), FilterReason> {
+        if !f.ready {
+            return Err(FilterReason::NodeNotReady);
+        }
+        if pod.requests.cpu_milli > f.cpu {
+            return Err(FilterReason::CpuInsufficient);
+        }
+        if pod.requests.memory_mib > f.memory {
+            return Err(FilterReason::MemoryInsufficient);
+        }
+        if pod.gpu_count == 0 {
+            return Ok(());
+        }
+        if !allowed[f.model as usize] {
+            return Err(FilterReason::ModelMismatch);
+        }
+        let ok = if pod.gpu_milli < GPU_MILLI {
+            f.best_share >= pod.gpu_milli
+        } else {
+            u32::from(f.whole_free) >= pod.gpu_count
+        };
+        if ok { Ok(()) } else { Err(FilterReason::GpuInsufficient) }
+    }
+
     /// Nodes that pass the hard filter, in id order; `rejected` counts the
     /// others by reason (indexed like [`FilterReason::ALL`]).
     pub fn feasible(&self, pod: &Pod, out: &mut Vec<NodeId>, rejected: &mut [u32; 5]) {
         out.clear();
-        for n in &self.nodes {
-            match check(n, pod) {
-                Ok(()) => out.push(n.id),
+        let allowed = self.allowed(pod);
+        for (i, f) in self.fits.iter().enumerate() {
+            match Self::check_fit(f, pod, &allowed) {
+                Ok(()) => out.push(i as NodeId),
                 Err(r) => rejected[r as usize] += 1,
             }
         }
@@ -250,6 +367,7 @@ impl Cluster {
         if let Some(class) = pod.gpu_class() {
             *n.gpu_classes.entry(class).or_insert(0) += 1;
         }
+        self.refresh(node);
         Ok(Placement { node, gpus })
     }
 
@@ -274,6 +392,7 @@ impl Cluster {
                 n.gpu_classes.remove(&class);
             }
         }
+        self.refresh(placement.node);
     }
 }
 
@@ -372,5 +491,61 @@ mod tests {
         assert_eq!(rej[FilterReason::GpuInsufficient as usize], 2);
         assert_eq!(c.total_gpus(), 3);
         let _ = Gpu::default();
+    }
+
+    /// The summary the filter scans answers like [`check`] on the node
+    /// itself, through binds, unbinds and node updates.
+    #[test]
+    fn summary_filter_agrees_with_check() {
+        use rand::{RngExt, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let nodes: Vec<Node> = (0..40)
+            .map(|i| {
+                let model = ["V100", "A100", "T4"][i % 3];
+                Node::new(0, format!("n{i}"), Resources { cpu_milli: 16_000, memory_mib: 65_536 }, i % 9, model)
+            })
+            .collect();
+        let mut c = Cluster::new(nodes);
+        let mut bound = Vec::new();
+        for step in 0..3000 {
+            let gpu_count = rng.random_range(0..4);
+            let milli = if gpu_count == 1 && rng.random_bool(0.5) { rng.random_range(1..1000) } else { 1000 };
+            let mut p = pod(rng.random_range(0..6000), gpu_count, milli);
+            if rng.random_bool(0.3) {
+                p.allowed_models = vec![["V100", "A100", "H100"][rng.random_range(0..3)].to_string()];
+            }
+            let (mut out, mut rej) = (Vec::new(), [0; 5]);
+            c.feasible(&p, &mut out, &mut rej);
+            let mut expect_rej = [0; 5];
+            let expect: Vec<NodeId> = c
+                .nodes()
+                .iter()
+                .filter(|n| check(n, &p).map_err(|r| expect_rej[r as usize] += 1).is_ok())
+                .map(|n| n.id)
+                .collect();
+            assert_eq!((out.clone(), rej), (expect, expect_rej), "step {step}");
+            match rng.random_range(0..10) {
+                0..6 if !out.is_empty() => {
+                    let n = out[rng.random_range(0..out.len())];
+                    let gpus = choose_gpus(c.node(n).unwrap(), &p, None).unwrap();
+                    bound.push((c.bind(n, &p, gpus).unwrap(), p));
+                }
+                6..8 if !bound.is_empty() => {
+                    let (placement, p) = bound.swap_remove(rng.random_range(0..bound.len()));
+                    c.unbind(&placement, &p);
+                }
+                8 => {
+                    let n = rng.random_range(0..40);
+                    c.update_node(n, |node| {
+                        node.ready = !node.ready;
+                        if let Some(g) = node.gpus.first_mut() {
+                            g.health =
+                                if g.health == GpuHealth::Failed { GpuHealth::Healthy } else { GpuHealth::Failed };
+                        }
+                    });
+                }
+                _ => {}
+            }
+        }
     }
 }

@@ -28,6 +28,12 @@ pub trait Placer {
     /// or unbind).
     fn nodes_changed(&mut self, nodes: &[&Node]);
 
+    /// Brings whatever the placer keeps per node up to date now rather
+    /// than on the next decision (a service does this before it reports
+    /// ready, so the first decision does not pay for mirroring the whole
+    /// cluster).
+    fn prime(&mut self) {}
+
     /// Chooses among `candidates` (feasible, in id order). Returns the node
     /// and optionally a preferred GPU for a sharing pod.
     fn place(&mut self, pod: &Pod, candidates: &[NodeId]) -> Choice;
@@ -222,6 +228,7 @@ impl<'p, P: Placer> Simulator<'p, P> {
         let tracker = FragmentationTracker::new(cluster.nodes(), &workload);
         let recorder = Recorder::new(cluster.nodes());
         placer.nodes_changed(&cluster.nodes().iter().collect::<Vec<_>>());
+        placer.prime();
         let report = RunReport { total_gpus: cluster.total_gpus(), ..RunReport::default() };
         Self { cluster, placer, workload, tracker, recorder, report, candidates: Vec::new() }
     }

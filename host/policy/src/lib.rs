@@ -13,7 +13,7 @@
 //!     limits: { deadline_ms: 50, memory_mib: 64, fault_budget: 3 }
 //!     config: { gpu_weight: 3 }      # passed to the plugin as JSON
 //!   - name: spread
-//!     source: builtin:spread
+//!     source: builtin:topology-spread
 //!     sha256: 3f5c…                  # optional digest pin
 //! ```
 //!

@@ -10,7 +10,7 @@ plugins:
     limits: { deadline_ms: 20, memory_mib: 32 }
     config: { gpu_weight: 3 }
   - name: spread
-    source: plugins/spread.wasm
+    source: plugins/topology-spread.wasm
     sha256: sha256:00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff
 "#;
 
@@ -104,5 +104,5 @@ fn file_errors_name_the_file_and_paths_resolve_relative_to_it() {
     std::fs::write(&file, GOOD).unwrap();
     let mut doc = PolicyDocument::load(&file).unwrap();
     doc.resolve_paths(&file);
-    assert_eq!(doc.plugins[1].source, Source::File(dir.path().join("plugins/spread.wasm")));
+    assert_eq!(doc.plugins[1].source, Source::File(dir.path().join("plugins/topology-spread.wasm")));
 }

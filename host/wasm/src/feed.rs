@@ -93,11 +93,14 @@ impl NodeFeed {
     fn record(&mut self, id: NodeId) {
         self.generation += 1;
         self.log.push((self.generation, id));
-        // Keep the log proportional to the cluster: an instance further
-        // behind than that gets a full snapshot instead.
+        // Keep the log proportional to the cluster by dropping its older
+        // half: an instance further behind than the rest gets a full
+        // snapshot instead. (Dropping all of it would send every instance,
+        // however current, a snapshot of the whole cluster.)
         if self.log.len() > 2 * self.nodes.len() + 1024 {
-            self.log_start = self.generation;
-            self.log.clear();
+            let cut = self.log.len() / 2;
+            self.log_start = self.log[cut - 1].0;
+            self.log.drain(..cut);
         }
     }
 
@@ -220,5 +223,17 @@ mod tests {
         }
         let d = f.deltas_since(g);
         assert_eq!(ids(&d), [(true, 0), (true, 1)], "snapshot after the log was compacted");
+    }
+
+    #[test]
+    fn compaction_spares_instances_that_keep_up() {
+        let mut f = NodeFeed::new();
+        f.upsert(&node(0));
+        f.upsert(&node(1));
+        for _ in 0..5000 {
+            let g = f.generation();
+            f.upsert(&node(1));
+            assert_eq!(ids(&f.deltas_since(g)), [(true, 1)], "one change, one delta");
+        }
     }
 }

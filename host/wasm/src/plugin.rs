@@ -283,6 +283,15 @@ impl PluginVersion {
         }
     }
 
+    /// Brings a pooled instance's mirror (a new one if none is pooled) up to
+    /// date with `feed` now, so the next call does not pay for it.
+    pub fn prime(&self, feed: &RwLock<NodeFeed>) -> Result<(), CallError> {
+        if self.kind() != WorldKind::Scorer {
+            return Ok(());
+        }
+        self.with_instance("apply", feed_id(feed), |this, inst| this.sync(inst, feed))
+    }
+
     /// Filters `candidates` for `pod`: one verdict per candidate.
     pub fn filter(&self, feed: &RwLock<NodeFeed>, pod: &wit::Pod, candidates: &[u32]) -> Result<Vec<u8>, CallError> {
         let id = feed_id(feed);

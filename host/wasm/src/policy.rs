@@ -80,6 +80,7 @@ pub struct Policy {
     scorers: Vec<Member>,
     detectors: Vec<Member>,
     feed: Arc<RwLock<NodeFeed>>,
+    workers: Option<Arc<rayon::ThreadPool>>,
 }
 
 impl Policy {
@@ -93,6 +94,47 @@ impl Policy {
             scorers,
             detectors,
             feed: Arc::new(RwLock::new(NodeFeed::new())),
+            workers: None,
+        }
+    }
+
+    /// Calls the plugins of one decision on `n` worker threads, each plugin
+    /// on its own instance (the instance pool gives every worker one), so a
+    /// decision takes about as long as its slowest plugins rather than
+    /// their sum. Results are combined in policy order, so the choice is
+    /// the same as with one worker. `n <= 1` calls them in turn.
+    ///
+    /// # Errors
+    /// If the operating system refuses the threads.
+    pub fn with_workers(mut self, n: usize) -> Result<Self, std::io::Error> {
+        self.workers = if n > 1 {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(n)
+                .thread_name(|i| format!("tessera-score-{i}"))
+                .build()
+                .map_err(std::io::Error::other)?;
+            Some(Arc::new(pool))
+        } else {
+            None
+        };
+        Ok(self)
+    }
+
+    /// Runs `f` over `members`, on the workers if there are any; results
+    /// in member order.
+    fn each<'m, R: Send>(&self, members: &[&'m Member], f: impl Fn(&'m Member) -> R + Sync) -> Vec<R> {
+        match &self.workers {
+            Some(pool) if members.len() > 1 => {
+                // Member i always runs on worker i mod n: its instance's
+                // memory stays in that core's cache from one call to the
+                // next.
+                let n = pool.current_num_threads();
+                let mut parts = pool.broadcast(|ctx| {
+                    (ctx.index()..members.len()).step_by(n).map(|i| f(members[i])).collect::<Vec<R>>().into_iter()
+                });
+                (0..members.len()).map(|i| parts[i % n].next().expect("one result per member")).collect()
+            }
+            _ => members.iter().map(|m| f(m)).collect(),
         }
     }
 
@@ -154,6 +196,14 @@ impl Policy {
         }
     }
 
+    /// Mirrors the current nodes into one instance of every scorer now
+    /// (see [`tessera_core::sim::Placer::prime`]). A plugin that fails is
+    /// counted as faulting, as on any call, and the error returned.
+    pub fn prime(&self) -> Vec<CallError> {
+        let members: Vec<&Member> = self.scorers.iter().collect();
+        self.each(&members, |m| m.slot.call(|v| v.prime(&self.feed))).into_iter().filter_map(Result::err).collect()
+    }
+
     /// Hot-swaps the named plugin to a checked new version.
     pub fn swap(&self, name: &str, version: Arc<PluginVersion>) -> Option<Arc<PluginVersion>> {
         self.member(name).map(|m| m.slot.swap(version))
@@ -167,15 +217,15 @@ impl Policy {
         let wit_pod = to_wit_pod(pod);
         let mut d = Decision::default();
 
-        // Filter: a candidate must pass every plugin that answers.
+        // Filter: a candidate must pass every plugin that answers. A plugin
+        // that declares no filter reasons cannot reject (any other verdict
+        // than 0 would be a fault): it is not called.
+        let filtering: Vec<&Member> =
+            self.scorers.iter().filter(|m| !m.slot.current().info().filter_reasons.is_empty()).collect();
+        let answers = self
+            .each(&filtering, |m| m.slot.call(|v| v.filter(&self.feed, &wit_pod, candidates).map(|x| (x, v.clone()))));
         let mut ok = vec![true; candidates.len()];
-        for m in &self.scorers {
-            // A plugin that declares no filter reasons cannot reject (any
-            // other verdict than 0 would be a fault): skip the call.
-            if m.slot.current().info().filter_reasons.is_empty() {
-                continue;
-            }
-            let answered = m.slot.call(|v| v.filter(&self.feed, &wit_pod, candidates).map(|x| (x, v.clone())));
+        for (m, answered) in filtering.iter().zip(answers) {
             match answered {
                 Ok((verdicts, version)) => {
                     let reasons = &version.info().filter_reasons;
@@ -199,39 +249,44 @@ impl Policy {
             return d;
         }
 
-        // Score: one call per plugin, one value per feasible candidate.
-        let mut hints: Option<(f64, Vec<u8>)> = None;
-        for m in &self.scorers {
+        // Score: one call per plugin, one value per feasible candidate. A
+        // plugin not yet called when the budget runs out is skipped.
+        let scoring: Vec<&Member> = self.scorers.iter().collect();
+        let feasible = &d.feasible;
+        let answers = self.each(&scoring, |m| {
             if late() {
-                d.deadline_hit = true;
-                break;
+                return None;
             }
             let version = m.slot.current();
-            match m.slot.call(|v| v.score(&self.feed, &wit_pod, &d.feasible)) {
+            Some((m.slot.call(|v| v.score(&self.feed, &wit_pod, feasible)), version))
+        });
+        let mut hints: Option<(f64, Vec<u8>)> = None;
+        for (m, answer) in scoring.iter().zip(answers) {
+            let Some((answered, version)) = answer else {
+                d.deadline_hit = true;
+                continue;
+            };
+            let mut outcome = PluginOutcome {
+                plugin: m.name.clone(),
+                version: version.version().to_string(),
+                weight: m.weight,
+                scores: Vec::new(),
+                error: None,
+            };
+            match answered {
                 Ok(out) => {
                     score::accumulate(&mut d.totals, &out.values, m.weight);
                     if !out.gpu_hints.is_empty() && hints.as_ref().is_none_or(|(w, _)| m.weight > *w) {
                         hints = Some((m.weight, out.gpu_hints));
                     }
-                    d.outcomes.push(PluginOutcome {
-                        plugin: m.name.clone(),
-                        version: version.version().to_string(),
-                        weight: m.weight,
-                        scores: out.values,
-                        error: None,
-                    });
+                    outcome.scores = out.values;
                 }
                 Err(e) => {
-                    d.outcomes.push(PluginOutcome {
-                        plugin: m.name.clone(),
-                        version: version.version().to_string(),
-                        weight: m.weight,
-                        scores: Vec::new(),
-                        error: Some(e.clone()),
-                    });
+                    outcome.error = Some(e.clone());
                     d.errors.push(e);
                 }
             }
+            d.outcomes.push(outcome);
         }
         if let Some(i) = score::select_by(&d.totals, &d.feasible, self.tie_break) {
             d.chosen = Some(d.feasible[i]);
@@ -245,6 +300,12 @@ impl Policy {
 impl tessera_core::sim::Placer for Policy {
     fn nodes_changed(&mut self, nodes: &[&Node]) {
         self.upsert_nodes(nodes.iter().copied());
+    }
+
+    fn prime(&mut self) {
+        // Faults are counted in the plugin's slot; the next decision
+        // retries on a fresh instance.
+        let _ = Policy::prime(self);
     }
 
     fn place(&mut self, pod: &Pod, candidates: &[NodeId]) -> tessera_core::sim::Choice {

@@ -5,7 +5,7 @@
 /// One built plugin component.
 #[derive(Debug, Clone, Copy)]
 pub struct Artifact {
-    /// Short name (`binpack`, `spread`, …).
+    /// Short name (`binpack`, `topology-spread`, …).
     pub name: &'static str,
     /// Where the component lies on disk after the build.
     pub path: &'static str,

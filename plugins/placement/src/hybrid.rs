@@ -106,7 +106,7 @@ impl Scorer for HybridScore {
         let (mut used, mut present) = (0.0, 0.0);
         for r in 0..3 {
             if inv[r] > 0.0 {
-                used += (1.0 - f64::from(free[r]) + self.request[r] * f64::from(inv[r])).min(1.0);
+                used += at_most(1.0 - f64::from(free[r]) + self.request[r] * f64::from(inv[r]), 1.0);
                 present += 1.0;
             }
         }
@@ -118,12 +118,20 @@ impl Scorer for HybridScore {
             gpus.iter().map(|g| u32::from(g.util_permille.min(1000))).sum::<u32>() / gpus.len() as u32
         };
         let hot = node.cpu_util_permille.max(node.memory_util_permille).min(1000).max(gpu_util as u16);
-        let risk = (f64::from(hot) * self.sla_factor).min(1000.0);
+        let risk = at_most(f64::from(hot) * self.sla_factor, 1000.0);
         let carbon = self.carbon_by_zone.get(node.zone as usize).copied().unwrap_or(0.0);
         let w = &self.cfg.weights;
         let value = (w.efficiency * efficiency - w.sla * risk - w.carbon * carbon) / (w.efficiency + w.sla + w.carbon);
-        Score::new(value.round() as i64)
+        // Ties to even: one `f64.nearest` instruction in Wasm, where
+        // `round` (ties away from zero) is a call into libm.
+        Score::new(value.round_ties_even() as i64)
     }
+}
+
+/// `x.min(cap)` for values that are never NaN: a compare in Wasm, where
+/// `f64::min` is a call to `fmin` (NaN handling differs from `f64.min`).
+fn at_most(x: f64, cap: f64) -> f64 {
+    if x < cap { x } else { cap }
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! `spread`: spread a workload's pods across topology zones.
+//! `topology-spread`: spread a workload's pods across topology zones.
 //!
 //! Soft mode scores a node by how far its zone is below the busiest zone of
 //! the pod's workload (fewer pods of the workload in the zone is better).
@@ -60,14 +60,14 @@ impl Spread {
 
 impl Scorer for Spread {
     type Config = Config;
-    const NAME: &'static str = "spread";
+    const NAME: &'static str = "topology-spread";
     const VERSION: &'static str = env!("CARGO_PKG_VERSION");
     const DESCRIPTION: &'static str = "spread a workload's pods across zones (soft score, optional max skew)";
-    const FILTER_REASONS: &'static [&'static str] = &["SCHED-ZONE-SPREAD"];
+    const FILTER_REASONS: &'static [&'static str] = &["SCHED-ZONE-TOPOLOGY_SPREAD"];
 
     fn new(cfg: Config) -> Result<Self, String> {
         if cfg.max_skew == Some(0) {
-            return Err("spread: max_skew must be at least 1".into());
+            return Err("topology-spread: max_skew must be at least 1".into());
         }
         Ok(Self { cfg, ..Self::default() })
     }

@@ -229,6 +229,11 @@ pub fn log(level: crate::LogLevel, message: &str) {
     host::log(level, message);
 }
 
+/// Carbon intensity of `zone` as the host knows it.
+pub fn zone_carbon_intensity(zone: &str) -> Option<u32> {
+    scorer_bindings::tessera::policy::host::zone_carbon_intensity(zone)
+}
+
 /// Next value of the host's seeded random stream.
 pub fn random_u64() -> u64 {
     scorer_bindings::tessera::policy::host::random_u64()

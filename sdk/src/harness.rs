@@ -36,6 +36,19 @@ impl<S: Scorer> ScorerHarness<S> {
         &self.nodes
     }
 
+    /// The node mirror, to set what the host would (zone signals) in
+    /// native tests and twins.
+    pub fn nodes_mut(&mut self) -> &mut NodeTable {
+        &mut self.nodes
+    }
+
+    /// Reads the host's zone signals into the mirror before a call (inside
+    /// a component; natively they are set with [`Self::nodes_mut`]).
+    fn refresh_host_signals(&mut self) {
+        #[cfg(target_arch = "wasm32")]
+        self.nodes.refresh_zone_carbon(crate::guest::zone_carbon_intensity);
+    }
+
     /// The plugin.
     pub fn plugin(&self) -> &S {
         &self.plugin
@@ -67,6 +80,7 @@ impl<S: Scorer> ScorerHarness<S> {
     pub fn filter(&mut self, pod: &Pod, candidates: &[NodeId], out: &mut Vec<u8>) -> Result<(), String> {
         out.clear();
         out.reserve(candidates.len());
+        self.refresh_host_signals();
         self.plugin.prepare(pod, &self.nodes);
         for &id in candidates {
             let node = self.nodes.get(id).ok_or_else(|| unknown(id))?;
@@ -88,6 +102,7 @@ impl<S: Scorer> ScorerHarness<S> {
         values: &mut Vec<i64>,
         hints: &mut Vec<u8>,
     ) -> Result<(), String> {
+        self.refresh_host_signals();
         self.plugin.prepare(pod, &self.nodes);
         // Outputs sized up front and written in place, and no call in the
         // loop (not even on its error path): Cranelift, which compiles the

@@ -36,6 +36,11 @@ pub struct NodeTable {
     len: usize,
     symbols: Vec<String>,
     by_name: HashMap<String, Sym>,
+    /// Symbols that name a zone of some node, in order of first sight.
+    zones: Vec<Sym>,
+    /// Carbon intensity by symbol (zones only), gCO₂/kWh, as the host
+    /// gave it before this call.
+    carbon: Vec<Option<u32>>,
 }
 
 impl Default for NodeTable {
@@ -49,7 +54,16 @@ impl NodeTable {
     pub fn new() -> Self {
         let mut by_name = HashMap::new();
         by_name.insert(String::new(), EMPTY_SYM);
-        Self { nodes: Vec::new(), gpus: Vec::new(), meta: Vec::new(), len: 0, symbols: vec![String::new()], by_name }
+        Self {
+            nodes: Vec::new(),
+            gpus: Vec::new(),
+            meta: Vec::new(),
+            len: 0,
+            symbols: vec![String::new()],
+            by_name,
+            zones: Vec::new(),
+            carbon: Vec::new(),
+        }
     }
 
     /// The symbol of `name`, interning it if new.
@@ -72,6 +86,41 @@ impl NodeTable {
     /// The name of a symbol.
     pub fn symbol(&self, sym: Sym) -> &str {
         self.symbols.get(sym as usize).map_or("", String::as_str)
+    }
+
+    /// The symbols that name a zone of some node.
+    pub fn zones(&self) -> &[Sym] {
+        &self.zones
+    }
+
+    /// Carbon intensity of a zone (by symbol) now, gCO₂/kWh, if the host
+    /// knows it (`tessera:policy/host.zone-carbon-intensity`).
+    #[inline]
+    pub fn zone_carbon(&self, zone: Sym) -> Option<u32> {
+        self.carbon.get(zone as usize).copied().flatten()
+    }
+
+    /// Sets a zone's carbon intensity (the harness does this from the host
+    /// before each call; native tests and twins call it directly).
+    pub fn set_zone_carbon(&mut self, zone: &str, g_per_kwh: Option<u32>) -> Result<(), String> {
+        let s = self.intern(zone)?;
+        if self.carbon.len() <= s as usize {
+            self.carbon.resize(s as usize + 1, None);
+        }
+        self.carbon[s as usize] = g_per_kwh;
+        Ok(())
+    }
+
+    /// Asks `lookup` for the carbon intensity of every zone.
+    pub fn refresh_zone_carbon(&mut self, lookup: impl Fn(&str) -> Option<u32>) {
+        for i in 0..self.zones.len() {
+            let s = self.zones[i];
+            let v = lookup(self.symbol(s));
+            if self.carbon.len() <= s as usize {
+                self.carbon.resize(s as usize + 1, None);
+            }
+            self.carbon[s as usize] = v;
+        }
     }
 
     /// Number of symbols (valid symbols are `0..symbol_count()`).
@@ -106,10 +155,14 @@ impl NodeTable {
             })
             .map_err(|e| format!("node {} ({}): {e}", rec.id, rec.name))?;
         }
+        let zone = self.intern(&rec.zone)?;
+        if !self.zones.contains(&zone) {
+            self.zones.push(zone);
+        }
         let mut node = NodeState {
             capacity: rec.capacity,
             free: rec.free,
-            zone: self.intern(&rec.zone)?,
+            zone,
             gpu_model: self.intern(&rec.gpu_model)?,
             cpu_util_permille: rec.cpu_util_permille,
             memory_util_permille: rec.memory_util_permille,

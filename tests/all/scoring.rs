@@ -189,3 +189,30 @@ fn parallel_workers_decide_like_one() {
     }
     assert!(placed > 100, "the cluster filled up: {placed} placed");
 }
+
+/// The hybrid-score component reads zone carbon intensity from the host
+/// (`zone-carbon-intensity`), and follows it as the host's values move.
+#[test]
+fn hybrid_score_follows_the_hosts_carbon_intensity() {
+    use tessera_plugins::HYBRID_SCORE;
+    let rt = runtime();
+    // Three identical nodes in zone-0, zone-1, zone-2 (cluster(3) differs
+    // only in allocation; level it).
+    let mut nodes = cluster(3);
+    for n in &mut nodes {
+        n.gpus.iter_mut().for_each(|g| g.free_milli = 1000);
+    }
+    let cfg = r#"{"weights": {"efficiency": 0, "sla": 0, "carbon": 1}}"#;
+    let p = policy(vec![member(load(&rt, HYBRID_SCORE, "hybrid-score", cfg), 1.0)], &nodes);
+    let d = p.decide(&gpu_pod(1), &[0, 1, 2]);
+    assert_eq!(d.outcomes[0].scores, [0, 0, 0], "nothing known, nothing preferred");
+    p.set_zone_carbon("zone-0", 500);
+    p.set_zone_carbon("zone-1", 50);
+    p.set_zone_carbon("zone-2", 250);
+    let d = p.decide(&gpu_pod(1), &[0, 1, 2]);
+    assert_eq!((d.outcomes[0].scores.as_slice(), d.chosen), ([-1000, -100, -500].as_slice(), Some(1)));
+    // Evening: the wind in zone-1 drops.
+    p.set_zone_carbon("zone-1", 600);
+    let d = p.decide(&gpu_pod(1), &[0, 1, 2]);
+    assert_eq!(d.chosen, Some(2), "{:?}", d.outcomes[0].scores);
+}

@@ -69,6 +69,8 @@ pub trait NativeScorer: Send {
     fn filters(&self) -> bool;
     /// Applies node deltas.
     fn apply(&mut self, nodes: &[Node]) -> Result<(), String>;
+    /// Sets a zone's carbon intensity, as the host function reports it.
+    fn set_zone_carbon(&mut self, zone: &str, g_per_kwh: u32);
     /// Filters candidates: 0 = feasible, k > 0 = rejected.
     fn filter(&mut self, pod: &sdk::Pod, candidates: &[u32], out: &mut Vec<u8>) -> Result<(), String>;
     /// Scores candidates.
@@ -84,6 +86,11 @@ pub trait NativeScorer: Send {
 impl<S: sdk::Scorer + Send> NativeScorer for sdk::ScorerHarness<S> {
     fn filters(&self) -> bool {
         !S::FILTER_REASONS.is_empty()
+    }
+    fn set_zone_carbon(&mut self, zone: &str, g_per_kwh: u32) {
+        // Only fails past 65535 distinct names, which the Wasm side would
+        // refuse as well.
+        let _ = self.nodes_mut().set_zone_carbon(zone, Some(g_per_kwh));
     }
     fn apply(&mut self, nodes: &[Node]) -> Result<(), String> {
         sdk::ScorerHarness::apply(self, nodes.iter().map(|n| sdk::NodeDelta::Upsert(sdk_node(n))))
@@ -184,6 +191,12 @@ impl tessera_core::sim::Placer for NativePolicy {
         let owned: Vec<Node> = nodes.iter().map(|n| (*n).clone()).collect();
         for m in &mut self.members {
             m.scorer.apply(&owned).expect("valid nodes");
+        }
+    }
+
+    fn zone_carbon(&mut self, zone: &str, g_per_kwh: u32) {
+        for m in &mut self.members {
+            m.scorer.set_zone_carbon(zone, g_per_kwh);
         }
     }
 

@@ -34,6 +34,10 @@ pub trait Placer {
     /// cluster).
     fn prime(&mut self) {}
 
+    /// The carbon intensity of `zone`'s electricity is now `g_per_kwh`
+    /// gCO₂/kWh.
+    fn zone_carbon(&mut self, _zone: &str, _g_per_kwh: u32) {}
+
     /// Chooses among `candidates` (feasible, in id order). Returns the node
     /// and optionally a preferred GPU for a sharing pod.
     fn place(&mut self, pod: &Pod, candidates: &[NodeId]) -> Choice;

@@ -7,6 +7,17 @@ use tessera_core::{GpuHealth, Node, NodeId, Pod, Tier};
 
 use crate::bindings::types as wit;
 
+/// Signals the host keeps per topology zone, offered to plugins through
+/// `tessera:policy/host` (not through the node mirror: they change for
+/// every node of a zone at once).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ZoneSignals {
+    /// Bumps on every change.
+    pub version: u64,
+    /// Carbon intensity by zone, gCO₂/kWh.
+    pub carbon: std::collections::BTreeMap<String, u32>,
+}
+
 /// Current node state plus a change log, shared by a policy's plugins.
 #[derive(Debug)]
 pub struct NodeFeed {
@@ -18,6 +29,7 @@ pub struct NodeFeed {
     /// Generation before the oldest entry in `log`.
     log_start: u64,
     generation: u64,
+    zones: std::sync::Arc<ZoneSignals>,
 }
 
 impl Default for NodeFeed {
@@ -37,6 +49,7 @@ impl NodeFeed {
             log: Vec::new(),
             log_start: 0,
             generation: 0,
+            zones: std::sync::Arc::default(),
         }
     }
 
@@ -58,6 +71,22 @@ impl NodeFeed {
     /// Whether no node is present.
     pub fn is_empty(&self) -> bool {
         self.present == 0
+    }
+
+    /// Sets the carbon intensity of `zone` (gCO₂/kWh); plugins see it from
+    /// their next call on.
+    pub fn set_zone_carbon(&mut self, zone: &str, g_per_kwh: u32) {
+        if self.zones.carbon.get(zone) == Some(&g_per_kwh) {
+            return;
+        }
+        let z = std::sync::Arc::make_mut(&mut self.zones);
+        z.version += 1;
+        z.carbon.insert(zone.to_string(), g_per_kwh);
+    }
+
+    /// The zone signals now.
+    pub fn zones(&self) -> &std::sync::Arc<ZoneSignals> {
+        &self.zones
     }
 
     /// Inserts or replaces a node.

@@ -55,6 +55,8 @@ pub(crate) struct HostState {
     plugin: Arc<str>,
     log_budget: u32,
     stderr: Option<MemoryOutputPipe>,
+    /// Zone signals as of the instance's last sync with its feed.
+    pub(crate) zones: Arc<crate::feed::ZoneSignals>,
 }
 
 /// A clock that never moves: plugins are not granted time by default.
@@ -110,6 +112,7 @@ impl HostState {
             plugin,
             log_budget: LOG_LINES_PER_INSTANCE,
             stderr,
+            zones: Arc::default(),
         }
     }
 
@@ -167,5 +170,9 @@ impl host_iface::Host for HostState {
 
     fn random_u64(&mut self) -> u64 {
         self.rng.next_u64()
+    }
+
+    fn zone_carbon_intensity(&mut self, zone: String) -> Option<u32> {
+        self.zones.carbon.get(&zone).copied()
     }
 }

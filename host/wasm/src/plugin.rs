@@ -262,6 +262,9 @@ impl PluginVersion {
         let (deltas, generation, id) = {
             let feed = feed.read().unwrap_or_else(|p| p.into_inner());
             debug_assert!(inst.feed.is_none_or(|f| f == feed.id()), "instance of another feed");
+            if inst.store.data().zones.version != feed.zones().version {
+                inst.store.data_mut().zones = feed.zones().clone();
+            }
             if inst.feed.is_some() && feed.generation() == inst.synced {
                 return Ok(());
             }

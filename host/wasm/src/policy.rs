@@ -188,6 +188,13 @@ impl Policy {
         }
     }
 
+    /// Tells the plugins a zone's carbon intensity (gCO₂/kWh), offered
+    /// through `tessera:policy/host.zone-carbon-intensity` from their next
+    /// call on.
+    pub fn set_zone_carbon(&self, zone: &str, g_per_kwh: u32) {
+        self.feed.write().unwrap_or_else(|p| p.into_inner()).set_zone_carbon(zone, g_per_kwh);
+    }
+
     /// Tells the plugins that nodes left.
     pub fn remove_nodes(&self, ids: impl IntoIterator<Item = NodeId>) {
         let mut feed = self.feed.write().unwrap_or_else(|p| p.into_inner());
@@ -306,6 +313,10 @@ impl tessera_core::sim::Placer for Policy {
         // Faults are counted in the plugin's slot; the next decision
         // retries on a fresh instance.
         let _ = Policy::prime(self);
+    }
+
+    fn zone_carbon(&mut self, zone: &str, g_per_kwh: u32) {
+        self.set_zone_carbon(zone, g_per_kwh);
     }
 
     fn place(&mut self, pod: &Pod, candidates: &[NodeId]) -> tessera_core::sim::Choice {

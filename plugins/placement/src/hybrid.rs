@@ -5,8 +5,9 @@
 //! - *SLA-violation risk*: how hot the node runs now (the highest of its
 //!   measured CPU, memory and mean GPU utilisation); a soft-tier pod (an
 //!   online service) weighs this double, an opportunistic one half.
-//! - *Carbon intensity*: of the node's zone (gCO₂/kWh, from the
-//!   configuration), relative to the dirtiest zone configured.
+//! - *Carbon intensity*: of the node's zone (gCO₂/kWh) as the host reports
+//!   it now (`zone-carbon-intensity`: the simulator's time series, or a
+//!   live feed), else as configured, relative to the dirtiest zone.
 //!
 //! Score (‰) = `w_e·efficiency − w_s·risk − w_c·carbon` over `w_e + w_s +
 //! w_c`, each term in 0..=1000.
@@ -40,8 +41,8 @@ impl Default for HybridWeights {
 pub struct HybridConfig {
     /// Term weights.
     pub weights: HybridWeights,
-    /// Carbon intensity per zone, gCO₂/kWh; zones not listed count as the
-    /// mean of those listed.
+    /// Carbon intensity per zone, gCO₂/kWh, for zones the host reports
+    /// nothing of; zones neither reports count as the mean of those listed.
     pub carbon: HashMap<String, f64>,
 }
 
@@ -51,7 +52,6 @@ pub struct HybridScore {
     cfg: HybridConfig,
     /// Carbon term (0..=1000) per zone symbol, for the current mirror.
     carbon_by_zone: Vec<f64>,
-    symbols: usize,
     sla_factor: f64,
     request: [f64; 3],
 }
@@ -72,24 +72,31 @@ impl Scorer for HybridScore {
         if let Some((zone, v)) = cfg.carbon.iter().find(|(_, v)| !v.is_finite() || **v < 0.0) {
             return Err(format!("hybrid-score: carbon intensity of zone `{zone}` must be finite and >= 0, not {v}"));
         }
-        Ok(Self { cfg, carbon_by_zone: Vec::new(), symbols: usize::MAX, sla_factor: 1.0, request: [0.0; 3] })
+        Ok(Self { cfg, carbon_by_zone: Vec::new(), sla_factor: 1.0, request: [0.0; 3] })
     }
 
     fn prepare(&mut self, pod: &Pod, nodes: &NodeTable) {
-        if self.symbols != nodes.symbol_count() {
-            self.symbols = nodes.symbol_count();
-            let max = self.cfg.carbon.values().copied().fold(0.0, f64::max);
-            let mean = if self.cfg.carbon.is_empty() {
-                0.0
-            } else {
-                self.cfg.carbon.values().sum::<f64>() / self.cfg.carbon.len() as f64
-            };
-            self.carbon_by_zone = (0..self.symbols)
-                .map(|s| {
-                    let v = self.cfg.carbon.get(nodes.symbol(s as Sym)).copied().unwrap_or(mean);
-                    if max > 0.0 { 1000.0 * v / max } else { 0.0 }
-                })
-                .collect();
+        // Per zone: the host's live intensity if it has one, else the
+        // configured one, else the mean of those configured; relative to
+        // the dirtiest zone. Recomputed per pod: the host's values move.
+        let configured_mean = if self.cfg.carbon.is_empty() {
+            0.0
+        } else {
+            self.cfg.carbon.values().sum::<f64>() / self.cfg.carbon.len() as f64
+        };
+        let intensity = |s: Sym| -> f64 {
+            nodes
+                .zone_carbon(s)
+                .map(f64::from)
+                .or_else(|| self.cfg.carbon.get(nodes.symbol(s)).copied())
+                .unwrap_or(configured_mean)
+        };
+        if self.carbon_by_zone.len() != nodes.symbol_count() {
+            self.carbon_by_zone = vec![0.0; nodes.symbol_count()];
+        }
+        let max = nodes.zones().iter().map(|&s| intensity(s)).fold(0.0, f64::max);
+        for &s in nodes.zones() {
+            self.carbon_by_zone[s as usize] = if max > 0.0 { 1000.0 * intensity(s) / max } else { 0.0 };
         }
         self.sla_factor = match pod.tier {
             Tier::Soft => 2.0,
@@ -181,6 +188,25 @@ mod tests {
         // All three: the clean, cool, full-enough node 1 wins.
         let v = scores(r#"{"carbon": {"coal": 800, "wind": 80}}"#, &pod);
         assert!(v[1] > v[0] && v[1] > v[2], "{v:?}");
+    }
+
+    #[test]
+    fn live_intensity_from_the_host_beats_the_configured_one() {
+        let pod = Pod { requests: Resources { cpu_milli: 1_000, memory_mib: 0 }, ..Pod::default() };
+        let cfg = r#"{"weights": {"efficiency": 0, "sla": 0, "carbon": 1}, "carbon": {"coal": 800, "wind": 80}}"#;
+        let mut h = ScorerHarness::<HybridScore>::new(cfg).unwrap();
+        h.apply([node(0, "coal", 2_000, 100), node(1, "wind", 2_000, 100), node(2, "hydro", 2_000, 100)]).unwrap();
+        let run = |h: &mut ScorerHarness<HybridScore>| {
+            let (mut v, mut hints) = (Vec::new(), Vec::new());
+            h.score(&pod, &[0, 1, 2], &mut v, &mut hints).unwrap();
+            v
+        };
+        // hydro is neither configured nor reported: the configured mean, 440.
+        assert_eq!(run(&mut h), [-1000, -100, -550]);
+        // The wind dropped and coal's plant is on: the host's values win.
+        h.nodes_mut().set_zone_carbon("wind", Some(400)).unwrap();
+        h.nodes_mut().set_zone_carbon("hydro", Some(20)).unwrap();
+        assert_eq!(run(&mut h), [-1000, -500, -25]);
     }
 
     #[test]

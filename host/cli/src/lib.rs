@@ -6,6 +6,7 @@ pub mod check;
 pub mod fidelity;
 pub mod load;
 pub mod native;
+pub mod online;
 pub mod plot;
 pub mod sim;
 pub mod throughput;

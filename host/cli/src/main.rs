@@ -41,8 +41,17 @@ enum Command {
         #[arg(long, default_value = "default")]
         policy: String,
         /// Replay by creation and deletion times (departures free capacity).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "online")]
         time_replay: bool,
+        /// Run the scheduling loop online: queue, tiers, preemption, node
+        /// sampling, telemetry, zone carbon and adaptive weights from the
+        /// policy; trace pods by their times, the built-in workload as a
+        /// Poisson stream at `--inflate` × capacity.
+        #[arg(long)]
+        online: bool,
+        /// Seconds between telemetry samples (online).
+        #[arg(long, default_value_t = 300)]
+        telemetry_interval: u64,
         /// Built-in workload: submit until GPU demand is this × capacity.
         #[arg(long, default_value_t = 1.3)]
         inflate: f64,
@@ -187,13 +196,39 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        Command::Sim { nodes, node_count, pods, order, seed, policy, time_replay, inflate, tie_break, out, plot } => {
+        Command::Sim {
+            nodes,
+            node_count,
+            pods,
+            order,
+            seed,
+            policy,
+            time_replay,
+            online,
+            telemetry_interval,
+            inflate,
+            tie_break,
+            out,
+            plot,
+        } => {
             let tie_break = tie_break.map(|t| match t {
                 TieBreakArg::NodeId => tessera_policy::TieBreakSpec::NodeId,
                 TieBreakArg::SeededRank => tessera_policy::TieBreakSpec::SeededRank,
             });
             let opts =
                 sim::SimOptions { nodes, node_count, pods, order, seed, policy, time_replay, inflate, tie_break };
+            if online {
+                if plot.is_some() {
+                    anyhow::bail!("--plot draws the allocation curve of the published protocols, not of --online");
+                }
+                let outcome = tessera::online::run(&opts, telemetry_interval.max(1))?;
+                print!("{}", tessera::online::summary(&outcome));
+                if let Some(path) = out {
+                    tessera::online::write(&outcome, &path)?;
+                    println!("{:<30} {}", "run written to", path.display());
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
             let outcome = sim::run(&opts)?;
             print!("{}", sim::summary(&outcome));
             if let Some(path) = out {

@@ -194,6 +194,14 @@ impl tessera_core::sim::Placer for NativePolicy {
         }
     }
 
+    fn set_weights(&mut self, weights: &[f64]) {
+        if weights.len() == self.members.len() {
+            for (m, &w) in self.members.iter_mut().zip(weights) {
+                m.weight = w;
+            }
+        }
+    }
+
     fn zone_carbon(&mut self, zone: &str, g_per_kwh: u32) {
         for m in &mut self.members {
             m.scorer.set_zone_carbon(zone, g_per_kwh);

@@ -194,9 +194,22 @@ pub fn run(opts: &SimOptions) -> Result<SimOutcome> {
     run_with(&Runtime::new(RuntimeConfig::default())?, opts)
 }
 
-/// Runs the simulation on `rt` (share one, with a cache, across many runs).
-pub fn run_with(rt: &Runtime, opts: &SimOptions) -> Result<SimOutcome> {
-    // Load every input before simulating anything.
+/// Everything a run reads, loaded and checked before anything runs.
+pub struct Inputs {
+    /// The cluster.
+    pub nodes: Vec<Node>,
+    /// The pod list as given (trace rows or the built-in workload).
+    pub trace_pods: Vec<Pod>,
+    /// The trace rows, when pods come from a file.
+    pub rows: Option<Vec<PodRow>>,
+    /// Submission order for the submissions protocol.
+    pub submissions: Vec<Pod>,
+    /// The target workload fragmentation is measured against.
+    pub workload: TargetWorkload,
+}
+
+/// Loads nodes, pods and the arrival order.
+pub fn load_inputs(opts: &SimOptions) -> Result<Inputs> {
     let nodes: Vec<Node> = match &opts.nodes {
         Input::Builtin => synthetic::cluster(opts.node_count, opts.seed),
         Input::File(p) => tessera_trace::read_nodes(open(p)?, &p.display().to_string())?
@@ -228,7 +241,23 @@ pub fn run_with(rt: &Runtime, opts: &SimOptions) -> Result<SimOutcome> {
         (None, None) => synthetic::inflate(&trace_pods, total_gpus, opts.inflate, opts.seed),
     };
     let workload = TargetWorkload::from_pods(&trace_pods, 0.95);
+    Ok(Inputs { nodes, trace_pods, rows, submissions, workload })
+}
 
+/// Arrivals with creation and deletion times from trace rows (rows with no
+/// creation time are left out).
+pub fn trace_arrivals(rows: &[PodRow]) -> Vec<Arrival> {
+    rows.iter()
+        .filter_map(|r| {
+            Some(Arrival { pod: pod_of(r), at: r.creation_time?, leaves_at: r.deletion_time.filter(|&d| d > 0) })
+        })
+        .collect()
+}
+
+/// Runs the simulation on `rt` (share one, with a cache, across many runs).
+pub fn run_with(rt: &Runtime, opts: &SimOptions) -> Result<SimOutcome> {
+    // Load every input before simulating anything.
+    let Inputs { nodes, rows, submissions, workload, .. } = load_inputs(opts)?;
     let mut doc = policy_document(&opts.policy, opts.seed)?;
     if let Some(t) = opts.tie_break {
         doc.tie_break = t;
@@ -242,12 +271,7 @@ pub fn run_with(rt: &Runtime, opts: &SimOptions) -> Result<SimOutcome> {
     let n_nodes = nodes.len();
     let report = if opts.time_replay {
         let rows = rows.as_ref().context("time replay needs a pod list with creation times (--pods FILE)")?;
-        let arrivals: Vec<Arrival> = rows
-            .iter()
-            .filter_map(|r| {
-                Some(Arrival { pod: pod_of(r), at: r.creation_time?, leaves_at: r.deletion_time.filter(|&d| d > 0) })
-            })
-            .collect();
+        let arrivals = trace_arrivals(rows);
         Simulator::new(nodes, workload, &mut policy).run_time_replay(&arrivals)
     } else {
         Simulator::new(nodes, workload, &mut policy).run_submissions(&submissions)

@@ -11,10 +11,10 @@
 use rand::SeedableRng as _;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Beta, Distribution as _};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One weight set and what has been learned of it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ArmReport {
     /// The weights.
     pub weights: Vec<f64>,

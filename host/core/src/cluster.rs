@@ -333,6 +333,45 @@ impl Cluster {
         }
     }
 
+    /// Like [`Self::feasible`], but scanning from node `start` (wrapping
+    /// around) and stopping once `want` feasible nodes are found, as
+    /// kube-scheduler samples large clusters. `out` is sorted by id;
+    /// `rejected` counts the nodes looked at. Returns where the next scan
+    /// should start.
+    pub fn feasible_from(
+        &self,
+        pod: &Pod,
+        start: usize,
+        want: usize,
+        out: &mut Vec<NodeId>,
+        rejected: &mut [u32; 5],
+    ) -> usize {
+        let n = self.fits.len();
+        if want >= n || n == 0 {
+            self.feasible(pod, out, rejected);
+            return 0;
+        }
+        out.clear();
+        let allowed = self.allowed(pod);
+        let start = start % n;
+        let mut next = start;
+        for k in 0..n {
+            let i = (start + k) % n;
+            next = (i + 1) % n;
+            match Self::check_fit(&self.fits[i], pod, &allowed) {
+                Ok(()) => {
+                    out.push(i as NodeId);
+                    if out.len() == want {
+                        break;
+                    }
+                }
+                Err(r) => rejected[r as usize] += 1,
+            }
+        }
+        out.sort_unstable();
+        next
+    }
+
     /// Binds `pod` to `node` on `gpus` (from [`choose_gpus`]).
     pub fn bind(&mut self, node: NodeId, pod: &Pod, gpus: GpuSet) -> Result<Placement, BindError> {
         let n = self.nodes.get_mut(node as usize).ok_or(BindError::NoSuchNode(node))?;

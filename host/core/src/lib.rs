@@ -10,7 +10,9 @@ pub mod metrics;
 pub mod model;
 pub mod preempt;
 pub mod queue;
+pub mod sched;
 pub mod score;
 pub mod sim;
+pub mod telemetry;
 
 pub use model::{Gpu, GpuHealth, Node, NodeId, Pod, Resources, Tier};

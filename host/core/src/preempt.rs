@@ -18,13 +18,14 @@
 use std::cmp::Reverse;
 
 use crate::cluster::{Placement, check, release};
-use crate::model::{Node, NodeId, Pod, Tier};
+use crate::model::{GPU_MILLI, GpuHealth, Node, NodeId, Pod, Tier};
 
-/// A pod running on the cluster.
+/// A pod running on the cluster (borrowed from the caller's records, or
+/// owned).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Running {
+pub struct Running<'a> {
     /// The pod.
-    pub pod: Pod,
+    pub pod: std::borrow::Cow<'a, Pod>,
     /// Where it runs.
     pub placement: Placement,
     /// When it started (caller's clock).
@@ -60,12 +61,46 @@ pub fn may_preempt(preemptor: &Pod, victim: &Pod) -> bool {
     p > v || (p == v && preemptor.priority > victim.priority)
 }
 
-fn fits_without(node: &Node, running: &[Running], victims: &[usize], pod: &Pod) -> bool {
-    let mut n = node.clone();
-    for &v in victims {
-        release(&mut n, running[v].placement.gpus, &running[v].pod);
+/// Whether `pod` passes the hard filter on `node` once `victims` are gone:
+/// [`check`] on the node after [`release`] of each victim, computed on a
+/// copy of the few numbers involved (this runs for many subsets).
+fn fits_without(node: &Node, running: &[Running<'_>], victims: impl IntoIterator<Item = usize>, pod: &Pod) -> bool {
+    const MAX: usize = 32;
+    if node.gpus.len() > MAX {
+        let mut n = node.clone();
+        for v in victims {
+            release(&mut n, running[v].placement.gpus, &running[v].pod);
+        }
+        return check(&n, pod).is_ok();
     }
-    check(&n, pod).is_ok()
+    let (mut cpu, mut mem) = (node.free.cpu_milli, node.free.memory_mib);
+    let mut free = [0u32; MAX];
+    for (f, g) in free.iter_mut().zip(&node.gpus) {
+        *f = g.free_milli;
+    }
+    for v in victims {
+        let r = &running[v];
+        for i in r.placement.gpus.indices().filter(|&i| i < node.gpus.len()) {
+            free[i] = (free[i] + r.pod.gpu_milli.min(GPU_MILLI)).min(GPU_MILLI);
+        }
+        cpu = (cpu + r.pod.requests.cpu_milli).min(node.capacity.cpu_milli);
+        mem = (mem + r.pod.requests.memory_mib).min(node.capacity.memory_mib);
+    }
+    if !node.ready || pod.requests.cpu_milli > cpu || pod.requests.memory_mib > mem {
+        return false;
+    }
+    if pod.gpu_count == 0 {
+        return true;
+    }
+    if !pod.allowed_models.is_empty() && !pod.allowed_models.contains(&node.gpu_model) {
+        return false;
+    }
+    let usable = node.gpus.iter().zip(free).filter(|(g, _)| g.health != GpuHealth::Failed).map(|(_, f)| f);
+    if pod.gpu_milli < GPU_MILLI {
+        usable.clone().any(|f| f >= pod.gpu_milli)
+    } else {
+        usable.filter(|&f| f == GPU_MILLI).count() as u32 >= pod.gpu_count
+    }
 }
 
 type Cost = (usize, u8, u64);
@@ -73,38 +108,53 @@ type Cost = (usize, u8, u64);
 /// Most eligible victims on one node for which every subset is tried.
 pub const EXACT_LIMIT: usize = 12;
 
-/// The cheapest subset of `eligible` that lets `pod` fit, trying subsets in
-/// cost order.
+/// The cheapest subset of `eligible` that lets `pod` fit (ties: the
+/// smallest index list). Subsets are tried by size, smallest first, and
+/// the search stops at the first size where one fits: fewer victims is
+/// always cheaper. No allocation per subset.
 fn exact(
     node: &Node,
-    running: &[Running],
+    running: &[Running<'_>],
     eligible: &[usize],
     pod: &Pod,
     cost: impl Fn(&[usize]) -> Cost,
+    max_size: usize,
 ) -> Option<Vec<usize>> {
-    let mut subsets: Vec<(Cost, Vec<usize>)> = (0u32..1 << eligible.len())
-        .map(|mask| {
-            let set: Vec<usize> = (0..eligible.len()).filter(|b| mask & (1 << b) != 0).map(|b| eligible[b]).collect();
-            (cost(&set), set)
-        })
-        .collect();
-    subsets.sort();
-    subsets.into_iter().map(|(_, set)| set).find(|set| fits_without(node, running, set, pod))
+    let members = |mask: u32| (0..eligible.len()).filter(move |b| mask & (1 << b) != 0).map(|b| eligible[b]);
+    for size in 0..=eligible.len().min(max_size) as u32 {
+        let mut best: Option<(Cost, Vec<usize>)> = None;
+        for mask in (0u32..1 << eligible.len()).filter(|m| m.count_ones() == size) {
+            if !fits_without(node, running, members(mask), pod) {
+                continue;
+            }
+            let set: Vec<usize> = members(mask).collect();
+            let c = cost(&set);
+            if best.as_ref().is_none_or(|(bc, bs)| (c, &set) < (*bc, bs)) {
+                best = Some((c, set));
+            }
+        }
+        if let Some((_, set)) = best {
+            return Some(set);
+        }
+    }
+    None
 }
 
 /// The cheapest preemption that lets `pod` run, if any (no victims at all
 /// if it already fits somewhere).
-pub fn plan(nodes: &[Node], running: &[Running], pod: &Pod, now: u64) -> Option<Preemption> {
+pub fn plan(nodes: &[Node], running: &[Running<'_>], pod: &Pod, now: u64) -> Option<Preemption> {
     let mut best: Option<(Cost, Preemption)> = None;
+    // Eligible victims by node, in `running` order: one pass over the
+    // running pods, not one per node.
+    let mut by_node: std::collections::HashMap<NodeId, Vec<usize>> = std::collections::HashMap::new();
+    for (i, r) in running.iter().enumerate() {
+        if may_preempt(pod, &r.pod) {
+            by_node.entry(r.placement.node).or_default().push(i);
+        }
+    }
     for node in nodes {
-        // Eligible victims on this node, cheapest first.
-        let mut eligible: Vec<usize> = running
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| r.placement.node == node.id && may_preempt(pod, &r.pod))
-            .map(|(i, _)| i)
-            .collect();
-        if eligible.is_empty() || !fits_without(node, running, &eligible, pod) {
+        let Some(mut eligible) = by_node.remove(&node.id) else { continue };
+        if eligible.is_empty() || !fits_without(node, running, eligible.iter().copied(), pod) {
             continue;
         }
         let work = |i: usize| now.saturating_sub(running[i].started_at);
@@ -113,13 +163,18 @@ pub fn plan(nodes: &[Node], running: &[Running], pod: &Pod, now: u64) -> Option<
             (set.len(), top_tier, set.iter().map(|&v| work(v)).sum())
         };
         let mut chosen = if eligible.len() <= EXACT_LIMIT {
-            exact(node, running, &eligible, pod, cost).expect("all eligible victims together make room")
+            // A node that needs more victims than the best so far cannot win.
+            let bound = best.as_ref().map_or(usize::MAX, |(c, _)| c.0);
+            match exact(node, running, &eligible, pod, cost, bound) {
+                Some(set) => set,
+                None => continue,
+            }
         } else {
             eligible.sort_by_key(|&i| (tier_rank(running[i].pod.tier), running[i].pod.priority, work(i), Reverse(i)));
             let mut chosen = Vec::new();
             for &v in &eligible {
                 chosen.push(v);
-                if fits_without(node, running, &chosen, pod) {
+                if fits_without(node, running, chosen.iter().copied(), pod) {
                     break;
                 }
             }
@@ -127,7 +182,7 @@ pub fn plan(nodes: &[Node], running: &[Running], pod: &Pod, now: u64) -> Option<
             for k in (0..chosen.len()).rev() {
                 let mut without = chosen.clone();
                 without.remove(k);
-                if fits_without(node, running, &without, pod) {
+                if fits_without(node, running, without.iter().copied(), pod) {
                     chosen = without;
                 }
             }
@@ -162,12 +217,12 @@ mod tests {
     }
 
     /// Binds `pods` in order on `node` of `cluster`, started at the given times.
-    fn run(cluster: &mut Cluster, node: NodeId, pods: Vec<(Pod, u64)>) -> Vec<Running> {
+    fn run(cluster: &mut Cluster, node: NodeId, pods: Vec<(Pod, u64)>) -> Vec<Running<'static>> {
         pods.into_iter()
             .map(|(p, started_at)| {
                 let gpus = choose_gpus(cluster.node(node).unwrap(), &p, None).unwrap();
                 let placement = cluster.bind(node, &p, gpus).unwrap();
-                Running { pod: p, placement, started_at }
+                Running { pod: std::borrow::Cow::Owned(p), placement, started_at }
             })
             .collect()
     }
@@ -287,5 +342,42 @@ mod tests {
         let mut p = pod("needs-v100", Tier::Hard, 0, 1, 1000);
         p.allowed_models = vec!["V100".into()];
         assert_eq!(plan(c.nodes(), &running, &p, 5), None, "evicting does not change the GPU model");
+    }
+
+    /// The arithmetic fit check answers like [`check`] on a node with the
+    /// victims released, over random nodes, pods and victim sets.
+    #[test]
+    fn fits_without_agrees_with_check_after_release() {
+        use rand::{RngExt, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        for _ in 0..300 {
+            let mut c = cluster(1, rng.random_range(1..9), "A100");
+            let mut running = Vec::new();
+            for k in 0..rng.random_range(1..10) {
+                let milli = if rng.random_bool(0.5) { rng.random_range(100..1000) } else { 1000 };
+                let p = pod(&format!("r{k}"), Tier::Opportunistic, 0, 1, milli);
+                if let Some(gpus) = choose_gpus(c.node(0).unwrap(), &p, None)
+                    && let Ok(placement) = c.bind(0, &p, gpus)
+                {
+                    running.push(Running { pod: std::borrow::Cow::Owned(p), placement, started_at: 0 });
+                }
+            }
+            c.update_node(0, |n| {
+                if rng.random_bool(0.2) {
+                    n.gpus[0].health = GpuHealth::Failed;
+                }
+                n.ready = rng.random_bool(0.95);
+            });
+            let want = pod("w", Tier::Soft, 1, rng.random_range(0..4), if rng.random_bool(0.5) { 500 } else { 1000 });
+            let victims: Vec<usize> = (0..running.len()).filter(|_| rng.random_bool(0.5)).collect();
+            let mut n = c.node(0).unwrap().clone();
+            for &v in &victims {
+                release(&mut n, running[v].placement.gpus, &running[v].pod);
+            }
+            assert_eq!(
+                fits_without(c.node(0).unwrap(), &running, victims.iter().copied(), &want),
+                check(&n, &want).is_ok()
+            );
+        }
     }
 }

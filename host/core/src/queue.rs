@@ -13,7 +13,7 @@
 //! Time is the caller's clock (no `Instant` in the core): any monotonic
 //! unit works, e.g. simulated milliseconds.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -58,6 +58,8 @@ pub struct Popped<T> {
     pub priority: i32,
     /// The level it was taken from.
     pub level: usize,
+    /// Since when it waited at that level.
+    pub since: u64,
 }
 
 /// The queue.
@@ -65,6 +67,9 @@ pub struct Popped<T> {
 pub struct Mlfq<T> {
     config: MlfqConfig,
     levels: Vec<BTreeMap<Key, Entry<T>>>,
+    /// Per level, `(since, key)` of each entry: aging looks at the oldest
+    /// only, so a pop costs O(log n) however long the queue.
+    waits: Vec<BTreeSet<(u64, Key)>>,
     /// Pods handed out from each level in the current round.
     served: Vec<u32>,
     seq: u64,
@@ -77,6 +82,7 @@ impl<T> Mlfq<T> {
         config.base_quantum = config.base_quantum.max(1);
         Self {
             levels: (0..config.levels).map(|_| BTreeMap::new()).collect(),
+            waits: (0..config.levels).map(|_| BTreeSet::new()).collect(),
             served: vec![0; config.levels],
             config,
             seq: 0,
@@ -106,6 +112,14 @@ impl<T> Mlfq<T> {
         self.seq += 1;
         let key = Key { neg_priority: -i64::from(priority), seq: self.seq };
         self.levels[level].insert(key, Entry { item, priority, since: now });
+        self.waits[level].insert((now, key));
+    }
+
+    /// Puts a pod back at `level` (clamped to the last), waiting since
+    /// `since`: for pods set aside while nothing could fit them and
+    /// returned when capacity frees, without losing the wait they aged by.
+    pub fn requeue(&mut self, item: T, priority: i32, level: usize, since: u64) {
+        self.insert(level.min(self.config.levels - 1), item, priority, since);
     }
 
     /// A new pod: level 0.
@@ -123,13 +137,12 @@ impl<T> Mlfq<T> {
     /// Raises pods that have waited `aging_after` one level.
     fn age(&mut self, now: u64) {
         for level in 1..self.levels.len() {
-            let ripe: Vec<Key> = self.levels[level]
-                .iter()
-                .filter(|(_, e)| now.saturating_sub(e.since) >= self.config.aging_after)
-                .map(|(k, _)| *k)
-                .collect();
-            for k in ripe {
-                let e = self.levels[level].remove(&k).expect("key just seen");
+            while let Some(&(since, k)) = self.waits[level].first() {
+                if now.saturating_sub(since) < self.config.aging_after {
+                    break;
+                }
+                self.waits[level].pop_first();
+                let e = self.levels[level].remove(&k).expect("every wait has its entry");
                 self.insert(level - 1, e.item, e.priority, now);
             }
         }
@@ -146,8 +159,9 @@ impl<T> Mlfq<T> {
             match turn {
                 Some(level) => {
                     self.served[level] += 1;
-                    let (_, e) = self.levels[level].pop_first().expect("level is not empty");
-                    return Some(Popped { item: e.item, priority: e.priority, level });
+                    let (k, e) = self.levels[level].pop_first().expect("level is not empty");
+                    self.waits[level].remove(&(e.since, k));
+                    return Some(Popped { item: e.item, priority: e.priority, level, since: e.since });
                 }
                 // Every non-empty level used its quantum: a new round.
                 None => self.served.iter_mut().for_each(|s| *s = 0),

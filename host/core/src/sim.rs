@@ -12,6 +12,7 @@
 //! Decisions come from a [`Placer`] (in production, a policy of Wasm
 //! plugins); the simulator owns the hard filter, binding and metrics.
 
+pub mod online;
 pub mod synthetic;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -37,6 +38,10 @@ pub trait Placer {
     /// The carbon intensity of `zone`'s electricity is now `g_per_kwh`
     /// gCO₂/kWh.
     fn zone_carbon(&mut self, _zone: &str, _g_per_kwh: u32) {}
+
+    /// Use these weights (one per scorer, in policy order) from now on;
+    /// adaptive weights call this. A slice of the wrong length is ignored.
+    fn set_weights(&mut self, _weights: &[f64]) {}
 
     /// Chooses among `candidates` (feasible, in id order). Returns the node
     /// and optionally a preferred GPU for a sharing pod.

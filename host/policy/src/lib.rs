@@ -48,6 +48,22 @@ pub struct PolicyDocument {
     pub timeout_ms: Bounded<1, 60_000>,
     /// Plugins in evaluation order.
     pub plugins: Vec<PluginEntry>,
+    /// The scheduling loop: pending queue (`levels`, `base_quantum`,
+    /// `aging_after`), node `sampling` and `preemption`.
+    #[serde(default)]
+    pub scheduling: tessera_core::sched::SchedConfig,
+    /// Adaptive weights: a Thompson-sampling bandit picks one of these
+    /// weight sets per telemetry interval, rewarded by the outcome.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<Adaptive>,
+}
+
+/// Adaptive weights.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Adaptive {
+    /// Candidate weight sets, each one weight per scorer in policy order.
+    pub weight_sets: Vec<Vec<f64>>,
 }
 
 fn default_timeout_ms() -> Bounded<1, 60_000> {

@@ -106,3 +106,23 @@ fn file_errors_name_the_file_and_paths_resolve_relative_to_it() {
     doc.resolve_paths(&file);
     assert_eq!(doc.plugins[1].source, Source::File(dir.path().join("plugins/topology-spread.wasm")));
 }
+
+#[test]
+fn scheduling_and_adaptive_sections_are_typed_and_checked() {
+    let text = format!(
+        "{GOOD}scheduling:\n  queue: {{ levels: 3, base_quantum: 4, aging_after: 600 }}\n  sampling: {{ percentage: 20 }}\n  preemption: false\nadaptive:\n  weight_sets: [[1, 1], [2, 0.5]]\n"
+    );
+    let doc = PolicyDocument::parse(&text, "p.yaml").unwrap();
+    assert_eq!(doc.scheduling.queue.levels, 3);
+    assert_eq!(doc.scheduling.sampling.percentage, Some(20));
+    assert!(!doc.scheduling.preemption);
+    assert_eq!(doc.adaptive.unwrap().weight_sets.len(), 2);
+    let bad = format!("{GOOD}adaptive:\n  weight_sets: [[1, 1, 1]]\n");
+    let e = PolicyDocument::parse(&bad, "p.yaml").unwrap_err().to_string();
+    assert!(e.contains("weight set 0 has 3 weights, the policy has 2 scorers"), "{e}");
+    let bad = format!("{GOOD}scheduling:\n  sampling: {{ percentage: 0 }}\n");
+    assert!(PolicyDocument::parse(&bad, "p.yaml").unwrap_err().to_string().contains("1..=100"));
+    let bad = format!("{GOOD}scheduling:\n  queue: {{ levels: 2, speed: 9 }}\n");
+    let e = PolicyDocument::parse(&bad, "p.yaml").unwrap_err().to_string();
+    assert!(e.contains("unknown field `speed`"), "{e}");
+}

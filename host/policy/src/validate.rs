@@ -101,5 +101,30 @@ pub(crate) fn semantics(doc: &PolicyDocument, text: &str, file: &str) -> Result<
             "every scorer has weight 0: the policy would express no preference".into(),
         ));
     }
+    let s = &doc.scheduling;
+    if s.queue.levels == 0 || s.queue.levels > 16 || s.queue.base_quantum == 0 {
+        return Err(err(line_of(text, "scheduling:", 0), "queue: levels must be 1..=16, base_quantum >= 1".into()));
+    }
+    if s.sampling.percentage.is_some_and(|p| p == 0 || p > 100) {
+        return Err(err(line_of(text, "percentage:", 0), "sampling percentage must be 1..=100".into()));
+    }
+    if let Some(a) = &doc.adaptive {
+        let scorers = doc.plugins.iter().filter(|p| p.role == crate::Role::Scorer).count();
+        let line = line_of(text, "adaptive:", 0);
+        if a.weight_sets.is_empty() {
+            return Err(err(line, "adaptive: weight_sets is empty".into()));
+        }
+        for (i, set) in a.weight_sets.iter().enumerate() {
+            if set.len() != scorers {
+                return Err(err(
+                    line,
+                    format!("adaptive: weight set {i} has {} weights, the policy has {scorers} scorers", set.len()),
+                ));
+            }
+            if set.iter().any(|w| !w.is_finite() || *w < 0.0) || set.iter().all(|w| *w == 0.0) {
+                return Err(err(line, format!("adaptive: weight set {i} must be finite, >= 0 and not all 0")));
+            }
+        }
+    }
     Ok(())
 }

@@ -315,6 +315,14 @@ impl tessera_core::sim::Placer for Policy {
         let _ = Policy::prime(self);
     }
 
+    fn set_weights(&mut self, weights: &[f64]) {
+        if weights.len() == self.scorers.len() {
+            for (m, &w) in self.scorers.iter_mut().zip(weights) {
+                m.weight = w;
+            }
+        }
+    }
+
     fn zone_carbon(&mut self, zone: &str, g_per_kwh: u32) {
         self.set_zone_carbon(zone, g_per_kwh);
     }

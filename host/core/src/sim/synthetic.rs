@@ -132,9 +132,65 @@ pub fn inflate(pods: &[Pod], total_gpus: u64, ratio: f64, seed: u64) -> Vec<Pod>
     out
 }
 
+/// Arrivals for the online protocol: `pods` arrive as a Poisson stream and
+/// run for exponentially distributed times (mean two hours), at a rate that
+/// keeps their GPU demand at about `load` × the cluster's `total_gpus`.
+/// Tiers are assigned as a mixed cluster runs them: multi-GPU jobs and 3%
+/// of the rest hard (exclusive, priority 100), GPU shares (inference) and
+/// half the whole-GPU pods soft (online, priority 50), the other whole-GPU
+/// pods and CPU-only pods opportunistic (batch, priority 0).
+pub fn arrivals(pods: &[Pod], total_gpus: u64, load: f64, seed: u64) -> Vec<super::Arrival> {
+    const MEAN_RUN_S: f64 = 7_200.0;
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xA11E);
+    let gpus = |p: &Pod| f64::from(p.gpu_count) * f64::from(p.gpu_milli.min(GPU_MILLI)) / f64::from(GPU_MILLI);
+    let mean_gpus = pods.iter().map(gpus).sum::<f64>() / pods.len().max(1) as f64;
+    let rate = (load * total_gpus as f64 / (mean_gpus.max(1e-3) * MEAN_RUN_S)).max(1e-6);
+    let exp = |rng: &mut ChaCha8Rng, mean: f64| -mean * (1.0 - rng.random::<f64>()).ln();
+    let mut t = 0.0;
+    let mut out = Vec::with_capacity(pods.len());
+    for p in pods {
+        t += exp(&mut rng, 1.0 / rate);
+        let run = exp(&mut rng, MEAN_RUN_S).max(60.0);
+        let mut pod = p.clone();
+        let (tier, priority) = if p.gpu_count >= 2 || rng.random_bool(0.03) {
+            (Tier::Hard, 100)
+        } else if p.gpu_count == 1 && (p.gpu_milli < GPU_MILLI || rng.random_bool(0.5)) {
+            (Tier::Soft, 50)
+        } else {
+            (Tier::Opportunistic, 0)
+        };
+        pod.tier = tier;
+        pod.priority = priority;
+        out.push(super::Arrival { pod, at: t as u64, leaves_at: Some((t + run) as u64) });
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn arrivals_keep_the_load_and_mix_tiers() {
+        let c = cluster(200, 3);
+        let total: u64 = c.iter().map(|n| n.gpus.len() as u64).sum();
+        let a = arrivals(&pods(4000, &[], 3), total, 0.8, 3);
+        assert_eq!(a, arrivals(&pods(4000, &[], 3), total, 0.8, 3));
+        assert!(a.windows(2).all(|w| w[0].at <= w[1].at));
+        // Little's law: mean GPUs running ≈ rate × mean run × mean GPUs.
+        let span = a.last().unwrap().at as f64;
+        let gpu_seconds: f64 = a
+            .iter()
+            .map(|x| {
+                (x.leaves_at.unwrap() - x.at) as f64 * f64::from(x.pod.gpu_count * x.pod.gpu_milli.min(1000)) / 1e3
+            })
+            .sum();
+        let load = gpu_seconds / span / total as f64;
+        assert!((0.6..1.0).contains(&load), "{load}");
+        for tier in [Tier::Hard, Tier::Soft, Tier::Opportunistic] {
+            assert!(a.iter().filter(|x| x.pod.tier == tier).count() > 100, "{tier:?}");
+        }
+    }
 
     #[test]
     fn same_seed_same_workload_and_shapes_like_openb() {

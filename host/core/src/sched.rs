@@ -1,0 +1,464 @@
+//! The scheduling loop: pending pods wait in a multi-level feedback queue;
+//! each is decided in turn (hard filter, optional node sampling, the
+//! placer's plugins, bind); a pod that fits nowhere may preempt cheaper pods
+//! on one node, whose victims go back to the queue one level down; a pod
+//! that still fits nowhere is parked, one level down, with its reason code,
+//! until capacity frees (kube-scheduler's unschedulable pool).
+//!
+//! Tiers:
+//! - **hard**: constraints hold exactly and the GPUs are exclusive: a share
+//!   request is served by a whole GPU nobody else shares; never preempted;
+//! - **soft** (online services): may preempt opportunistic pods and
+//!   lower-priority soft pods; the plugins steer them to low-load nodes;
+//! - **opportunistic** (batch): fills what is left (the host's GPU choice
+//!   is best fit), preempted first.
+//!
+//! Deterministic: time is the caller's clock, nothing here reads a clock or
+//! does IO.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::cluster::{Cluster, FilterReason, Placement, choose_gpus};
+use crate::model::{GPU_MILLI, Node, NodeId, Pod, Tier};
+use crate::preempt::{self, Running};
+use crate::queue::{Mlfq, MlfqConfig};
+use crate::sim::Placer;
+
+/// Which nodes a decision looks at (kube-scheduler's
+/// `percentageOfNodesToScore`): every feasible node in clusters of up to
+/// `all_up_to` nodes; in larger ones the search stops once enough feasible
+/// nodes are found, starting where the previous decision stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Sampling {
+    /// Share of the cluster's nodes to find, 1..=100; unset: adaptive as
+    /// in kube-scheduler, `50 − nodes/125` and at least 5.
+    pub percentage: Option<u8>,
+    /// Clusters up to this many nodes have every feasible node scored.
+    pub all_up_to: usize,
+    /// Never fewer feasible nodes than this.
+    pub min_nodes: usize,
+}
+
+impl Default for Sampling {
+    fn default() -> Self {
+        Self { percentage: None, all_up_to: 10_000, min_nodes: 100 }
+    }
+}
+
+impl Sampling {
+    /// Feasible nodes to find in a cluster of `total` nodes.
+    pub fn nodes_to_find(&self, total: usize) -> usize {
+        if total <= self.all_up_to {
+            return total;
+        }
+        let pct = self.percentage.map_or_else(|| 50usize.saturating_sub(total / 125).max(5), usize::from).clamp(1, 100);
+        (total * pct / 100).max(self.min_nodes).min(total)
+    }
+}
+
+/// Settings of the loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SchedConfig {
+    /// The pending queue.
+    pub queue: MlfqConfig,
+    /// Node sampling.
+    pub sampling: Sampling,
+    /// Whether a pod that fits nowhere may preempt.
+    pub preemption: bool,
+}
+
+impl Default for SchedConfig {
+    fn default() -> Self {
+        Self { queue: MlfqConfig::default(), sampling: Sampling::default(), preemption: true }
+    }
+}
+
+/// Caller-assigned pod identity.
+pub type PodId = u64;
+
+/// A pod the loop cannot take.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SchedError {
+    /// The id is already in use.
+    #[error("pod id {0} is already known")]
+    Duplicate(PodId),
+}
+
+/// What happened to a pod in a pass of [`Scheduler::schedule`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Event {
+    /// Bound after waiting `waited` clock units since submission.
+    Bound {
+        /// Pod.
+        pod: PodId,
+        /// Where.
+        placement: Placement,
+        /// Wait since submission.
+        waited: u64,
+        /// Feasible nodes the placer chose among.
+        candidates: usize,
+    },
+    /// Bound after evicting `victims` from `placement.node`.
+    Preempted {
+        /// Pod.
+        pod: PodId,
+        /// Where.
+        placement: Placement,
+        /// Evicted pods, back in the queue.
+        victims: Vec<PodId>,
+        /// Wait since submission.
+        waited: u64,
+    },
+    /// Fits nowhere now; parked until capacity frees.
+    Unschedulable {
+        /// Pod.
+        pod: PodId,
+        /// The most common rejection over all nodes.
+        reason: FilterReason,
+    },
+}
+
+/// Counters of the loop.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SchedStats {
+    /// Decisions attempted.
+    pub attempts: u64,
+    /// Pods bound (by preemption too).
+    pub bound: u64,
+    /// Preemptions.
+    pub preemptions: u64,
+    /// Pods evicted by preemption.
+    pub evicted: u64,
+    /// Failed attempts by reason code.
+    pub unschedulable: BTreeMap<String, u64>,
+    /// Plugin errors and faults.
+    pub plugin_errors: u64,
+    /// Decisions past their time budget.
+    pub deadline_hits: u64,
+    /// Candidates handed to the placer, summed over decisions.
+    pub nodes_scored: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Queued,
+    Parked { level: usize, since: u64 },
+    Running { placement: Placement, started_at: u64, level: usize },
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    pod: Pod,
+    state: State,
+    submitted_at: u64,
+    last_reason: Option<FilterReason>,
+}
+
+fn tier_rank(t: Tier) -> u8 {
+    match t {
+        Tier::Opportunistic => 0,
+        Tier::Soft => 1,
+        Tier::Hard => 2,
+    }
+}
+
+/// The loop over one cluster.
+#[derive(Debug)]
+pub struct Scheduler {
+    cluster: Cluster,
+    cfg: SchedConfig,
+    queue: Mlfq<PodId>,
+    pods: BTreeMap<PodId, Entry>,
+    parked: BTreeSet<PodId>,
+    /// Running pods by (tier rank, priority): the least important first,
+    /// so a pod that could not preempt it skips the search.
+    running_keys: BTreeMap<(u8, i32), u32>,
+    /// Nodes changed outside a pass, not yet told to the placer.
+    dirty: BTreeSet<NodeId>,
+    all_dirty: bool,
+    next_start: usize,
+    candidates: Vec<NodeId>,
+    stats: SchedStats,
+}
+
+impl Scheduler {
+    /// A loop over `nodes` (ids set to positions) with nothing pending.
+    pub fn new(nodes: Vec<Node>, cfg: SchedConfig) -> Self {
+        Self {
+            cluster: Cluster::new(nodes),
+            queue: Mlfq::new(cfg.queue),
+            cfg,
+            pods: BTreeMap::new(),
+            parked: BTreeSet::new(),
+            running_keys: BTreeMap::new(),
+            dirty: BTreeSet::new(),
+            all_dirty: true,
+            next_start: 0,
+            candidates: Vec::new(),
+            stats: SchedStats::default(),
+        }
+    }
+
+    /// The cluster as it stands.
+    pub fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> &SchedStats {
+        &self.stats
+    }
+
+    /// Pods queued at each level (parked pods not included).
+    pub fn queue_depths(&self) -> Vec<usize> {
+        self.queue.depths()
+    }
+
+    /// Pods parked as unschedulable.
+    pub fn parked(&self) -> usize {
+        self.parked.len()
+    }
+
+    /// Pods waiting (queued or parked) with the reason of their last
+    /// failure, if they failed.
+    pub fn waiting(&self) -> impl Iterator<Item = (PodId, &Pod, Option<FilterReason>)> {
+        self.pods
+            .iter()
+            .filter(|(_, e)| !matches!(e.state, State::Running { .. }))
+            .map(|(&id, e)| (id, &e.pod, e.last_reason))
+    }
+
+    /// Running pods and where.
+    pub fn running(&self) -> impl Iterator<Item = (PodId, &Pod, Placement)> {
+        self.pods.iter().filter_map(|(&id, e)| match e.state {
+            State::Running { placement, .. } => Some((id, &e.pod, placement)),
+            _ => None,
+        })
+    }
+
+    /// Where a pod runs, if it does.
+    pub fn placement(&self, id: PodId) -> Option<Placement> {
+        match self.pods.get(&id)?.state {
+            State::Running { placement, .. } => Some(placement),
+            _ => None,
+        }
+    }
+
+    /// Queues a new pod at level 0. A hard-tier pod asking for a share of
+    /// a GPU is given the whole GPU (hard-tier GPUs are exclusive).
+    pub fn submit(&mut self, id: PodId, mut pod: Pod, now: u64) -> Result<(), SchedError> {
+        if self.pods.contains_key(&id) {
+            return Err(SchedError::Duplicate(id));
+        }
+        if pod.tier == Tier::Hard && pod.gpu_count > 0 {
+            pod.gpu_milli = GPU_MILLI;
+        }
+        self.queue.push(id, pod.priority, now);
+        self.pods.insert(id, Entry { pod, state: State::Queued, submitted_at: now, last_reason: None });
+        Ok(())
+    }
+
+    /// The pod left (finished, deleted): its capacity frees and parked
+    /// pods get another chance. `None` if unknown.
+    pub fn remove(&mut self, id: PodId) -> Option<Pod> {
+        let e = self.pods.remove(&id)?;
+        match e.state {
+            // Popped later and skipped: the queue has no removal by item.
+            State::Queued => {}
+            State::Parked { .. } => {
+                self.parked.remove(&id);
+            }
+            State::Running { placement, .. } => {
+                self.cluster.unbind(&placement, &e.pod);
+                self.forget_running(&e.pod);
+                self.dirty.insert(placement.node);
+                self.unpark(placement.node);
+            }
+        }
+        Some(e.pod)
+    }
+
+    /// Changes a node (readiness, health, capacity); parked pods that now
+    /// fit on it get another chance.
+    pub fn update_node<R>(&mut self, id: NodeId, f: impl FnOnce(&mut Node) -> R) -> Option<R> {
+        let r = self.cluster.update_node(id, f)?;
+        self.dirty.insert(id);
+        self.unpark(id);
+        Some(r)
+    }
+
+    /// Changes what telemetry reports of a node (utilisation): plugins see
+    /// it, capacity does not change, so parked pods stay parked.
+    pub fn observe_node<R>(&mut self, id: NodeId, f: impl FnOnce(&mut Node) -> R) -> Option<R> {
+        let r = self.cluster.update_node(id, f)?;
+        self.dirty.insert(id);
+        Some(r)
+    }
+
+    /// Node `node` gained room or changed: parked pods that fit on it now
+    /// go back to the queue (kube-scheduler's queueing hints). Only this
+    /// node changed, so a pod that does not fit here still fits nowhere.
+    fn unpark(&mut self, node: NodeId) {
+        let Some(n) = self.cluster.node(node) else { return };
+        let ready: Vec<PodId> = self
+            .parked
+            .iter()
+            .copied()
+            .filter(|id| self.pods.get(id).is_some_and(|e| crate::cluster::check(n, &e.pod).is_ok()))
+            .collect();
+        for id in ready {
+            self.parked.remove(&id);
+            if let Some(e) = self.pods.get_mut(&id)
+                && let State::Parked { level, since } = e.state
+            {
+                e.state = State::Queued;
+                self.queue.requeue(id, e.pod.priority, level, since);
+            }
+        }
+    }
+
+    fn forget_running(&mut self, pod: &Pod) {
+        let key = (tier_rank(pod.tier), pod.priority);
+        if let Some(c) = self.running_keys.get_mut(&key) {
+            *c -= 1;
+            if *c == 0 {
+                self.running_keys.remove(&key);
+            }
+        }
+    }
+
+    /// Tells the placer what changed outside a pass.
+    fn flush(&mut self, placer: &mut impl Placer) {
+        if std::mem::take(&mut self.all_dirty) {
+            placer.nodes_changed(&self.cluster.nodes().iter().collect::<Vec<_>>());
+            placer.prime();
+        } else if !self.dirty.is_empty() {
+            let nodes: Vec<&Node> = self.dirty.iter().filter_map(|&id| self.cluster.node(id)).collect();
+            placer.nodes_changed(&nodes);
+        }
+        self.dirty.clear();
+    }
+
+    /// Decides every queued pod once, in queue order (victims of a
+    /// preemption in this pass included).
+    pub fn schedule(&mut self, placer: &mut impl Placer, now: u64) -> Vec<Event> {
+        self.flush(placer);
+        let mut events = Vec::new();
+        while let Some(p) = self.queue.pop(now) {
+            let id = p.item;
+            let Some(e) = self.pods.get(&id) else { continue };
+            if e.state != State::Queued {
+                continue;
+            }
+            let pod = e.pod.clone();
+            self.stats.attempts += 1;
+            match self.try_place(&pod, placer) {
+                Ok((placement, candidates)) => {
+                    let waited = self.bound(id, placement, now, p.level);
+                    events.push(Event::Bound { pod: id, placement, waited, candidates });
+                }
+                Err(reason) => {
+                    if let Some(ev) = self.try_preempt(id, &pod, placer, now, p.level) {
+                        events.push(ev);
+                        continue;
+                    }
+                    *self.stats.unschedulable.entry(reason.code().to_string()).or_insert(0) += 1;
+                    let level = (p.level + 1).min(self.cfg.queue.levels.max(1) - 1);
+                    let e = self.pods.get_mut(&id).expect("entry just read");
+                    e.state = State::Parked { level, since: now };
+                    e.last_reason = Some(reason);
+                    self.parked.insert(id);
+                    events.push(Event::Unschedulable { pod: id, reason });
+                }
+            }
+        }
+        events
+    }
+
+    fn bound(&mut self, id: PodId, placement: Placement, now: u64, level: usize) -> u64 {
+        let e = self.pods.get_mut(&id).expect("pod being bound");
+        e.state = State::Running { placement, started_at: now, level };
+        e.last_reason = None;
+        *self.running_keys.entry((tier_rank(e.pod.tier), e.pod.priority)).or_insert(0) += 1;
+        self.stats.bound += 1;
+        now.saturating_sub(e.submitted_at)
+    }
+
+    /// Hard filter (sampled), placer, bind. `Err`: the most common
+    /// rejection reason.
+    fn try_place(&mut self, pod: &Pod, placer: &mut impl Placer) -> Result<(Placement, usize), FilterReason> {
+        let mut rejected = [0u32; 5];
+        let want = self.cfg.sampling.nodes_to_find(self.cluster.nodes().len());
+        self.next_start = self.cluster.feasible_from(pod, self.next_start, want, &mut self.candidates, &mut rejected);
+        if self.candidates.is_empty() {
+            let (i, _) =
+                rejected.iter().enumerate().max_by_key(|&(i, c)| (*c, std::cmp::Reverse(i))).unwrap_or((0, &0));
+            return Err(FilterReason::ALL[i]);
+        }
+        let choice = placer.place(pod, &self.candidates);
+        self.stats.plugin_errors += u64::from(choice.plugin_errors);
+        self.stats.deadline_hits += u64::from(choice.deadline_hit);
+        self.stats.nodes_scored += self.candidates.len() as u64;
+        // A placer that answers nothing, or a node outside the candidates,
+        // falls back to the first candidate: the hard filter stays in charge.
+        let node = choice.node.filter(|n| self.candidates.binary_search(n).is_ok()).unwrap_or(self.candidates[0]);
+        let gpus = choose_gpus(self.cluster.node(node).expect("candidate exists"), pod, choice.gpu_hint)
+            .expect("a candidate fits");
+        let placement = self.cluster.bind(node, pod, gpus).expect("a candidate passes the hard filter");
+        placer.nodes_changed(&[self.cluster.node(node).expect("candidate exists")]);
+        Ok((placement, self.candidates.len()))
+    }
+
+    fn try_preempt(&mut self, id: PodId, pod: &Pod, placer: &mut impl Placer, now: u64, level: usize) -> Option<Event> {
+        if !self.cfg.preemption {
+            return None;
+        }
+        // The least important running pod: if it cannot be preempted, none can.
+        let (&(rank, priority), _) = self.running_keys.first_key_value()?;
+        let least =
+            Pod { tier: [Tier::Opportunistic, Tier::Soft, Tier::Hard][usize::from(rank)], priority, ..Pod::default() };
+        if !preempt::may_preempt(pod, &least) {
+            return None;
+        }
+        let (ids, running): (Vec<PodId>, Vec<Running<'_>>) = self
+            .pods
+            .iter()
+            .filter_map(|(&pid, e)| match e.state {
+                State::Running { placement, started_at, .. } => {
+                    Some((pid, Running { pod: std::borrow::Cow::Borrowed(&e.pod), placement, started_at }))
+                }
+                _ => None,
+            })
+            .unzip();
+        let plan = preempt::plan(self.cluster.nodes(), &running, pod, now);
+        drop(running);
+        let plan = plan?;
+        let mut victims = Vec::with_capacity(plan.victims.len());
+        for &v in &plan.victims {
+            let vid = ids[v];
+            let e = self.pods.get_mut(&vid).expect("running pod");
+            let State::Running { placement, level: vlevel, .. } = e.state else { unreachable!("victims run") };
+            self.cluster.unbind(&placement, &e.pod);
+            e.state = State::Queued;
+            let vpod = e.pod.clone();
+            self.queue.demote(vid, vpod.priority, vlevel, now);
+            self.forget_running(&vpod);
+            victims.push(vid);
+        }
+        self.stats.preemptions += 1;
+        self.stats.evicted += victims.len() as u64;
+        let node = self.cluster.node(plan.node).expect("planned node");
+        let gpus = choose_gpus(node, pod, None).expect("the plan makes room");
+        let placement = self.cluster.bind(plan.node, pod, gpus).expect("the plan makes room");
+        placer.nodes_changed(&[self.cluster.node(plan.node).expect("planned node")]);
+        let waited = self.bound(id, placement, now, level);
+        Some(Event::Preempted { pod: id, placement, victims, waited })
+    }
+}
+
+#[cfg(test)]
+mod tests;

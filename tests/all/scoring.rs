@@ -81,7 +81,7 @@ fn spread_hard_mode_filters_with_its_reason_code() {
     let d = p.decide(&pod, &[0, 1, 2]);
     assert_eq!(d.feasible, [1, 2]);
     assert_eq!(d.rejections.len(), 1);
-    assert_eq!((d.rejections[0].node, d.rejections[0].reason.as_str()), (0, "SCHED-ZONE-TOPOLOGY_SPREAD"));
+    assert_eq!((d.rejections[0].node, d.rejections[0].reason.as_str()), (0, "SCHED-ZONE-SPREAD"));
 }
 
 #[test]

@@ -58,6 +58,7 @@ pub struct ThroughputResult {
     pub deadline_hits: u64,
 }
 
+#[derive(Default)]
 struct Run {
     latencies_ms: Vec<f64>,
     placed: usize,
@@ -66,31 +67,59 @@ struct Run {
     wall_s: f64,
 }
 
-fn drive<P: Placer>(placer: &mut P, nodes: Vec<Node>, pods: &[Pod]) -> Run {
-    let mut cluster = Cluster::new(nodes);
-    placer.nodes_changed(&cluster.nodes().iter().collect::<Vec<_>>());
-    placer.prime();
-    let (mut candidates, mut rejected) = (Vec::new(), [0u32; 5]);
-    let mut run =
-        Run { latencies_ms: Vec::with_capacity(pods.len()), placed: 0, scored: 0, deadline_hits: 0, wall_s: 0.0 };
-    let started = Instant::now();
-    for pod in pods {
-        let t = Instant::now();
-        cluster.feasible(pod, &mut candidates, &mut rejected);
-        if !candidates.is_empty() {
-            run.scored += candidates.len() as u64;
-            let choice = placer.place(pod, &candidates);
-            run.deadline_hits += u64::from(choice.deadline_hit);
-            let node = choice.node.filter(|n| candidates.binary_search(n).is_ok()).unwrap_or(candidates[0]);
-            let gpus = choose_gpus(cluster.node(node).expect("candidate"), pod, choice.gpu_hint).expect("fits");
-            cluster.bind(node, pod, gpus).expect("passes the hard filter");
-            placer.nodes_changed(&[cluster.node(node).expect("candidate")]);
-            run.placed += 1;
-        }
-        run.latencies_ms.push(t.elapsed().as_secs_f64() * 1e3);
+/// One side of the comparison: a placer and its own copy of the cluster.
+struct Side<'p> {
+    placer: &'p mut dyn Placer,
+    cluster: Cluster,
+    candidates: Vec<u32>,
+    run: Run,
+}
+
+impl<'p> Side<'p> {
+    fn new(placer: &'p mut dyn Placer, nodes: Vec<Node>, pods: usize) -> Self {
+        let cluster = Cluster::new(nodes);
+        placer.nodes_changed(&cluster.nodes().iter().collect::<Vec<_>>());
+        placer.prime();
+        let run = Run { latencies_ms: Vec::with_capacity(pods), ..Run::default() };
+        Self { placer, cluster, candidates: Vec::new(), run }
     }
-    run.wall_s = started.elapsed().as_secs_f64();
-    run
+
+    /// One decision (hard filter, plugins, bind, mirror update), timed.
+    fn decide(&mut self, pod: &Pod) {
+        let t = Instant::now();
+        let mut rejected = [0u32; 5];
+        self.cluster.feasible(pod, &mut self.candidates, &mut rejected);
+        if !self.candidates.is_empty() {
+            self.run.scored += self.candidates.len() as u64;
+            let choice = self.placer.place(pod, &self.candidates);
+            self.run.deadline_hits += u64::from(choice.deadline_hit);
+            let node = choice.node.filter(|n| self.candidates.binary_search(n).is_ok()).unwrap_or(self.candidates[0]);
+            let gpus = choose_gpus(self.cluster.node(node).expect("candidate"), pod, choice.gpu_hint).expect("fits");
+            self.cluster.bind(node, pod, gpus).expect("passes the hard filter");
+            self.placer.nodes_changed(&[self.cluster.node(node).expect("candidate")]);
+            self.run.placed += 1;
+        }
+        let dt = t.elapsed().as_secs_f64();
+        self.run.wall_s += dt;
+        self.run.latencies_ms.push(dt * 1e3);
+    }
+}
+
+/// Pods each side decides before the other takes its turn: long enough
+/// for a side's caches to be its own, short enough (~0.2 s) that the
+/// machine's noise falls on both sides alike.
+const TURN: usize = 500;
+
+/// Runs both placers over `pods` taking turns of [`TURN`] pods; each side's
+/// time is its own.
+fn drive_both(wasm: &mut dyn Placer, native: &mut dyn Placer, nodes: Vec<Node>, pods: &[Pod]) -> (Run, Run) {
+    let mut w = Side::new(wasm, nodes.clone(), pods.len());
+    let mut n = Side::new(native, nodes, pods.len());
+    for turn in pods.chunks(TURN) {
+        turn.iter().for_each(|p| w.decide(p));
+        turn.iter().for_each(|p| n.decide(p));
+    }
+    (w.run, n.run)
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -116,8 +145,7 @@ pub fn run(opts: &ThroughputOptions) -> Result<ThroughputResult> {
         .and_then(|p| p.with_workers(opts.workers))
         .map_err(anyhow::Error::msg)
         .context("native twin")?;
-    let w = drive(&mut wasm, nodes.clone(), &pods);
-    let n = drive(&mut twin, nodes, &pods);
+    let (w, n) = drive_both(&mut wasm, &mut twin, nodes, &pods);
     let mut lat = w.latencies_ms.clone();
     lat.sort_by(f64::total_cmp);
     Ok(ThroughputResult {

@@ -11,7 +11,7 @@
 //! - Within a level, higher priority first, then first come first served.
 //!
 //! Time is the caller's clock (no `Instant` in the core): any monotonic
-//! unit works, e.g. simulated milliseconds.
+//! unit works (the simulator and the service use seconds).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -31,7 +31,7 @@ pub struct MlfqConfig {
 
 impl Default for MlfqConfig {
     fn default() -> Self {
-        Self { levels: 4, base_quantum: 8, aging_after: 30_000 }
+        Self { levels: 4, base_quantum: 8, aging_after: 300 }
     }
 }
 

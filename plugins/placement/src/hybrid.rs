@@ -52,6 +52,9 @@ pub struct HybridScore {
     cfg: HybridConfig,
     /// Carbon term (0..=1000) per zone symbol, for the current mirror.
     carbon_by_zone: Vec<f64>,
+    /// Per node id: how hot it runs (‰, the highest of CPU, memory and mean
+    /// GPU utilisation), kept when the node changes, not per pod.
+    hot: Vec<u16>,
     sla_factor: f64,
     request: [f64; 3],
 }
@@ -72,7 +75,15 @@ impl Scorer for HybridScore {
         if let Some((zone, v)) = cfg.carbon.iter().find(|(_, v)| !v.is_finite() || **v < 0.0) {
             return Err(format!("hybrid-score: carbon intensity of zone `{zone}` must be finite and >= 0, not {v}"));
         }
-        Ok(Self { cfg, carbon_by_zone: Vec::new(), sla_factor: 1.0, request: [0.0; 3] })
+        Ok(Self { cfg, carbon_by_zone: Vec::new(), hot: Vec::new(), sla_factor: 1.0, request: [0.0; 3] })
+    }
+
+    fn on_node(&mut self, node: &Node<'_>) {
+        let i = node.id() as usize;
+        if i >= self.hot.len() {
+            self.hot.resize(i + 1, 0);
+        }
+        self.hot[i] = hotness(node);
     }
 
     fn prepare(&mut self, pod: &Pod, nodes: &NodeTable) {
@@ -118,13 +129,7 @@ impl Scorer for HybridScore {
             }
         }
         let efficiency = if present > 0.0 { 1000.0 * used / present } else { 0.0 };
-        let gpus = node.gpus();
-        let gpu_util = if gpus.is_empty() {
-            0
-        } else {
-            gpus.iter().map(|g| u32::from(g.util_permille.min(1000))).sum::<u32>() / gpus.len() as u32
-        };
-        let hot = node.cpu_util_permille.max(node.memory_util_permille).min(1000).max(gpu_util as u16);
+        let hot = self.hot.get(node.id() as usize).copied().unwrap_or_else(|| hotness(node));
         let risk = at_most(f64::from(hot) * self.sla_factor, 1000.0);
         let carbon = self.carbon_by_zone.get(node.zone as usize).copied().unwrap_or(0.0);
         let w = &self.cfg.weights;
@@ -133,6 +138,17 @@ impl Scorer for HybridScore {
         // `round` (ties away from zero) is a call into libm.
         Score::new(value.round_ties_even() as i64)
     }
+}
+
+/// The highest of a node's CPU, memory and mean GPU utilisation, ‰.
+fn hotness(node: &Node<'_>) -> u16 {
+    let gpus = node.gpus();
+    let gpu_util = if gpus.is_empty() {
+        0
+    } else {
+        gpus.iter().map(|g| u32::from(g.util_permille.min(1000))).sum::<u32>() / gpus.len() as u32
+    };
+    node.cpu_util_permille.max(node.memory_util_permille).min(1000).max(gpu_util as u16)
 }
 
 /// `x.min(cap)` for values that are never NaN: a compare in Wasm, where

@@ -63,7 +63,7 @@ impl Scorer for Spread {
     const NAME: &'static str = "topology-spread";
     const VERSION: &'static str = env!("CARGO_PKG_VERSION");
     const DESCRIPTION: &'static str = "spread a workload's pods across zones (soft score, optional max skew)";
-    const FILTER_REASONS: &'static [&'static str] = &["SCHED-ZONE-TOPOLOGY_SPREAD"];
+    const FILTER_REASONS: &'static [&'static str] = &["SCHED-ZONE-SPREAD"];
 
     fn new(cfg: Config) -> Result<Self, String> {
         if cfg.max_skew == Some(0) {

@@ -56,6 +56,10 @@ pub struct PolicyDocument {
     /// weight sets per telemetry interval, rewarded by the outcome.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adaptive: Option<Adaptive>,
+    /// How rescheduling plans are executed: batches, pauses, concurrency,
+    /// cooldowns, caps, reservations, disruption budgets, rollback gates.
+    #[serde(default)]
+    pub movement: tessera_movement::MovementConfig,
 }
 
 /// Adaptive weights.

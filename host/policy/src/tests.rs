@@ -126,3 +126,24 @@ fn scheduling_and_adaptive_sections_are_typed_and_checked() {
     let e = PolicyDocument::parse(&bad, "p.yaml").unwrap_err().to_string();
     assert!(e.contains("unknown field `speed`"), "{e}");
 }
+
+#[test]
+fn movement_section_is_typed_and_checked() {
+    let text = format!(
+        "{GOOD}movement:\n  batch_size: 10%\n  pause_duration_s: 60\n  concurrency_limit: 2\n  budgets:\n    - {{ workload: web, max_unavailable: 1 }}\n  rollback: {{ error_rate: 0.02, latency_p99_ms: 400, ready_timeout_s: 120 }}\n"
+    );
+    let doc = PolicyDocument::parse(&text, "p.yaml").unwrap();
+    assert_eq!(doc.movement.concurrency_limit, 2);
+    assert_eq!(doc.movement.batch_len(100), 10);
+    assert_eq!(doc.movement.budgets[0].max_unavailable, Some(1));
+    let bad = format!("{GOOD}movement:\n  concurrency_limit: 0\n");
+    let (line, _, reason) = invalid(&bad);
+    assert!(reason.contains("concurrency_limit must be at least 1"), "{reason}");
+    assert_eq!(line, GOOD.lines().count() + 1);
+    let bad = format!("{GOOD}movement:\n  budgets: [{{ workload: web }}]\n");
+    assert!(invalid(&bad).2.contains("set max_unavailable or min_available"));
+    let bad = format!("{GOOD}movement:\n  batch_size: 3\n  speed: 3\n");
+    assert!(invalid(&bad).2.contains("unknown field `speed`"));
+    let bad = format!("{GOOD}movement:\n  batch_size: lots\n");
+    assert!(invalid(&bad).2.contains("`lots` is neither a count nor a percentage"), "{:?}", invalid(&bad));
+}

@@ -108,6 +108,9 @@ pub(crate) fn semantics(doc: &PolicyDocument, text: &str, file: &str) -> Result<
     if s.sampling.percentage.is_some_and(|p| p == 0 || p > 100) {
         return Err(err(line_of(text, "percentage:", 0), "sampling percentage must be 1..=100".into()));
     }
+    if let Err(reason) = doc.movement.validate() {
+        return Err(err(line_of(text, "movement:", 0), format!("movement: {reason}")));
+    }
     if let Some(a) = &doc.adaptive {
         let scorers = doc.plugins.iter().filter(|p| p.role == crate::Role::Scorer).count();
         let line = line_of(text, "adaptive:", 0);

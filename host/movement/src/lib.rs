@@ -1,0 +1,57 @@
+//! # tessera-movement
+//!
+//! The Movement Manager: executes a rescheduling plan without taking
+//! services down or losing pods.
+//!
+//! - [`dag::build`] orders the moves: a move into a node that needs room
+//!   freed by another move waits for it; a cycle (a swap) is broken by a hop
+//!   through a node with room, never by overcommitting; a move that cannot
+//!   be ordered safely is dropped with its reason.
+//! - [`exec::Executor`] runs the ordered steps in gray-release batches
+//!   (batch size, pause, concurrency limit, cooldowns, caps per node,
+//!   namespace and workload), reserves room on the target before it
+//!   evicts, respects disruption budgets, checks health gates after every
+//!   batch and rolls the batch back when one fails.
+//! - Every intent and outcome is written to a [`journal::Journal`] (redb)
+//!   before it acts; a restarted executor resumes from it and reconciles
+//!   with what the cluster shows: no move runs twice, none is forgotten.
+//! - It acts through an [`exec::Actuator`]: the simulator's
+//!   ([`sim::SimActuator`], with delays and failure rates) now, the
+//!   Kubernetes Eviction API later.
+//!
+//! Deterministic: time is the caller's clock; the only IO is the journal.
+
+use serde::{Deserialize, Serialize};
+use tessera_core::cluster::Placement;
+use tessera_core::model::{NodeId, Pod};
+use tessera_core::sched::PodId;
+
+pub mod config;
+pub mod dag;
+pub mod exec;
+pub mod journal;
+pub mod sim;
+
+pub use config::{Budget, MovementConfig};
+
+/// One move of a plan: `pod` from where it runs to node `to`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Move {
+    /// The pod.
+    pub pod: PodId,
+    /// What it requests (and its workload, namespace, tier).
+    pub spec: Pod,
+    /// Where it runs now.
+    pub from: Placement,
+    /// The node it should run on.
+    pub to: NodeId,
+}
+
+/// A plan: moves in the planner's order of preference.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    /// Identity (unique per executor journal).
+    pub id: u64,
+    /// The moves.
+    pub moves: Vec<Move>,
+}

@@ -172,6 +172,7 @@ pub fn run(dir: &Path, only: &[String]) -> Result<FidelityReport> {
                         // The published runs broke ties by node names with
                         // random prefixes: a seeded ranking, per seed.
                         tie_break: Some(tessera_policy::TieBreakSpec::SeededRank),
+                        reschedule: None,
                     };
                     let outcome = crate::sim::run_with(&rt, &opts);
                     results

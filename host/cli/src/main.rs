@@ -52,6 +52,11 @@ enum Command {
         /// Seconds between telemetry samples (online).
         #[arg(long, default_value_t = 300)]
         telemetry_interval: u64,
+        /// When a pod fits nowhere, move up to two running pods to make
+        /// room, migrating at most this share of placed pods (submissions
+        /// protocol; e.g. 0.05).
+        #[arg(long, value_name = "MIGRATION_CAP", conflicts_with_all = ["online", "time_replay"])]
+        reschedule: Option<f64>,
         /// Built-in workload: submit until GPU demand is this × capacity.
         #[arg(long, default_value_t = 1.3)]
         inflate: f64,
@@ -206,6 +211,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             time_replay,
             online,
             telemetry_interval,
+            reschedule,
             inflate,
             tie_break,
             out,
@@ -215,8 +221,18 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 TieBreakArg::NodeId => tessera_policy::TieBreakSpec::NodeId,
                 TieBreakArg::SeededRank => tessera_policy::TieBreakSpec::SeededRank,
             });
-            let opts =
-                sim::SimOptions { nodes, node_count, pods, order, seed, policy, time_replay, inflate, tie_break };
+            let opts = sim::SimOptions {
+                nodes,
+                node_count,
+                pods,
+                order,
+                seed,
+                policy,
+                time_replay,
+                inflate,
+                tie_break,
+                reschedule,
+            };
             if online {
                 if plot.is_some() {
                     anyhow::bail!("--plot draws the allocation curve of the published protocols, not of --online");

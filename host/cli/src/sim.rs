@@ -52,6 +52,9 @@ pub struct SimOptions {
     pub inflate: f64,
     /// Overrides the policy's tie-break.
     pub tie_break: Option<tessera_policy::TieBreakSpec>,
+    /// Reschedule when a pod fits nowhere, migrating at most this share of
+    /// placed pods (submissions protocol).
+    pub reschedule: Option<f64>,
 }
 
 /// What `run.json` holds: inputs and the report (no timings, so equal
@@ -274,7 +277,11 @@ pub fn run_with(rt: &Runtime, opts: &SimOptions) -> Result<SimOutcome> {
         let arrivals = trace_arrivals(rows);
         Simulator::new(nodes, workload, &mut policy).run_time_replay(&arrivals)
     } else {
-        Simulator::new(nodes, workload, &mut policy).run_submissions(&submissions)
+        let sim = Simulator::new(nodes, workload, &mut policy);
+        match opts.reschedule {
+            Some(cap) => sim.with_rescheduling(cap).run_submissions(&submissions),
+            None => sim.run_submissions(&submissions),
+        }
     };
     let wall_s = started.elapsed().as_secs_f64();
     let describe = |i: &Input| match i {
@@ -327,6 +334,9 @@ pub fn summary(o: &SimOutcome) -> String {
     rows.push(("nodes ever hot (≥90%)".into(), hot.to_string()));
     for (code, n) in &r.failures_by_reason {
         rows.push((format!("failed: {code}"), n.to_string()));
+    }
+    if r.migrations > 0 || r.rescued > 0 {
+        rows.push(("migrations (pods rescued)".into(), format!("{} ({})", r.migrations, r.rescued)));
     }
     rows.push(("plugin errors".into(), r.plugin_errors.to_string()));
     rows.push(("decisions past their deadline".into(), r.deadline_hits.to_string()));

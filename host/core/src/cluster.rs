@@ -189,7 +189,7 @@ struct Fit {
 /// Beside the nodes the cluster keeps a compact summary of each (free CPU,
 /// memory, whole free GPUs, best free share, model, readiness) that every
 /// change refreshes, so the hard filter over 10,000 nodes stays a short
-/// linear scan. [`Cluster::check`] and [`check`] always agree.
+/// linear scan. [`Cluster::feasible`] and [`check`] always agree.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(from = "ClusterRepr", into = "ClusterRepr")]
 pub struct Cluster {

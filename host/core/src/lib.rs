@@ -6,6 +6,7 @@
 
 pub mod bandit;
 pub mod cluster;
+pub mod defrag;
 pub mod metrics;
 pub mod model;
 pub mod preempt;

@@ -64,7 +64,12 @@ pub fn may_preempt(preemptor: &Pod, victim: &Pod) -> bool {
 /// Whether `pod` passes the hard filter on `node` once `victims` are gone:
 /// [`check`] on the node after [`release`] of each victim, computed on a
 /// copy of the few numbers involved (this runs for many subsets).
-fn fits_without(node: &Node, running: &[Running<'_>], victims: impl IntoIterator<Item = usize>, pod: &Pod) -> bool {
+pub(crate) fn fits_without(
+    node: &Node,
+    running: &[Running<'_>],
+    victims: impl IntoIterator<Item = usize>,
+    pod: &Pod,
+) -> bool {
     const MAX: usize = 32;
     if node.gpus.len() > MAX {
         let mut n = node.clone();

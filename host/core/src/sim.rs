@@ -117,6 +117,10 @@ pub struct RunReport {
     pub plugin_errors: u64,
     /// Decisions that ran past the policy's time budget.
     pub deadline_hits: u64,
+    /// Running pods moved to make room (rescheduling).
+    pub migrations: u64,
+    /// Pods placed only thanks to those moves.
+    pub rescued: u64,
     /// Total GPUs in the cluster.
     pub total_gpus: u64,
     /// The allocation curve by arrived GPU demand.
@@ -228,6 +232,10 @@ pub struct Simulator<'p, P: Placer> {
     recorder: Recorder,
     report: RunReport,
     candidates: Vec<NodeId>,
+    /// Rescheduling on failure: at most this share of placed pods migrated.
+    migration_cap: Option<f64>,
+    /// Pods running (submissions protocol), for rescheduling.
+    running: Vec<(Pod, Placement)>,
 }
 
 impl<'p, P: Placer> Simulator<'p, P> {
@@ -239,7 +247,60 @@ impl<'p, P: Placer> Simulator<'p, P> {
         placer.nodes_changed(&cluster.nodes().iter().collect::<Vec<_>>());
         placer.prime();
         let report = RunReport { total_gpus: cluster.total_gpus(), ..RunReport::default() };
-        Self { cluster, placer, workload, tracker, recorder, report, candidates: Vec::new() }
+        Self {
+            cluster,
+            placer,
+            workload,
+            tracker,
+            recorder,
+            report,
+            candidates: Vec::new(),
+            migration_cap: None,
+            running: Vec::new(),
+        }
+    }
+
+    /// Reschedules when a pod fits nowhere (submissions protocol): moves at
+    /// most two running pods to other nodes to make room for it
+    /// ([`crate::defrag::make_room`], moved pods placed where the placer
+    /// ranks best), as long as migrations stay within `cap` × pods placed.
+    pub fn with_rescheduling(mut self, cap: f64) -> Self {
+        self.migration_cap = Some(cap);
+        self
+    }
+
+    /// Tries to make room for `pod` by migration; true if it did.
+    fn reschedule_for(&mut self, pod: &Pod) -> bool {
+        let Some(cap) = self.migration_cap else { return false };
+        let budget = (cap * (self.report.placed + 1) as f64).floor() as u64;
+        let left = budget.saturating_sub(self.report.migrations) as usize;
+        if left == 0 {
+            return false;
+        }
+        let running = crate::defrag::borrow_running(&self.running);
+        let placer = &mut *self.placer;
+        let room = crate::defrag::make_room(&mut self.cluster, &running, pod, left.min(2), |p, nodes| {
+            let mut order = nodes.to_vec();
+            if let Some(best) = placer.place(p, nodes).node
+                && let Some(at) = order.iter().position(|&n| n == best)
+            {
+                let b = order.remove(at);
+                order.insert(0, b);
+            }
+            order
+        });
+        drop(running);
+        let Some(room) = room else { return false };
+        for m in room.moves {
+            let (p, from) = self.running[m.running].clone();
+            self.cluster.unbind(&from, &p);
+            let to = self.cluster.bind(m.to.node, &p, m.to.gpus).expect("make_room checked the move");
+            self.running[m.running].1 = to;
+            self.node_changed(from.node);
+            self.node_changed(to.node);
+            self.report.migrations += 1;
+        }
+        true
     }
 
     /// The cluster as it stands.
@@ -289,8 +350,21 @@ impl<'p, P: Placer> Simulator<'p, P> {
         for pod in pods {
             self.report.submitted += 1;
             self.recorder.arrive(pod);
-            match self.try_place(pod) {
-                Ok(_) => self.report.placed += 1,
+            let placed = match self.try_place(pod) {
+                Err(_) if self.reschedule_for(pod) => {
+                    let p = self.try_place(pod);
+                    self.report.rescued += u64::from(p.is_ok());
+                    p
+                }
+                other => other,
+            };
+            match placed {
+                Ok(at) => {
+                    self.report.placed += 1;
+                    if self.migration_cap.is_some() {
+                        self.running.push((pod.clone(), at));
+                    }
+                }
                 Err(reason) => self.fail(reason),
             }
             self.recorder.record(self.tracker.reading());

@@ -258,3 +258,23 @@ adaptive:\n  weight_sets: [[1, 1], [3, 1], [1, 3]]\n",
     assert!(!ok);
     assert!(err.contains("weight set 2 has 3 weights, the policy has 2 scorers"), "{err}");
 }
+
+/// `sim --reschedule CAP` moves running pods to make room for pods that fit
+/// nowhere, never more than CAP × pods placed, and says how many it saved.
+#[test]
+fn sim_reschedule_migrates_within_its_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run.json");
+    let (ok, stdout, err) =
+        tessera(&["sim", "--node-count", "30", "--seed", "3", "--reschedule", "0.05", "--out", out.to_str().unwrap()]);
+    assert!(ok, "{stdout}\n{err}");
+    assert!(stdout.contains("migrations (pods rescued)"), "{stdout}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let r = &v["report"];
+    let (migrations, rescued, placed) =
+        (r["migrations"].as_u64().unwrap(), r["rescued"].as_u64().unwrap(), r["placed"].as_u64().unwrap());
+    assert!(rescued > 0 && migrations >= rescued, "{r}");
+    assert!(migrations as f64 <= 0.05 * placed as f64, "{migrations} migrations for {placed} placed");
+    let (ok, _, err) = tessera(&["sim", "--node-count", "10", "--online", "--reschedule", "0.05"]);
+    assert!(!ok && err.contains("cannot be used with"), "{err}");
+}

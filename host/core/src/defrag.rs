@@ -36,6 +36,9 @@ pub struct Room {
 /// Most pods considered per node (the cheapest by GPU share).
 const PER_NODE: usize = 24;
 
+/// Largest set searched exhaustively; larger ones greedily.
+const EXACT_SIZE: usize = 2;
+
 /// Most (node, pods) candidates whose moves are tried per pod.
 const TRIES: usize = 16;
 
@@ -79,17 +82,50 @@ pub fn make_room(
         movable.sort_by_key(|&i| (gpu_share(&running[i].pod), i));
         movable.truncate(PER_NODE);
         let k = movable.len();
-        for size in 1..=max_moves.min(k) {
-            let before = candidates.len();
+        let mut found = false;
+        for size in 1..=max_moves.min(k).min(EXACT_SIZE) {
             for mask in (1u32..1 << k).filter(|m| m.count_ones() as usize == size) {
                 let set: Vec<usize> = (0..k).filter(|b| mask & (1 << b) != 0).map(|b| movable[b]).collect();
                 if without(&set) {
                     let moved = set.iter().map(|&i| gpu_share(&running[i].pod)).sum();
                     candidates.push((size, moved, node.id, set));
+                    found = true;
                 }
             }
-            if candidates.len() > before {
+            if found {
                 break;
+            }
+        }
+        if !found && max_moves > EXACT_SIZE {
+            // Larger sets greedily: take the pods that free most of what
+            // the node lacks (CPU, memory, GPU share, each relative to the
+            // pod's need) until it fits, then spare whoever is not needed.
+            let lack = |i: usize| {
+                let p = &running[i].pod;
+                let share = |have: u64, need: u64| if need == 0 { 0.0 } else { have.min(need) as f64 / need as f64 };
+                share(p.requests.cpu_milli, pod.requests.cpu_milli.saturating_sub(node.free.cpu_milli))
+                    + share(p.requests.memory_mib, pod.requests.memory_mib.saturating_sub(node.free.memory_mib))
+                    + share(gpu_share(p), gpu_share(pod))
+            };
+            let mut order = movable.clone();
+            order.sort_by(|&a, &b| lack(b).total_cmp(&lack(a)).then(a.cmp(&b)));
+            let mut set = Vec::new();
+            for &i in &order {
+                set.push(i);
+                if without(&set) || set.len() == max_moves {
+                    break;
+                }
+            }
+            if without(&set) {
+                for j in (0..set.len()).rev() {
+                    let mut fewer = set.clone();
+                    fewer.remove(j);
+                    if without(&fewer) {
+                        set = fewer;
+                    }
+                }
+                let moved = set.iter().map(|&i| gpu_share(&running[i].pod)).sum();
+                candidates.push((set.len(), moved, node.id, set));
             }
         }
     }

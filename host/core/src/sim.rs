@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cluster::{Cluster, FilterReason, Placement, choose_gpus};
 use crate::metrics::{FragmentationTracker, Reading, TargetWorkload};
-use crate::model::{GPU_MILLI, Node, NodeId, Pod};
+use crate::model::{GPU_MILLI, Node, NodeId, Pod, Tier};
 
 /// Makes placement decisions.
 pub trait Placer {
@@ -139,6 +139,9 @@ impl RunReport {
     }
 }
 
+/// Most pods moved to make room for one pod.
+pub const MAX_MOVES_PER_POD: usize = 6;
+
 /// Hotspot threshold: a node whose GPU, CPU or memory is at least this
 /// allocated.
 pub const HOTSPOT_PERMILLE: u64 = 900;
@@ -236,6 +239,9 @@ pub struct Simulator<'p, P: Placer> {
     migration_cap: Option<f64>,
     /// Pods running (submissions protocol), for rescheduling.
     running: Vec<(Pod, Placement)>,
+    /// Pod shapes no room could be made for since the cluster last changed
+    /// (the same search would fail again).
+    no_room: std::collections::HashSet<(u64, u64, u32, u32, Vec<String>, Tier)>,
 }
 
 impl<'p, P: Placer> Simulator<'p, P> {
@@ -257,11 +263,12 @@ impl<'p, P: Placer> Simulator<'p, P> {
             candidates: Vec::new(),
             migration_cap: None,
             running: Vec::new(),
+            no_room: std::collections::HashSet::new(),
         }
     }
 
     /// Reschedules when a pod fits nowhere (submissions protocol): moves at
-    /// most two running pods to other nodes to make room for it
+    /// most [`MAX_MOVES_PER_POD`] running pods to other nodes to make room for it
     /// ([`crate::defrag::make_room`], moved pods placed where the placer
     /// ranks best), as long as migrations stay within `cap` × pods placed.
     pub fn with_rescheduling(mut self, cap: f64) -> Self {
@@ -274,23 +281,35 @@ impl<'p, P: Placer> Simulator<'p, P> {
         let Some(cap) = self.migration_cap else { return false };
         let budget = (cap * (self.report.placed + 1) as f64).floor() as u64;
         let left = budget.saturating_sub(self.report.migrations) as usize;
-        if left == 0 {
+        let shape = (
+            pod.requests.cpu_milli,
+            pod.requests.memory_mib,
+            pod.gpu_count,
+            pod.gpu_milli,
+            pod.allowed_models.clone(),
+            pod.tier,
+        );
+        if left == 0 || self.no_room.contains(&shape) {
             return false;
         }
         let running = crate::defrag::borrow_running(&self.running);
         let placer = &mut *self.placer;
-        let room = crate::defrag::make_room(&mut self.cluster, &running, pod, left.min(2), |p, nodes| {
-            let mut order = nodes.to_vec();
-            if let Some(best) = placer.place(p, nodes).node
-                && let Some(at) = order.iter().position(|&n| n == best)
-            {
-                let b = order.remove(at);
-                order.insert(0, b);
-            }
-            order
-        });
+        let room =
+            crate::defrag::make_room(&mut self.cluster, &running, pod, left.min(MAX_MOVES_PER_POD), |p, nodes| {
+                let mut order = nodes.to_vec();
+                if let Some(best) = placer.place(p, nodes).node
+                    && let Some(at) = order.iter().position(|&n| n == best)
+                {
+                    let b = order.remove(at);
+                    order.insert(0, b);
+                }
+                order
+            });
         drop(running);
-        let Some(room) = room else { return false };
+        let Some(room) = room else {
+            self.no_room.insert(shape);
+            return false;
+        };
         for m in room.moves {
             let (p, from) = self.running[m.running].clone();
             self.cluster.unbind(&from, &p);
@@ -334,6 +353,7 @@ impl<'p, P: Placer> Simulator<'p, P> {
     }
 
     fn node_changed(&mut self, node: NodeId) {
+        self.no_room.clear();
         let n = self.cluster.node(node).expect("node exists");
         self.tracker.update(n, &self.workload);
         self.recorder.node_changed(n);

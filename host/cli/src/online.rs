@@ -12,7 +12,8 @@ use tessera_core::telemetry::TelemetryConfig;
 use tessera_wasm::{Runtime, RuntimeConfig};
 
 use crate::load;
-use crate::sim::{Input, Inputs, SimOptions, load_inputs, policy_document, trace_arrivals};
+use crate::sim::describe;
+use crate::sim::{Inputs, SimOptions, load_inputs, policy_document, trace_arrivals};
 
 /// What `run.json` holds for an online run (no timings).
 #[derive(Debug, Serialize)]
@@ -78,10 +79,6 @@ pub fn run(opts: &SimOptions, telemetry_interval_s: u64) -> Result<OnlineOutcome
     let started = Instant::now();
     let report = run_online(nodes, &workload, &mut policy, &arrivals, &cfg);
     let wall_s = started.elapsed().as_secs_f64();
-    let describe = |i: &Input| match i {
-        Input::Builtin => "builtin".to_string(),
-        Input::File(p) => p.display().to_string(),
-    };
     Ok(OnlineOutcome {
         file: OnlineFile {
             policy: doc.name.clone(),

@@ -24,6 +24,14 @@ pub enum Input {
     File(PathBuf),
 }
 
+/// How an input is named in reports.
+pub fn describe(i: &Input) -> String {
+    match i {
+        Input::Builtin => "builtin".to_string(),
+        Input::File(p) => p.display().to_string(),
+    }
+}
+
 impl std::str::FromStr for Input {
     type Err = std::convert::Infallible;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
@@ -284,10 +292,6 @@ pub fn run_with(rt: &Runtime, opts: &SimOptions) -> Result<SimOutcome> {
         }
     };
     let wall_s = started.elapsed().as_secs_f64();
-    let describe = |i: &Input| match i {
-        Input::Builtin => "builtin".to_string(),
-        Input::File(p) => p.display().to_string(),
-    };
     Ok(SimOutcome {
         file: RunFile {
             policy: doc.name.clone(),

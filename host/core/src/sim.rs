@@ -139,6 +139,28 @@ impl RunReport {
     }
 }
 
+/// An event of a replay: a pod leaves or arrives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Kind {
+    /// Ordered first at equal times: capacity frees before pods arrive.
+    Leave,
+    Arrive,
+}
+
+/// Arrivals and departures by time (departures first at equal times,
+/// then input order), as `(time, kind, arrival index)`.
+pub(crate) fn timeline(arrivals: &[Arrival]) -> Vec<(u64, Kind, usize)> {
+    let mut events = Vec::with_capacity(arrivals.len() * 2);
+    for (i, a) in arrivals.iter().enumerate() {
+        events.push((a.at, Kind::Arrive, i));
+        if let Some(t) = a.leaves_at {
+            events.push((t.max(a.at), Kind::Leave, i));
+        }
+    }
+    events.sort();
+    events
+}
+
 /// Most pods moved to make room for one pod.
 pub const MAX_MOVES_PER_POD: usize = 6;
 
@@ -395,19 +417,7 @@ impl<'p, P: Placer> Simulator<'p, P> {
     /// Runs the time-replay protocol. Events at the same second are ordered
     /// departures first, then arrivals in input order.
     pub fn run_time_replay(mut self, arrivals: &[Arrival]) -> RunReport {
-        #[derive(PartialEq, Eq, PartialOrd, Ord)]
-        enum Kind {
-            Leave,
-            Arrive,
-        }
-        let mut events: Vec<(u64, Kind, usize)> = Vec::with_capacity(arrivals.len() * 2);
-        for (i, a) in arrivals.iter().enumerate() {
-            events.push((a.at, Kind::Arrive, i));
-            if let Some(t) = a.leaves_at {
-                events.push((t.max(a.at), Kind::Leave, i));
-            }
-        }
-        events.sort();
+        let events = timeline(arrivals);
         let mut placed: Vec<Option<Placement>> = vec![None; arrivals.len()];
         let mut gone = vec![false; arrivals.len()];
         let mut pending: VecDeque<usize> = VecDeque::new();

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Arrival, Placer};
+use super::{Arrival, Kind, Placer};
 use crate::bandit::{ArmReport, ThompsonBandit};
 use crate::metrics::{FragmentationTracker, Reading, TargetWorkload};
 use crate::model::{Node, NodeId, Tier};
@@ -114,11 +114,6 @@ pub fn run_online(
     arrivals: &[Arrival],
     cfg: &OnlineConfig,
 ) -> OnlineReport {
-    #[derive(PartialEq, Eq, PartialOrd, Ord)]
-    enum Kind {
-        Leave,
-        Arrive,
-    }
     let model = TelemetryModel::new(cfg.telemetry, cfg.seed);
     let mut bandit = ThompsonBandit::new(cfg.weight_sets.clone(), cfg.seed ^ 0xBA4D17).ok();
     let mut s = Scheduler::new(nodes, cfg.sched);
@@ -128,14 +123,7 @@ pub fn run_online(
     zones.dedup();
     let mut r = OnlineReport { total_gpus: s.cluster().total_gpus(), ..OnlineReport::default() };
 
-    let mut events: Vec<(u64, Kind, usize)> = Vec::with_capacity(arrivals.len() * 2);
-    for (i, a) in arrivals.iter().enumerate() {
-        events.push((a.at, Kind::Arrive, i));
-        if let Some(t) = a.leaves_at {
-            events.push((t.max(a.at), Kind::Leave, i));
-        }
-    }
-    events.sort();
+    let events = super::timeline(arrivals);
     let interval = cfg.telemetry.interval_s.max(1);
     let mut next_tick = events.first().map_or(0, |e| e.0);
     let mut waits: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();

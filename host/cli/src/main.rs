@@ -57,6 +57,10 @@ enum Command {
         /// protocol; e.g. 0.05).
         #[arg(long, value_name = "MIGRATION_CAP", conflicts_with_all = ["online", "time_replay"])]
         reschedule: Option<f64>,
+        /// Also print the offline LP bound on GPU allocation for the pods
+        /// submitted: no placement, with or without migrations, does better.
+        #[arg(long, conflicts_with_all = ["online", "time_replay"])]
+        bound: bool,
         /// Built-in workload: submit until GPU demand is this × capacity.
         #[arg(long, default_value_t = 1.3)]
         inflate: f64,
@@ -212,6 +216,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             online,
             telemetry_interval,
             reschedule,
+            bound,
             inflate,
             tie_break,
             out,
@@ -232,6 +237,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 inflate,
                 tie_break,
                 reschedule,
+                bound,
             };
             if online {
                 if plot.is_some() {

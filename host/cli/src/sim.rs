@@ -63,6 +63,9 @@ pub struct SimOptions {
     /// Reschedule when a pod fits nowhere, migrating at most this share of
     /// placed pods (submissions protocol).
     pub reschedule: Option<f64>,
+    /// Also compute the offline LP bound on GPU allocation for the pods
+    /// submitted (submissions protocol).
+    pub bound: bool,
 }
 
 /// What `run.json` holds: inputs and the report (no timings, so equal
@@ -81,6 +84,10 @@ pub struct RunFile {
     pub protocol: &'static str,
     /// The report.
     pub report: RunReport,
+    /// Upper bound on GPU allocation for the pods submitted, %, from the
+    /// offline LP (`--bound`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bound_allocation_pct: Option<f64>,
 }
 
 /// A finished run.
@@ -269,6 +276,11 @@ pub fn trace_arrivals(rows: &[PodRow]) -> Vec<Arrival> {
 pub fn run_with(rt: &Runtime, opts: &SimOptions) -> Result<SimOutcome> {
     // Load every input before simulating anything.
     let Inputs { nodes, rows, submissions, workload, .. } = load_inputs(opts)?;
+    let bound = if opts.bound && !opts.time_replay {
+        Some(tessera_resched::gpu_allocation_bound(&nodes, &submissions).context("offline bound")?.allocation_pct)
+    } else {
+        None
+    };
     let mut doc = policy_document(&opts.policy, opts.seed)?;
     if let Some(t) = opts.tie_break {
         doc.tie_break = t;
@@ -300,6 +312,7 @@ pub fn run_with(rt: &Runtime, opts: &SimOptions) -> Result<SimOutcome> {
             pods: describe(&opts.pods),
             protocol: if opts.time_replay { "time-replay" } else { "submissions" },
             report,
+            bound_allocation_pct: bound,
         },
         nodes: n_nodes,
         wall_s,
@@ -330,6 +343,12 @@ pub fn summary(o: &SimOutcome) -> String {
     }
     rows.push(("GPU allocation (end)".into(), format!("{:.2}%", r.last.allocation)));
     rows.push(("unallocated GPUs (end)".into(), format!("{:.2}%", 100.0 - r.last.allocation)));
+    if let Some(b) = o.file.bound_allocation_pct {
+        rows.push((
+            "offline bound (LP)".into(),
+            format!("allocation ≤ {b:.2}%, unallocated ≥ {:.2}%", (100.0 - b).max(0.0)),
+        ));
+    }
     rows.push((
         "fragmentation (end)".into(),
         format!("{:.2}% of GPUs, {:.2}% of free", r.last.fragmentation, r.last.fragmentation_rate),

@@ -265,16 +265,29 @@ adaptive:\n  weight_sets: [[1, 1], [3, 1], [1, 3]]\n",
 fn sim_reschedule_migrates_within_its_cap() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run.json");
-    let (ok, stdout, err) =
-        tessera(&["sim", "--node-count", "30", "--seed", "3", "--reschedule", "0.05", "--out", out.to_str().unwrap()]);
+    let (ok, stdout, err) = tessera(&[
+        "sim",
+        "--node-count",
+        "30",
+        "--seed",
+        "3",
+        "--reschedule",
+        "0.05",
+        "--bound",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
     assert!(ok, "{stdout}\n{err}");
-    assert!(stdout.contains("migrations (pods rescued)"), "{stdout}");
+    assert!(stdout.contains("migrations (pods rescued)") && stdout.contains("offline bound (LP)"), "{stdout}");
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
     let r = &v["report"];
     let (migrations, rescued, placed) =
         (r["migrations"].as_u64().unwrap(), r["rescued"].as_u64().unwrap(), r["placed"].as_u64().unwrap());
     assert!(rescued > 0 && migrations >= rescued, "{r}");
     assert!(migrations as f64 <= 0.05 * placed as f64, "{migrations} migrations for {placed} placed");
+    let bound = v["bound_allocation_pct"].as_f64().unwrap();
+    let reached = r["last"]["allocation"].as_f64().unwrap();
+    assert!(bound + 1e-9 >= reached && bound <= 100.0 + 1e-9, "bound {bound} vs reached {reached}");
     let (ok, _, err) = tessera(&["sim", "--node-count", "10", "--online", "--reschedule", "0.05"]);
     assert!(!ok && err.contains("cannot be used with"), "{err}");
 }

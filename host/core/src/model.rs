@@ -129,6 +129,20 @@ pub enum Tier {
     Opportunistic,
 }
 
+impl Tier {
+    /// The tiers, least important first (index = [`Tier::rank`]).
+    pub const BY_RANK: [Tier; 3] = [Tier::Opportunistic, Tier::Soft, Tier::Hard];
+
+    /// Importance: opportunistic 0 < soft 1 < hard 2.
+    pub fn rank(self) -> u8 {
+        match self {
+            Tier::Opportunistic => 0,
+            Tier::Soft => 1,
+            Tier::Hard => 2,
+        }
+    }
+}
+
 /// A pod.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pod {

@@ -43,21 +43,12 @@ pub struct Preemption {
     pub work_lost: u64,
 }
 
-/// Higher is more important.
-fn tier_rank(t: Tier) -> u8 {
-    match t {
-        Tier::Opportunistic => 0,
-        Tier::Soft => 1,
-        Tier::Hard => 2,
-    }
-}
-
 /// Whether `preemptor` may evict `victim`.
 pub fn may_preempt(preemptor: &Pod, victim: &Pod) -> bool {
     if victim.tier == Tier::Hard {
         return false;
     }
-    let (p, v) = (tier_rank(preemptor.tier), tier_rank(victim.tier));
+    let (p, v) = (Tier::rank(preemptor.tier), Tier::rank(victim.tier));
     p > v || (p == v && preemptor.priority > victim.priority)
 }
 
@@ -164,7 +155,7 @@ pub fn plan(nodes: &[Node], running: &[Running<'_>], pod: &Pod, now: u64) -> Opt
         }
         let work = |i: usize| now.saturating_sub(running[i].started_at);
         let cost = |set: &[usize]| -> Cost {
-            let top_tier = set.iter().map(|&v| tier_rank(running[v].pod.tier)).max().unwrap_or(0);
+            let top_tier = set.iter().map(|&v| Tier::rank(running[v].pod.tier)).max().unwrap_or(0);
             (set.len(), top_tier, set.iter().map(|&v| work(v)).sum())
         };
         let mut chosen = if eligible.len() <= EXACT_LIMIT {
@@ -175,7 +166,7 @@ pub fn plan(nodes: &[Node], running: &[Running<'_>], pod: &Pod, now: u64) -> Opt
                 None => continue,
             }
         } else {
-            eligible.sort_by_key(|&i| (tier_rank(running[i].pod.tier), running[i].pod.priority, work(i), Reverse(i)));
+            eligible.sort_by_key(|&i| (Tier::rank(running[i].pod.tier), running[i].pod.priority, work(i), Reverse(i)));
             let mut chosen = Vec::new();
             for &v in &eligible {
                 chosen.push(v);

@@ -158,14 +158,6 @@ struct Entry {
     last_reason: Option<FilterReason>,
 }
 
-fn tier_rank(t: Tier) -> u8 {
-    match t {
-        Tier::Opportunistic => 0,
-        Tier::Soft => 1,
-        Tier::Hard => 2,
-    }
-}
-
 /// The loop over one cluster.
 #[derive(Debug)]
 pub struct Scheduler {
@@ -322,7 +314,7 @@ impl Scheduler {
     }
 
     fn forget_running(&mut self, pod: &Pod) {
-        let key = (tier_rank(pod.tier), pod.priority);
+        let key = (Tier::rank(pod.tier), pod.priority);
         if let Some(c) = self.running_keys.get_mut(&key) {
             *c -= 1;
             if *c == 0 {
@@ -383,7 +375,7 @@ impl Scheduler {
         let e = self.pods.get_mut(&id).expect("pod being bound");
         e.state = State::Running { placement, started_at: now, level };
         e.last_reason = None;
-        *self.running_keys.entry((tier_rank(e.pod.tier), e.pod.priority)).or_insert(0) += 1;
+        *self.running_keys.entry((Tier::rank(e.pod.tier), e.pod.priority)).or_insert(0) += 1;
         self.stats.bound += 1;
         now.saturating_sub(e.submitted_at)
     }
@@ -419,8 +411,7 @@ impl Scheduler {
         }
         // The least important running pod: if it cannot be preempted, none can.
         let (&(rank, priority), _) = self.running_keys.first_key_value()?;
-        let least =
-            Pod { tier: [Tier::Opportunistic, Tier::Soft, Tier::Hard][usize::from(rank)], priority, ..Pod::default() };
+        let least = Pod { tier: Tier::BY_RANK[usize::from(rank)], priority, ..Pod::default() };
         if !preempt::may_preempt(pod, &least) {
             return None;
         }

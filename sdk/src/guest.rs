@@ -72,6 +72,8 @@ fn node(n: st::Node) -> crate::NodeRecord {
             .into_iter()
             .map(|c| crate::WorkloadCount { workload: c.class, pods: c.pods })
             .collect(),
+        // Filled from `host.gpu-memory-used` by plugins that ask for it.
+        gpu_memory_used_mib: Vec::new(),
     }
 }
 
@@ -116,7 +118,13 @@ pub fn scorer_apply<S: Scorer>(state: &'static ScorerState<S>, deltas: Vec<st::N
     state.with_borrow_mut(|s| {
         let h = s.as_mut().ok_or(NOT_CONFIGURED)?;
         h.apply(deltas.into_iter().map(|d| match d {
-            st::NodeDelta::Upsert(n) => crate::NodeDelta::Upsert(node(n)),
+            st::NodeDelta::Upsert(n) => {
+                let mut rec = node(n);
+                if S::GPU_MEMORY {
+                    rec.gpu_memory_used_mib = scorer_bindings::tessera::policy::host::gpu_memory_used(rec.id);
+                }
+                crate::NodeDelta::Upsert(rec)
+            }
             st::NodeDelta::Remove(id) => crate::NodeDelta::Remove(id),
         }))
     })

@@ -73,6 +73,11 @@ pub trait Scorer: Sized + 'static {
     /// the GPU on the chosen node.
     const SUGGESTS_GPU: bool = false;
 
+    /// Whether the plugin reads GPU device memory in use
+    /// ([`NodeMeta::gpu_memory_used_mib`]); inside a component the SDK then
+    /// asks the host for it with every node record.
+    const GPU_MEMORY: bool = false;
+
     /// Builds the plugin from its configuration.
     fn new(config: Self::Config) -> Result<Self, String>;
 

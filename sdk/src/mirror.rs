@@ -15,6 +15,8 @@ pub struct NodeMeta {
     pub workloads: Vec<WorkloadCount>,
     /// Bound GPU pods per request class (`share-gpu`, `N-gpu`).
     pub gpu_classes: Vec<WorkloadCount>,
+    /// Device memory in use per GPU, MiB (empty if unknown).
+    pub gpu_memory_used_mib: Vec<u32>,
 }
 
 impl NodeMeta {
@@ -182,8 +184,13 @@ impl NodeTable {
         self.nodes[i] = Some(node);
         self.gpus[i] = gpus;
         let gpu_memory_mib = rec.gpus.first().map_or(0, |g| g.memory_mib);
-        self.meta[i] =
-            NodeMeta { name: rec.name, gpu_memory_mib, workloads: rec.workloads, gpu_classes: rec.gpu_classes };
+        self.meta[i] = NodeMeta {
+            name: rec.name,
+            gpu_memory_mib,
+            workloads: rec.workloads,
+            gpu_classes: rec.gpu_classes,
+            gpu_memory_used_mib: rec.gpu_memory_used_mib,
+        };
         Ok(())
     }
 

@@ -350,6 +350,11 @@ pub struct NodeRecord {
     /// Bound GPU pods per request class (`share-gpu`, `N-gpu`), with the
     /// class in the `workload` field.
     pub gpu_classes: Vec<WorkloadCount>,
+    /// Device memory in use per GPU, MiB (empty if unknown). Not in the
+    /// WIT record: inside a component the SDK fills it from
+    /// `host.gpu-memory-used` for plugins that set [`crate::Scorer::GPU_MEMORY`].
+    #[serde(default)]
+    pub gpu_memory_used_mib: Vec<u32>,
 }
 
 /// A change to the node mirror.

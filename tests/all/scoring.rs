@@ -216,3 +216,29 @@ fn hybrid_score_follows_the_hosts_carbon_intensity() {
     let d = p.decide(&gpu_pod(1), &[0, 1, 2]);
     assert_eq!(d.chosen, Some(2), "{:?}", d.outcomes[0].scores);
 }
+
+/// The gpu-aware component reads GPU device memory in use through the host
+/// (`gpu-memory-used`, with each node record) and steers a sharing pod away
+/// from a GPU whose memory is nearly full, and follows when that changes.
+#[test]
+fn gpu_aware_reads_device_memory_through_the_host() {
+    use tessera_plugins::GPU_AWARE;
+    let rt = runtime();
+    let mut nodes = cluster(1);
+    for g in &mut nodes[0].gpus {
+        g.memory_mib = 16_000;
+        g.util_permille = 500;
+    }
+    nodes[0].gpus[0].util_permille = 100; // the coolest GPU ...
+    nodes[0].gpus[0].memory_used_mib = 15_500; // ... is out of memory
+    let p = policy(vec![member(load(&rt, GPU_AWARE, "gpu-aware", "null"), 1.0)], &nodes);
+    let mut pod = gpu_pod(1);
+    pod.gpu_milli = 300;
+    let d = p.decide(&pod, &[0]);
+    assert!(d.errors.is_empty(), "{:?}", d.errors);
+    assert_ne!(d.gpu_hint, Some(0), "the memory-full GPU is not suggested: {d:?}");
+    // Memory frees up: the coolest GPU is preferred again.
+    nodes[0].gpus[0].memory_used_mib = 1_000;
+    p.upsert_nodes(&nodes);
+    assert_eq!(p.decide(&pod, &[0]).gpu_hint, Some(0));
+}

@@ -41,6 +41,7 @@ pub fn sdk_node(n: &Node) -> sdk::NodeRecord {
         ready: n.ready,
         workloads: n.workloads.iter().map(|(w, &pods)| sdk::WorkloadCount { workload: w.clone(), pods }).collect(),
         gpu_classes: n.gpu_classes.iter().map(|(c, &pods)| sdk::WorkloadCount { workload: c.clone(), pods }).collect(),
+        gpu_memory_used_mib: n.gpus.iter().map(|g| g.memory_used_mib).collect(),
     }
 }
 

@@ -43,6 +43,19 @@ pub enum GpuHealth {
     Failed,
 }
 
+/// Device memory of a GPU model, MiB, for the models whose size is public
+/// (0 = unknown, e.g. openb's anonymised `G2`/`G3`).
+pub fn device_memory_mib(model: &str) -> u32 {
+    match model {
+        "T4" | "P100" | "V100M16" => 16_384,
+        "A10" => 24_576,
+        "V100M32" => 32_768,
+        "A100" => 40_960,
+        "H100" | "A100-80GB" => 81_920,
+        _ => 0,
+    }
+}
+
 /// One GPU of a node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Gpu {
@@ -54,11 +67,14 @@ pub struct Gpu {
     pub health: GpuHealth,
     /// Utilisation, tenths of a percent.
     pub util_permille: u16,
+    /// Device memory in use, MiB, as telemetry reports it.
+    #[serde(default)]
+    pub memory_used_mib: u32,
 }
 
 impl Default for Gpu {
     fn default() -> Self {
-        Self { free_milli: GPU_MILLI, memory_mib: 0, health: GpuHealth::Healthy, util_permille: 0 }
+        Self { free_milli: GPU_MILLI, memory_mib: 0, health: GpuHealth::Healthy, util_permille: 0, memory_used_mib: 0 }
     }
 }
 
@@ -101,7 +117,7 @@ impl Node {
             gpu_model: model.into(),
             capacity,
             free: capacity,
-            gpus: vec![Gpu::default(); gpus],
+            gpus: vec![Gpu { memory_mib: device_memory_mib(model), ..Gpu::default() }; gpus],
             cpu_util_permille: 0,
             memory_util_permille: 0,
             ready: true,

@@ -18,15 +18,16 @@ pub const MAX_NORMALISED: f64 = 100.0;
 /// before it gets here.
 pub fn accumulate(totals: &mut [f64], values: &[i64], weight: f64) {
     assert_eq!(totals.len(), values.len(), "one score per candidate");
-    let (Some(&min), Some(&max)) = (values.iter().min(), values.iter().max()) else {
-        return;
-    };
+    let Some(&first) = values.first() else { return };
+    let (min, max) = values.iter().fold((first, first), |(lo, hi), &v| (lo.min(v), hi.max(v)));
     if min == max || weight == 0.0 {
         return;
     }
-    let span = (max as f64) - (min as f64);
+    // One multiplication per candidate (this runs for every plugin over
+    // every candidate); the order of candidates' scores is unchanged.
+    let scale = weight * MAX_NORMALISED / ((max as f64) - (min as f64));
     for (t, &v) in totals.iter_mut().zip(values) {
-        *t += weight * MAX_NORMALISED * ((v as f64) - (min as f64)) / span;
+        *t += scale * ((v as f64) - (min as f64));
     }
 }
 

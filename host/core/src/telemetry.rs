@@ -59,6 +59,8 @@ pub struct NodeSample {
     pub memory_util_permille: u16,
     /// Per GPU utilisation, ‰.
     pub gpu_util_permille: Vec<u16>,
+    /// Per GPU device memory in use, MiB.
+    pub gpu_memory_used_mib: Vec<u32>,
 }
 
 impl NodeSample {
@@ -72,8 +74,9 @@ impl NodeSample {
     pub fn apply(&self, n: &mut Node) {
         n.cpu_util_permille = self.cpu_util_permille;
         n.memory_util_permille = self.memory_util_permille;
-        for (g, &u) in n.gpus.iter_mut().zip(&self.gpu_util_permille) {
+        for ((g, &u), &m) in n.gpus.iter_mut().zip(&self.gpu_util_permille).zip(&self.gpu_memory_used_mib) {
             g.util_permille = u;
+            g.memory_used_mib = m;
         }
     }
 }
@@ -118,14 +121,18 @@ impl TelemetryModel {
     pub fn sample<'a>(&self, node: &Node, pods: impl Iterator<Item = (&'a Pod, Placement)>, t: u64) -> NodeSample {
         let (mut cpu, mut mem) = (0.0, 0.0);
         let mut gpu = vec![0.0f64; node.gpus.len()];
+        // A pod holds device memory in proportion to its share, more of it
+        // the busier it runs (activations, caches).
+        let mut gpu_mem = vec![0.0f64; node.gpus.len()];
         for (pod, placement) in pods {
             let u = f64::from(self.pod_util(pod, t)) / 1000.0;
             cpu += pod.requests.cpu_milli as f64 * u;
             mem += pod.requests.memory_mib as f64 * (0.7 + 0.3 * u);
             let share = f64::from(pod.gpu_milli.min(GPU_MILLI)) / f64::from(GPU_MILLI);
             for i in placement.gpus.indices() {
-                if let Some(g) = gpu.get_mut(i) {
+                if let (Some(g), Some(m), Some(dev)) = (gpu.get_mut(i), gpu_mem.get_mut(i), node.gpus.get(i)) {
                     *g += share * u;
+                    *m += share * f64::from(dev.memory_mib) * (0.6 + 0.4 * u);
                 }
             }
         }
@@ -134,6 +141,7 @@ impl TelemetryModel {
             cpu_util_permille: permille(cpu, node.capacity.cpu_milli),
             memory_util_permille: permille(mem, node.capacity.memory_mib),
             gpu_util_permille: gpu.iter().map(|&g| (1000.0 * g).min(1000.0) as u16).collect(),
+            gpu_memory_used_mib: gpu_mem.iter().zip(&node.gpus).map(|(&m, g)| (m as u32).min(g.memory_mib)).collect(),
         }
     }
 
@@ -202,6 +210,12 @@ mod tests {
         let both = m.sample(&node, [(&a, pa), (&b, Placement { node: 0, gpus: GpuSet(0b10) })].into_iter(), 0);
         assert_eq!(both.gpu_util_permille[1], m.pod_util(&b, 0));
         assert!(both.cpu_util_permille > s.cpu_util_permille);
+        // Device memory follows the share held and how busy the pod runs.
+        let mut big = Node::new(0, "n", Resources { cpu_milli: 32_000, memory_mib: 65_536 }, 2, "A100");
+        big.gpus.iter_mut().for_each(|g| g.memory_mib = 40_000);
+        let half = Pod { gpu_milli: 500, ..a.clone() };
+        let m = m.sample(&big, [(&half, pa)].into_iter(), 0).gpu_memory_used_mib;
+        assert!((12_000..=20_000).contains(&m[0]) && m[1] == 0, "{m:?}");
         assert_eq!(
             both.hottest([1].into_iter()),
             both.cpu_util_permille.max(both.memory_util_permille).max(both.gpu_util_permille[1])

@@ -30,6 +30,9 @@ pub struct NodeFeed {
     log_start: u64,
     generation: u64,
     zones: std::sync::Arc<ZoneSignals>,
+    /// Device memory in use per GPU, by node id (telemetry beside the
+    /// record; offered through `host.gpu-memory-used`).
+    gpu_memory_used: Vec<Vec<u32>>,
 }
 
 impl Default for NodeFeed {
@@ -50,6 +53,7 @@ impl NodeFeed {
             log_start: 0,
             generation: 0,
             zones: std::sync::Arc::default(),
+            gpu_memory_used: Vec::new(),
         }
     }
 
@@ -84,6 +88,11 @@ impl NodeFeed {
         z.carbon.insert(zone.to_string(), g_per_kwh);
     }
 
+    /// Device memory in use per GPU of node `id`, MiB (empty if unknown).
+    pub fn gpu_memory_used(&self, id: NodeId) -> &[u32] {
+        self.gpu_memory_used.get(id as usize).map_or(&[], Vec::as_slice)
+    }
+
     /// The zone signals now.
     pub fn zones(&self) -> &std::sync::Arc<ZoneSignals> {
         &self.zones
@@ -99,6 +108,10 @@ impl NodeFeed {
             self.present += 1;
         }
         self.nodes[i] = Some(to_wit_node(node));
+        if self.gpu_memory_used.len() <= i {
+            self.gpu_memory_used.resize_with(i + 1, Vec::new);
+        }
+        self.gpu_memory_used[i] = node.gpus.iter().map(|g| g.memory_used_mib).collect();
         self.record(node.id);
     }
 

@@ -57,6 +57,9 @@ pub(crate) struct HostState {
     stderr: Option<MemoryOutputPipe>,
     /// Zone signals as of the instance's last sync with its feed.
     pub(crate) zones: Arc<crate::feed::ZoneSignals>,
+    /// Device memory in use per GPU of the nodes in the deltas being
+    /// applied, by node id.
+    pub(crate) gpu_memory: std::collections::HashMap<u32, Vec<u32>>,
 }
 
 /// A clock that never moves: plugins are not granted time by default.
@@ -113,6 +116,7 @@ impl HostState {
             log_budget: LOG_LINES_PER_INSTANCE,
             stderr,
             zones: Arc::default(),
+            gpu_memory: std::collections::HashMap::new(),
         }
     }
 
@@ -174,5 +178,9 @@ impl host_iface::Host for HostState {
 
     fn zone_carbon_intensity(&mut self, zone: String) -> Option<u32> {
         self.zones.carbon.get(&zone).copied()
+    }
+
+    fn gpu_memory_used(&mut self, node: u32) -> Vec<u32> {
+        self.gpu_memory.get(&node).cloned().unwrap_or_default()
     }
 }

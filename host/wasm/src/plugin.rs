@@ -268,7 +268,18 @@ impl PluginVersion {
             if inst.feed.is_some() && feed.generation() == inst.synced {
                 return Ok(());
             }
-            (feed.deltas_since(inst.synced), feed.generation(), feed.id())
+            let deltas = feed.deltas_since(inst.synced);
+            let memory = &mut inst.store.data_mut().gpu_memory;
+            memory.clear();
+            for d in &deltas {
+                if let wit::NodeDelta::Upsert(n) = d {
+                    let used = feed.gpu_memory_used(n.id);
+                    if !used.is_empty() {
+                        memory.insert(n.id, used.to_vec());
+                    }
+                }
+            }
+            (deltas, feed.generation(), feed.id())
         };
         let Bound::Scorer(b) = &inst.bound else {
             return Ok(());

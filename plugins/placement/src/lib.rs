@@ -1,8 +1,9 @@
 //! Telemetry-aware placement scorers. Each is exported as its own
 //! component by `plugins/<name>`; the logic lives here, tested natively.
 //!
-//! - [`GpuAware`]: place on healthy, cool GPUs; degraded GPUs are avoided
-//!   (soft: a penalty; hard: a filter) and failed ones never fit.
+//! - [`GpuAware`]: place on healthy, cool GPUs with device memory to
+//!   spare; degraded GPUs are avoided (soft: a penalty; hard: a filter) and
+//!   failed ones never fit.
 //! - [`LoadAware`]: place by measured utilisation (CPU, memory, GPU), not
 //!   by requests, so hot nodes cool down.
 //! - [`HybridScore`]: resource efficiency, SLA-violation risk and zone
@@ -34,18 +35,25 @@ pub struct GpuAwareConfig {
     pub degraded: Avoid,
     /// Score lost for using a degraded GPU (soft mode), out of 1000.
     pub degraded_penalty: i64,
+    /// A GPU whose device memory is at least this full (‰) is preferred
+    /// after every other healthy GPU that fits.
+    pub memory_high_permille: u16,
+    /// Score lost at full device memory, out of 1000 (in proportion to the
+    /// chosen GPUs' mean memory use).
+    pub memory_penalty: i64,
 }
 
 impl Default for GpuAwareConfig {
     fn default() -> Self {
-        Self { degraded: Avoid::Soft, degraded_penalty: 500 }
+        Self { degraded: Avoid::Soft, degraded_penalty: 500, memory_high_permille: 900, memory_penalty: 300 }
     }
 }
 
 /// **gpu-aware**: for a GPU pod, the GPUs it would use are the fitting ones
-/// that are healthy first, then coolest (lowest utilisation), then least
-/// free (best fit); the node scores `1000 − their mean utilisation (‰)`,
-/// minus the penalty if one of them is degraded. The GPU suggested for a
+/// that are healthy first, then not short of device memory, then coolest
+/// (lowest utilisation), then least free (best fit); the node scores
+/// `1000 − their mean utilisation (‰)`, minus the penalty if one of them is
+/// degraded, minus `memory_penalty × their mean device memory use`. The GPU suggested for a
 /// sharing pod is the first of them. CPU-only pods score 0 everywhere.
 #[derive(Debug, Clone)]
 pub struct GpuAware {
@@ -53,13 +61,21 @@ pub struct GpuAware {
     /// Per node id: its GPU indices in preference order, kept as nodes
     /// change, so picking is a short scan for the first GPUs that fit.
     order: Vec<([u8; MAX_GPUS], u8)>,
+    /// Per node id: device memory in use per GPU, ‰ of its memory.
+    memory: Vec<[u16; MAX_GPUS]>,
 }
 
 impl GpuAware {
-    /// Preference key of a GPU: healthy first, then coolest, then least
-    /// free (best fit), then lowest index.
-    fn key(g: &Gpu) -> (bool, u16, u16, u8) {
-        (g.health != GpuHealth::Healthy, g.util_permille, g.free_milli, g.index)
+    /// Preference key of a GPU: healthy first, then not short of device
+    /// memory, then coolest, then least free (best fit), then lowest index.
+    fn key(&self, g: &Gpu, memory_permille: u16) -> (bool, bool, u16, u16, u8) {
+        (
+            g.health != GpuHealth::Healthy,
+            memory_permille >= self.cfg.memory_high_permille,
+            g.util_permille,
+            g.free_milli,
+            g.index,
+        )
     }
 
     /// The GPUs the pod would use on `node`, in preference order, in a
@@ -72,7 +88,7 @@ impl GpuAware {
         let order = match self.order.get(node.id() as usize) {
             Some((order, len)) if usize::from(*len) == gpus.len() => &order[..gpus.len()],
             // Not seen through on_node (cannot happen in the harness): sort now.
-            _ => return Self::pick_sorted(pod, node),
+            _ => return self.pick_sorted(pod, node),
         };
         for &i in order {
             let g = &gpus[usize::from(i)];
@@ -87,7 +103,7 @@ impl GpuAware {
         (chosen, n)
     }
 
-    fn pick_sorted<'a>(pod: &Pod, node: &'a Node<'_>) -> ([Option<&'a Gpu>; MAX_GPUS], usize) {
+    fn pick_sorted<'a>(&self, pod: &Pod, node: &'a Node<'_>) -> ([Option<&'a Gpu>; MAX_GPUS], usize) {
         let need = pod.gpu_milli.min(1000);
         let mut chosen: [Option<&Gpu>; MAX_GPUS] = [None; MAX_GPUS];
         let mut n = 0;
@@ -95,7 +111,8 @@ impl GpuAware {
             chosen[n] = Some(g);
             n += 1;
         }
-        chosen[..n].sort_unstable_by_key(|g| g.map(Self::key));
+        let memory = self.memory.get(node.id() as usize).copied().unwrap_or([0; MAX_GPUS]);
+        chosen[..n].sort_unstable_by_key(|g| g.map(|g| self.key(g, memory[usize::from(g.index)])));
         (chosen, n.min(pod.gpu_count as usize))
     }
 }
@@ -107,12 +124,16 @@ impl Scorer for GpuAware {
     const DESCRIPTION: &'static str = "healthy, cool GPUs first; degraded GPUs avoided";
     const FILTER_REASONS: &'static [&'static str] = &["SCHED-GPU-DEGRADED"];
     const SUGGESTS_GPU: bool = true;
+    const GPU_MEMORY: bool = true;
 
     fn new(cfg: GpuAwareConfig) -> Result<Self, String> {
-        if !(0..=1000).contains(&cfg.degraded_penalty) {
-            return Err("gpu-aware: degraded_penalty must be within 0..=1000".into());
+        if !(0..=1000).contains(&cfg.degraded_penalty) || !(0..=1000).contains(&cfg.memory_penalty) {
+            return Err("gpu-aware: degraded_penalty and memory_penalty must be within 0..=1000".into());
         }
-        Ok(Self { cfg, order: Vec::new() })
+        if cfg.memory_high_permille > 1000 {
+            return Err("gpu-aware: memory_high_permille must be within 0..=1000".into());
+        }
+        Ok(Self { cfg, order: Vec::new(), memory: Vec::new() })
     }
 
     fn on_node(&mut self, node: &Node<'_>) {
@@ -121,15 +142,25 @@ impl Scorer for GpuAware {
         // breaks ties, so this order stays right for every request size:
         // among the GPUs that fit, the first in this order is the best.
         let gpus = node.gpus();
+        let mut memory = [0u16; MAX_GPUS];
+        if let Some(meta) = node.meta()
+            && meta.gpu_memory_mib > 0
+        {
+            for (m, &used) in memory.iter_mut().zip(&meta.gpu_memory_used_mib) {
+                *m = (u64::from(used) * 1000 / u64::from(meta.gpu_memory_mib)).min(1000) as u16;
+            }
+        }
         let mut idx: Vec<u8> = (0..gpus.len() as u8).collect();
-        idx.sort_unstable_by_key(|&i| Self::key(&gpus[usize::from(i)]));
+        idx.sort_unstable_by_key(|&i| self.key(&gpus[usize::from(i)], memory[usize::from(i)]));
         let mut order = [0u8; MAX_GPUS];
         order[..idx.len()].copy_from_slice(&idx);
         let i = node.id() as usize;
         if i >= self.order.len() {
             self.order.resize(i + 1, ([0; MAX_GPUS], 0));
+            self.memory.resize(i + 1, [0; MAX_GPUS]);
         }
         self.order[i] = (order, idx.len() as u8);
+        self.memory[i] = memory;
     }
 
     fn filter(&self, pod: &Pod, node: &Node<'_>) -> Result<(), u8> {
@@ -156,7 +187,14 @@ impl Scorer for GpuAware {
         let chosen = picked[..n].iter().flatten();
         let util: i64 = chosen.clone().map(|g| i64::from(g.util_permille.min(1000))).sum::<i64>() / n as i64;
         let degraded = chosen.clone().any(|g| g.health == GpuHealth::Degraded);
-        let value = 1000 - util - if degraded { self.cfg.degraded_penalty } else { 0 };
+        let memory = self
+            .memory
+            .get(node.id() as usize)
+            .map_or(0, |m| chosen.clone().map(|g| i64::from(m[usize::from(g.index)])).sum::<i64>() / n as i64);
+        let value = 1000
+            - util
+            - if degraded { self.cfg.degraded_penalty } else { 0 }
+            - self.cfg.memory_penalty * memory / 1000;
         match picked[0] {
             Some(first) if pod.is_gpu_sharing() => Score::with_gpu(value, first.index),
             _ => Score::new(value),
@@ -268,6 +306,28 @@ mod tests {
         assert_eq!(hints, [1, 1, 0]);
         h.score(&pod(2, 1000), &[0, 1], &mut v, &mut hints).unwrap();
         assert_eq!(v, [500, 1000 - 175 - 500], "two GPUs: mean utilisation, degraded penalty");
+    }
+
+    #[test]
+    fn gpu_aware_avoids_gpus_short_of_device_memory() {
+        let mut h = ScorerHarness::<GpuAware>::new("").unwrap();
+        let with_memory = |id, used: &[u32]| {
+            let NodeDelta::Upsert(mut rec) = node(id, 0, &[(1000, 100, Healthy), (1000, 200, Healthy)]) else {
+                unreachable!()
+            };
+            rec.gpus.iter_mut().for_each(|g| g.memory_mib = 16_000);
+            rec.gpu_memory_used_mib = used.to_vec();
+            NodeDelta::Upsert(rec)
+        };
+        // Node 0: GPU 0 is cooler but its memory is 95% used: GPU 1 is chosen.
+        // Node 1: no memory reported: GPU 0, as before.
+        h.apply([with_memory(0, &[15_200, 4_000]), with_memory(1, &[])]).unwrap();
+        let (mut v, mut hints) = (Vec::new(), Vec::new());
+        h.score(&pod(1, 300), &[0, 1], &mut v, &mut hints).unwrap();
+        assert_eq!(hints, [1, 0]);
+        // Node 0: 1000 - 200 - 300 × 250‰; node 1: 1000 - 100.
+        assert_eq!(v, [1000 - 200 - 75, 900]);
+        assert!(ScorerHarness::<GpuAware>::new(r#"{"memory_penalty": 1001}"#).is_err());
     }
 
     #[test]

@@ -82,6 +82,10 @@ fn spread_hard_mode_filters_with_its_reason_code() {
     assert_eq!(d.feasible, [1, 2]);
     assert_eq!(d.rejections.len(), 1);
     assert_eq!((d.rejections[0].node, d.rejections[0].reason.as_str()), (0, "SCHED-ZONE-SPREAD"));
+    // Offered only node 0, the pod is refused with that code, not placed.
+    let mut p = p;
+    let choice = tessera_core::sim::Placer::place(&mut p, &pod, &[0]);
+    assert_eq!((choice.node, choice.filtered.as_deref()), (None, Some("SCHED-ZONE-SPREAD")));
 }
 
 #[test]

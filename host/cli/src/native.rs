@@ -68,6 +68,8 @@ pub fn sdk_pod(p: &Pod) -> sdk::Pod {
 pub trait NativeScorer: Send {
     /// Whether its filter can reject (it declares reason codes).
     fn filters(&self) -> bool;
+    /// Its filter's reason codes (verdict `k` is `reasons()[k - 1]`).
+    fn reasons(&self) -> &'static [&'static str];
     /// Applies node deltas.
     fn apply(&mut self, nodes: &[Node]) -> Result<(), String>;
     /// Sets a zone's carbon intensity, as the host function reports it.
@@ -87,6 +89,9 @@ pub trait NativeScorer: Send {
 impl<S: sdk::Scorer + Send> NativeScorer for sdk::ScorerHarness<S> {
     fn filters(&self) -> bool {
         !S::FILTER_REASONS.is_empty()
+    }
+    fn reasons(&self) -> &'static [&'static str] {
+        S::FILTER_REASONS
     }
     fn set_zone_carbon(&mut self, zone: &str, g_per_kwh: u32) {
         // Only fails past 65535 distinct names, which the Wasm side would
@@ -214,10 +219,16 @@ impl tessera_core::sim::Placer for NativePolicy {
         self.each(|m| {
             m.answered = m.scorer.filters() && m.scorer.filter(&p, candidates, &mut m.verdicts).is_ok();
         });
+        // As the Wasm policy does: a candidate's reason is that of the
+        // first plugin, in policy order, that rejects it.
         let mut ok = vec![true; candidates.len()];
+        let mut reasons: Vec<&str> = Vec::new();
         for m in self.members.iter().filter(|m| m.answered) {
             for (o, &v) in ok.iter_mut().zip(&m.verdicts) {
-                *o &= v == 0;
+                if v != 0 && *o {
+                    *o = false;
+                    reasons.push(m.scorer.reasons().get(usize::from(v) - 1).copied().unwrap_or(""));
+                }
             }
         }
         let feasible: Vec<u32> = candidates.iter().zip(&ok).filter(|(_, o)| **o).map(|(c, _)| *c).collect();
@@ -238,6 +249,7 @@ impl tessera_core::sim::Placer for NativePolicy {
             gpu_hint: chosen.and_then(|i| hint.and_then(|(_, h)| h.get(i).copied())).filter(|&g| g != u8::MAX),
             plugin_errors: 0,
             deadline_hit: false,
+            filtered: if feasible.is_empty() { tessera_core::score::most_common(reasons.into_iter()) } else { None },
         }
     }
 }

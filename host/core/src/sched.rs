@@ -88,6 +88,26 @@ pub enum SchedError {
     Duplicate(PodId),
 }
 
+/// Why a pod could not be placed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Why {
+    /// The host's hard filter rejected every node, mostly for this reason.
+    Filter(FilterReason),
+    /// A plugin's filter rejected every node the host allowed, mostly with
+    /// this reason code (e.g. `SCHED-ZONE-SPREAD`).
+    Plugin(String),
+}
+
+impl Why {
+    /// The stable reason code.
+    pub fn code(&self) -> &str {
+        match self {
+            Why::Filter(r) => r.code(),
+            Why::Plugin(code) => code,
+        }
+    }
+}
+
 /// What happened to a pod in a pass of [`Scheduler::schedule`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Event {
@@ -118,7 +138,7 @@ pub enum Event {
         /// Pod.
         pod: PodId,
         /// The most common rejection over all nodes.
-        reason: FilterReason,
+        reason: Why,
     },
 }
 
@@ -155,7 +175,7 @@ struct Entry {
     pod: Pod,
     state: State,
     submitted_at: u64,
-    last_reason: Option<FilterReason>,
+    last_reason: Option<Why>,
 }
 
 /// The loop over one cluster.
@@ -217,11 +237,11 @@ impl Scheduler {
 
     /// Pods waiting (queued or parked) with the reason of their last
     /// failure, if they failed.
-    pub fn waiting(&self) -> impl Iterator<Item = (PodId, &Pod, Option<FilterReason>)> {
+    pub fn waiting(&self) -> impl Iterator<Item = (PodId, &Pod, Option<&Why>)> {
         self.pods
             .iter()
             .filter(|(_, e)| !matches!(e.state, State::Running { .. }))
-            .map(|(&id, e)| (id, &e.pod, e.last_reason))
+            .map(|(&id, e)| (id, &e.pod, e.last_reason.as_ref()))
     }
 
     /// Running pods and where.
@@ -354,7 +374,13 @@ impl Scheduler {
                     events.push(Event::Bound { pod: id, placement, waited, candidates });
                 }
                 Err(reason) => {
-                    if let Some(ev) = self.try_preempt(id, &pod, placer, now, p.level) {
+                    // Preemption frees capacity: it helps only against the
+                    // host's filter, not a plugin's rule.
+                    let preempted = match reason {
+                        Why::Filter(_) => self.try_preempt(id, &pod, placer, now, p.level),
+                        Why::Plugin(_) => None,
+                    };
+                    if let Some(ev) = preempted {
                         events.push(ev);
                         continue;
                     }
@@ -362,7 +388,7 @@ impl Scheduler {
                     let level = (p.level + 1).min(self.cfg.queue.levels.max(1) - 1);
                     let e = self.pods.get_mut(&id).expect("entry just read");
                     e.state = State::Parked { level, since: now };
-                    e.last_reason = Some(reason);
+                    e.last_reason = Some(reason.clone());
                     self.parked.insert(id);
                     events.push(Event::Unschedulable { pod: id, reason });
                 }
@@ -382,19 +408,24 @@ impl Scheduler {
 
     /// Hard filter (sampled), placer, bind. `Err`: the most common
     /// rejection reason.
-    fn try_place(&mut self, pod: &Pod, placer: &mut impl Placer) -> Result<(Placement, usize), FilterReason> {
+    fn try_place(&mut self, pod: &Pod, placer: &mut impl Placer) -> Result<(Placement, usize), Why> {
         let mut rejected = [0u32; 5];
         let want = self.cfg.sampling.nodes_to_find(self.cluster.nodes().len());
         self.next_start = self.cluster.feasible_from(pod, self.next_start, want, &mut self.candidates, &mut rejected);
         if self.candidates.is_empty() {
             let (i, _) =
                 rejected.iter().enumerate().max_by_key(|&(i, c)| (*c, std::cmp::Reverse(i))).unwrap_or((0, &0));
-            return Err(FilterReason::ALL[i]);
+            return Err(Why::Filter(FilterReason::ALL[i]));
         }
         let choice = placer.place(pod, &self.candidates);
         self.stats.plugin_errors += u64::from(choice.plugin_errors);
         self.stats.deadline_hits += u64::from(choice.deadline_hit);
         self.stats.nodes_scored += self.candidates.len() as u64;
+        if choice.node.is_none()
+            && let Some(code) = choice.filtered
+        {
+            return Err(Why::Plugin(code));
+        }
         // A placer that answers nothing, or a node outside the candidates,
         // falls back to the first candidate: the hard filter stays in charge.
         let node = choice.node.filter(|n| self.candidates.binary_search(n).is_ok()).unwrap_or(self.candidates[0]);

@@ -31,6 +31,16 @@ pub fn accumulate(totals: &mut [f64], values: &[i64], weight: f64) {
     }
 }
 
+/// The most frequent of `codes` (ties: the first in sorted order), e.g. the
+/// reason code to report when every candidate was rejected.
+pub fn most_common<'a>(codes: impl Iterator<Item = &'a str>) -> Option<String> {
+    let mut counts: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    for c in codes {
+        *counts.entry(c).or_insert(0) += 1;
+    }
+    counts.iter().max_by_key(|(c, n)| (**n, std::cmp::Reverse(**c))).map(|(c, _)| (*c).to_string())
+}
+
 /// How equal totals are decided.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]

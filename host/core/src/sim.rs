@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::cluster::{Cluster, FilterReason, Placement, choose_gpus};
 use crate::metrics::{FragmentationTracker, Reading, TargetWorkload};
 use crate::model::{GPU_MILLI, Node, NodeId, Pod, Tier};
+use crate::sched::Why;
 
 /// Makes placement decisions.
 pub trait Placer {
@@ -59,6 +60,10 @@ pub struct Choice {
     pub plugin_errors: u32,
     /// The decision ran out of time and used the scores gathered so far.
     pub deadline_hit: bool,
+    /// No node chosen because a plugin's filter rejected every candidate:
+    /// the most common reason code (e.g. `SCHED-ZONE-SPREAD`). The pod is
+    /// then not placed: a plugin's hard rule holds like the host's.
+    pub filtered: Option<String>,
 }
 
 /// How pods arrive.
@@ -350,13 +355,13 @@ impl<'p, P: Placer> Simulator<'p, P> {
     }
 
     /// Tries to place one pod now; `Err` carries the main rejection reason.
-    fn try_place(&mut self, pod: &Pod) -> Result<Placement, FilterReason> {
+    fn try_place(&mut self, pod: &Pod) -> Result<Placement, Why> {
         let mut rejected = [0u32; 5];
         self.cluster.feasible(pod, &mut self.candidates, &mut rejected);
         let main_reason = || {
             let (i, _) =
                 rejected.iter().enumerate().max_by_key(|&(i, c)| (*c, std::cmp::Reverse(i))).unwrap_or((0, &0));
-            FilterReason::ALL[i]
+            Why::Filter(FilterReason::ALL[i])
         };
         if self.candidates.is_empty() {
             return Err(main_reason());
@@ -364,6 +369,11 @@ impl<'p, P: Placer> Simulator<'p, P> {
         let d = self.placer.place(pod, &self.candidates);
         self.report.plugin_errors += u64::from(d.plugin_errors);
         self.report.deadline_hits += u64::from(d.deadline_hit);
+        if d.node.is_none()
+            && let Some(code) = d.filtered
+        {
+            return Err(Why::Plugin(code));
+        }
         // A placer that answers nothing, or a node outside the candidates,
         // falls back to the first candidate: the hard filter stays in charge.
         let node = d.node.filter(|n| self.candidates.binary_search(n).is_ok()).unwrap_or(self.candidates[0]);
@@ -382,7 +392,7 @@ impl<'p, P: Placer> Simulator<'p, P> {
         self.placer.nodes_changed(&[n]);
     }
 
-    fn fail(&mut self, reason: FilterReason) {
+    fn fail(&mut self, reason: Why) {
         self.report.failed += 1;
         *self.report.failures_by_reason.entry(reason.code().to_string()).or_insert(0) += 1;
     }
@@ -393,7 +403,8 @@ impl<'p, P: Placer> Simulator<'p, P> {
             self.report.submitted += 1;
             self.recorder.arrive(pod);
             let placed = match self.try_place(pod) {
-                Err(_) if self.reschedule_for(pod) => {
+                // Room made by migration answers the host's filter only.
+                Err(Why::Filter(_)) if self.reschedule_for(pod) => {
                     let p = self.try_place(pod);
                     self.report.rescued += u64::from(p.is_ok());
                     p

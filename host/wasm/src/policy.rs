@@ -334,6 +334,11 @@ impl tessera_core::sim::Placer for Policy {
             gpu_hint: d.gpu_hint,
             plugin_errors: d.errors.len() as u32,
             deadline_hit: d.deadline_hit,
+            filtered: if d.feasible.is_empty() {
+                score::most_common(d.rejections.iter().map(|r| r.reason.as_str()))
+            } else {
+                None
+            },
         }
     }
 }

@@ -83,7 +83,7 @@ fn hard_tier_gpus_are_exclusive() {
     assert!(matches!(events[0], Event::Bound { pod: 1, .. }), "{events:?}");
     assert_eq!(
         events[1],
-        Event::Unschedulable { pod: 2, reason: FilterReason::GpuInsufficient },
+        Event::Unschedulable { pod: 2, reason: Why::Filter(FilterReason::GpuInsufficient) },
         "the hard pod's GPU is not shared, and a soft pod cannot preempt a hard one"
     );
     assert_eq!(s.cluster().nodes()[0].gpus[0].free_milli, 0);
@@ -109,18 +109,19 @@ fn preemption_evicts_the_cheapest_and_requeues_victims_one_level_down() {
     assert_eq!(victims, &[4]);
     assert_eq!(placement.node, 1);
     // The victim was queued one level down, tried in the same pass, and parked.
-    assert_eq!(events[1], Event::Unschedulable { pod: 4, reason: FilterReason::GpuInsufficient });
+    assert_eq!(events[1], Event::Unschedulable { pod: 4, reason: Why::Filter(FilterReason::GpuInsufficient) });
     assert_eq!((s.stats().preemptions, s.stats().evicted), (1, 1));
     // A batch pod never preempts a soft one, nor its equal.
     s.submit(6, pod("batch-d", Tier::Opportunistic, 0, 1, 1000), 30).unwrap();
     let events = s.schedule(&mut p, 30);
-    assert_eq!(events, [Event::Unschedulable { pod: 6, reason: FilterReason::GpuInsufficient }]);
+    assert_eq!(events, [Event::Unschedulable { pod: 6, reason: Why::Filter(FilterReason::GpuInsufficient) }]);
     // Capacity frees: the parked pods come back; batch-c, evicted and then
     // failed, sits two levels down, below batch-d (failed once).
     s.remove(1);
     let events = s.schedule(&mut p, 40);
     assert!(matches!(events[0], Event::Bound { pod: 6, .. }), "{events:?}");
-    assert_eq!(s.waiting().map(|(id, _, r)| (id, r)).collect::<Vec<_>>(), [(4, Some(FilterReason::GpuInsufficient))]);
+    let waiting: Vec<_> = s.waiting().map(|(id, _, r)| (id, r.cloned())).collect();
+    assert_eq!(waiting, [(4, Some(Why::Filter(FilterReason::GpuInsufficient)))]);
 }
 
 #[test]
@@ -138,7 +139,7 @@ fn preemption_never_bends_a_hard_constraint() {
     want.allowed_models = vec!["A100".into()];
     s.submit(3, want, 1).unwrap();
     let events = s.schedule(&mut p, 1);
-    assert_eq!(events, [Event::Unschedulable { pod: 3, reason: FilterReason::ModelMismatch }]);
+    assert_eq!(events, [Event::Unschedulable { pod: 3, reason: Why::Filter(FilterReason::ModelMismatch) }]);
     assert_eq!(s.stats().evicted, 0);
 }
 
@@ -154,7 +155,7 @@ fn a_pod_that_can_never_fit_gets_a_reason_code() {
     fat.requests.cpu_milli = 64_000;
     s.submit(3, fat, 0).unwrap();
     s.schedule(&mut p, 0);
-    let reasons: Vec<_> = s.waiting().map(|(id, _, r)| (id, r.map(FilterReason::code))).collect();
+    let reasons: Vec<_> = s.waiting().map(|(id, _, r)| (id, r.map(Why::code))).collect();
     assert_eq!(
         reasons,
         [(1, Some("SCHED-GPU-INSUFFICIENT")), (2, Some("SCHED-MODEL-MISMATCH")), (3, Some("SCHED-CPU-INSUFFICIENT"))]
@@ -193,4 +194,24 @@ fn removed_pods_are_skipped_and_ids_are_unique() {
     assert!(s.remove(1).is_some());
     assert!(s.schedule(&mut p, 2).is_empty());
     assert_eq!(p.decisions, 0);
+}
+
+/// A placer whose plugin filter rejects every candidate.
+struct RejectsAll;
+
+impl Placer for RejectsAll {
+    fn nodes_changed(&mut self, _nodes: &[&Node]) {}
+    fn place(&mut self, _pod: &Pod, _candidates: &[NodeId]) -> Choice {
+        Choice { filtered: Some("SCHED-ZONE-SPREAD".into()), ..Choice::default() }
+    }
+}
+
+#[test]
+fn a_plugin_filter_rejecting_every_node_keeps_the_pod_out_with_its_code() {
+    let mut s = Scheduler::new(nodes(2, 2), SchedConfig::default());
+    s.submit(1, pod("p", Tier::Soft, 0, 1, 1000), 0).unwrap();
+    let events = s.schedule(&mut RejectsAll, 0);
+    assert_eq!(events, [Event::Unschedulable { pod: 1, reason: Why::Plugin("SCHED-ZONE-SPREAD".into()) }]);
+    assert_eq!(s.running().count(), 0, "not placed on the first candidate anyway");
+    assert_eq!(s.stats().unschedulable["SCHED-ZONE-SPREAD"], 1);
 }

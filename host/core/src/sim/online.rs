@@ -14,7 +14,7 @@ use super::{Arrival, Kind, Placer};
 use crate::bandit::{ArmReport, ThompsonBandit};
 use crate::metrics::{FragmentationTracker, Reading, TargetWorkload};
 use crate::model::{Node, NodeId, Tier};
-use crate::sched::{Event, SchedConfig, Scheduler};
+use crate::sched::{Event, SchedConfig, Scheduler, Why};
 use crate::telemetry::{TelemetryConfig, TelemetryModel};
 
 /// Settings of an online run.
@@ -250,7 +250,7 @@ pub fn run_online(
     let decisions = st.bound.saturating_sub(st.preemptions).max(1);
     r.nodes_scored_per_decision = st.nodes_scored as f64 / decisions as f64;
     for (_, _, reason) in s.waiting() {
-        *r.waiting_by_reason.entry(reason.map_or("", |x| x.code()).to_string()).or_insert(0) += 1;
+        *r.waiting_by_reason.entry(reason.map_or("", Why::code).to_string()).or_insert(0) += 1;
     }
     for (tier, mut w) in waits {
         w.sort_unstable();

@@ -21,11 +21,17 @@ impl Placer for Tightest<'_> {
 
     fn place(&mut self, _pod: &Pod, candidates: &[NodeId]) -> Choice {
         if self.answer_garbage {
-            return Choice { node: Some(999), gpu_hint: Some(200), plugin_errors: 1, deadline_hit: false };
+            return Choice {
+                node: Some(999),
+                gpu_hint: Some(200),
+                plugin_errors: 1,
+                deadline_hit: false,
+                filtered: None,
+            };
         }
         let node =
             candidates.iter().copied().min_by_key(|&c| (crate::metrics::free_gpu_milli(&self.nodes[c as usize]), c));
-        Choice { node, gpu_hint: None, plugin_errors: 0, deadline_hit: false }
+        Choice { node, gpu_hint: None, plugin_errors: 0, deadline_hit: false, filtered: None }
     }
 }
 

@@ -14,6 +14,7 @@ const PLUGINS: &[(&str, &str, &str)] = &[
     ("tessera-plugin-binpack", "tessera_plugin_binpack", "BINPACK"),
     ("tessera-plugin-topology-spread", "tessera_plugin_topology_spread", "TOPOLOGY_SPREAD"),
     ("tessera-plugin-overload", "tessera_plugin_overload", "OVERLOAD"),
+    ("tessera-plugin-rebalance", "tessera_plugin_rebalance", "REBALANCE"),
     ("tessera-plugin-hostile", "tessera_plugin_hostile", "HOSTILE"),
     ("tessera-plugin-not-a-policy", "not-a-policy", "NOT_A_POLICY"),
     ("tessera-plugin-random", "tessera_plugin_random", "RANDOM"),

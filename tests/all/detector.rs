@@ -44,3 +44,30 @@ fn malformed_frames_are_guest_errors() {
     assert!(!e.is_fault());
     assert!(e.to_string().contains("columns differ in length"), "{e}");
 }
+
+/// The `rebalance` component finds fragmentation hot spots and idle nodes
+/// (the defragmentation and consolidation strategies' inputs).
+#[test]
+fn rebalance_detector_reports_fragmentation_and_low_load() {
+    let rt = runtime();
+    let v = load(
+        &rt,
+        tessera_plugins::REBALANCE,
+        "rebalance",
+        r#"{"fragmentation_intervals": 2, "low_load_intervals": 2}"#,
+    );
+    assert_eq!(v.kind(), WorldKind::Detector);
+    let f = |seq| wit::TelemetryFrame {
+        seq,
+        nodes: vec![1, 2, 3],
+        gpu_util_permille: vec![600, 30, 600],
+        memory_free_permille: vec![500; 3],
+        cpu_util_permille: vec![400, 50, 400],
+        stranded_gpu_milli: vec![800, 0, 100],
+    };
+    v.observe(&f(0)).unwrap();
+    assert!(v.detect().unwrap().is_empty(), "one interval is not enough");
+    v.observe(&f(1)).unwrap();
+    let found: Vec<(u32, String)> = v.detect().unwrap().iter().map(|f| (f.node, format!("{:?}", f.kind))).collect();
+    assert_eq!(found, [(1, "FindingKind::Fragmentation".to_string()), (2, "FindingKind::LowLoad".to_string())]);
+}

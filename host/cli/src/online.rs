@@ -74,6 +74,7 @@ pub fn run(opts: &SimOptions, telemetry_interval_s: u64) -> Result<OnlineOutcome
         telemetry: TelemetryConfig { interval_s: telemetry_interval_s, ..TelemetryConfig::default() },
         seed: opts.seed,
         weight_sets: doc.adaptive.as_ref().map(|a| a.weight_sets.clone()).unwrap_or_default(),
+        detection: doc.detection,
     };
     let n_nodes = nodes.len();
     let started = Instant::now();
@@ -124,6 +125,10 @@ pub fn summary(o: &OnlineOutcome) -> String {
             format!("weights #{i} {:?}", a.weights),
             format!("chosen {} times, mean reward {:.3}", a.pulls, a.mean_reward),
         ));
+    }
+    rows.push(("detection rounds".into(), r.detection_rounds.to_string()));
+    for (kind, n) in &r.anomalies {
+        rows.push((format!("anomalies: {kind}"), format!("{n} (node-rounds)")));
     }
     rows.push(("telemetry intervals".into(), r.intervals.to_string()));
     rows.push(("plugin errors".into(), r.plugin_errors.to_string()));

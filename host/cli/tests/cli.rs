@@ -291,3 +291,13 @@ fn sim_reschedule_migrates_within_its_cap() {
     let (ok, _, err) = tessera(&["sim", "--node-count", "10", "--online", "--reschedule", "0.05"]);
     assert!(!ok && err.contains("cannot be used with"), "{err}");
 }
+
+/// The default policy's detectors (`overload`, `rebalance`, Wasm) watch the
+/// online run's telemetry and their anomalies are reported by kind.
+#[test]
+fn sim_online_runs_the_default_detectors() {
+    let (ok, stdout, err) = tessera(&["sim", "--online", "--node-count", "20", "--seed", "3"]);
+    assert!(ok, "{stdout}\n{err}");
+    assert!(stdout.contains("detection rounds"), "{stdout}");
+    assert!(stdout.contains("anomalies: low-load") || stdout.contains("anomalies: fragmentation"), "{stdout}");
+}

@@ -44,6 +44,12 @@ pub trait Placer {
     /// adaptive weights call this. A slice of the wrong length is ignored.
     fn set_weights(&mut self, _weights: &[f64]) {}
 
+    /// One interval of telemetry for the policy's detectors (they keep
+    /// their own windows); what they find now.
+    fn detect(&mut self, _frame: &crate::telemetry::DetectionFrame) -> Vec<crate::telemetry::Detection> {
+        Vec::new()
+    }
+
     /// Chooses among `candidates` (feasible, in id order). Returns the node
     /// and optionally a preferred GPU for a sharing pod.
     fn place(&mut self, pod: &Pod, candidates: &[NodeId]) -> Choice;

@@ -50,6 +50,57 @@ fn hash_str(seed: u64, s: &str) -> u64 {
     s.bytes().fold(mix(seed), |h, b| mix(h ^ u64::from(b)))
 }
 
+/// One detection interval of telemetry for the policy's detectors, as
+/// columns (one entry per node in `nodes`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DetectionFrame {
+    /// Interval sequence number.
+    pub seq: u64,
+    /// The nodes.
+    pub nodes: Vec<crate::model::NodeId>,
+    /// Mean GPU utilisation, ‰.
+    pub gpu_util_permille: Vec<u16>,
+    /// Free memory, ‰.
+    pub memory_free_permille: Vec<u16>,
+    /// CPU utilisation, ‰.
+    pub cpu_util_permille: Vec<u16>,
+    /// GPU share no pod of the target workload could use, milli-GPU.
+    pub stranded_gpu_milli: Vec<u32>,
+}
+
+/// An anomaly a detector reported.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Detection {
+    /// The detector.
+    pub detector: String,
+    /// The node.
+    pub node: crate::model::NodeId,
+    /// `overload`, `memory-pressure`, `fragmentation`, `low-load` or the
+    /// detector's own kind.
+    pub kind: String,
+    /// 0..=1000.
+    pub severity: u16,
+    /// What it saw.
+    pub message: String,
+}
+
+/// How often the detectors look, and from which severity a finding counts
+/// as an anomaly (the policy's `detection:` section).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DetectionConfig {
+    /// Telemetry intervals between detection rounds (at least 1).
+    pub detection_interval: u64,
+    /// Findings below this severity (0..=1000) are not anomalies.
+    pub anomaly_threshold: u16,
+}
+
+impl Default for DetectionConfig {
+    fn default() -> Self {
+        Self { detection_interval: 1, anomaly_threshold: 500 }
+    }
+}
+
 /// One node's measured state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeSample {

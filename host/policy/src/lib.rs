@@ -56,6 +56,10 @@ pub struct PolicyDocument {
     /// weight sets per telemetry interval, rewarded by the outcome.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adaptive: Option<Adaptive>,
+    /// Detection rounds: `detection_interval` (telemetry intervals between
+    /// rounds) and `anomaly_threshold` (least severity that counts).
+    #[serde(default)]
+    pub detection: tessera_core::telemetry::DetectionConfig,
     /// How rescheduling plans are executed: batches, pauses, concurrency,
     /// cooldowns, caps, reservations, disruption budgets, rollback gates.
     #[serde(default)]

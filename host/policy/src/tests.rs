@@ -136,6 +136,13 @@ fn movement_section_is_typed_and_checked() {
     assert_eq!(doc.movement.concurrency_limit, 2);
     assert_eq!(doc.movement.batch_len(100), 10);
     assert_eq!(doc.movement.budgets[0].max_unavailable, Some(1));
+    let d = PolicyDocument::parse(
+        &format!("{GOOD}detection: {{ detection_interval: 3, anomaly_threshold: 700 }}\n"),
+        "p.yaml",
+    )
+    .unwrap();
+    assert_eq!((d.detection.detection_interval, d.detection.anomaly_threshold), (3, 700));
+    assert!(invalid(&format!("{GOOD}detection: {{ detection_interval: 0 }}\n")).2.contains("at least 1"));
     let bad = format!("{GOOD}movement:\n  concurrency_limit: 0\n");
     let (line, _, reason) = invalid(&bad);
     assert!(reason.contains("concurrency_limit must be at least 1"), "{reason}");

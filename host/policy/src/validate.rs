@@ -108,6 +108,12 @@ pub(crate) fn semantics(doc: &PolicyDocument, text: &str, file: &str) -> Result<
     if s.sampling.percentage.is_some_and(|p| p == 0 || p > 100) {
         return Err(err(line_of(text, "percentage:", 0), "sampling percentage must be 1..=100".into()));
     }
+    if doc.detection.detection_interval == 0 || doc.detection.anomaly_threshold > 1000 {
+        return Err(err(
+            line_of(text, "detection:", 0),
+            "detection: detection_interval must be at least 1 and anomaly_threshold within 0..=1000".into(),
+        ));
+    }
     if let Err(reason) = doc.movement.validate() {
         return Err(err(line_of(text, "movement:", 0), format!("movement: {reason}")));
     }

@@ -327,6 +327,38 @@ impl tessera_core::sim::Placer for Policy {
         self.set_zone_carbon(zone, g_per_kwh);
     }
 
+    fn detect(&mut self, frame: &tessera_core::telemetry::DetectionFrame) -> Vec<tessera_core::telemetry::Detection> {
+        use crate::bindings::types::{FindingKind, TelemetryFrame};
+        let wit_frame = TelemetryFrame {
+            seq: frame.seq,
+            nodes: frame.nodes.clone(),
+            gpu_util_permille: frame.gpu_util_permille.clone(),
+            memory_free_permille: frame.memory_free_permille.clone(),
+            cpu_util_permille: frame.cpu_util_permille.clone(),
+            stranded_gpu_milli: frame.stranded_gpu_milli.clone(),
+        };
+        let mut out = Vec::new();
+        for m in &self.detectors {
+            // A detector that faults or errs reports nothing this round;
+            // its slot counts the fault.
+            let Ok(findings) = m.slot.call(|v| v.observe(&wit_frame).and_then(|()| v.detect())) else { continue };
+            out.extend(findings.into_iter().map(|f| tessera_core::telemetry::Detection {
+                detector: m.name.clone(),
+                node: f.node,
+                kind: match f.kind {
+                    FindingKind::Overload => "overload".to_string(),
+                    FindingKind::MemoryPressure => "memory-pressure".to_string(),
+                    FindingKind::Fragmentation => "fragmentation".to_string(),
+                    FindingKind::LowLoad => "low-load".to_string(),
+                    FindingKind::Other(k) => k,
+                },
+                severity: f.severity,
+                message: f.message,
+            }));
+        }
+        out
+    }
+
     fn place(&mut self, pod: &Pod, candidates: &[NodeId]) -> tessera_core::sim::Choice {
         let d = self.decide(pod, candidates);
         tessera_core::sim::Choice {

@@ -29,6 +29,8 @@ pub struct OnlineConfig {
     /// Candidate weight sets (one weight per scorer, in policy order) for
     /// the bandit; empty: the policy's own weights throughout.
     pub weight_sets: Vec<Vec<f64>>,
+    /// Detection rounds.
+    pub detection: crate::telemetry::DetectionConfig,
 }
 
 /// Waiting times of one tier.
@@ -89,6 +91,11 @@ pub struct OnlineReport {
     pub mean_fragmentation_rate: f64,
     /// The bandit's arms, if weights were adaptive.
     pub bandit: Vec<ArmReport>,
+    /// Detection rounds run.
+    pub detection_rounds: u64,
+    /// Anomalies (findings at or above the threshold) by kind, summed over
+    /// rounds.
+    pub anomalies: BTreeMap<String, u64>,
 }
 
 fn percentile(sorted: &[u64], p: f64) -> u64 {
@@ -169,6 +176,38 @@ pub fn run_online(
             }
             r.sla_violations += interval_violations;
             drop(by_node);
+            if r.intervals.is_multiple_of(cfg.detection.detection_interval.max(1)) {
+                let frame = crate::telemetry::DetectionFrame {
+                    seq: r.detection_rounds,
+                    nodes: samples.iter().map(|(id, _)| *id).collect(),
+                    gpu_util_permille: samples
+                        .iter()
+                        .map(|(_, s)| {
+                            let g = &s.gpu_util_permille;
+                            if g.is_empty() {
+                                0
+                            } else {
+                                (g.iter().map(|&u| u32::from(u)).sum::<u32>() / g.len() as u32) as u16
+                            }
+                        })
+                        .collect(),
+                    memory_free_permille: samples
+                        .iter()
+                        .map(|(_, s)| 1000 - s.memory_util_permille.min(1000))
+                        .collect(),
+                    cpu_util_permille: samples.iter().map(|(_, s)| s.cpu_util_permille).collect(),
+                    stranded_gpu_milli: samples
+                        .iter()
+                        .map(|(id, _)| tracker.node(*id as usize).round() as u32)
+                        .collect(),
+                };
+                for d in placer.detect(&frame) {
+                    if d.severity >= cfg.detection.anomaly_threshold {
+                        *r.anomalies.entry(d.kind).or_insert(0) += 1;
+                    }
+                }
+                r.detection_rounds += 1;
+            }
             for (id, sample) in samples {
                 let n = &s.cluster().nodes()[id as usize];
                 let unchanged = n.cpu_util_permille == sample.cpu_util_permille

@@ -27,6 +27,23 @@ impl Placer for ZonePicker {
     fn set_weights(&mut self, w: &[f64]) {
         self.weights_seen.push(w.to_vec());
     }
+    fn detect(&mut self, frame: &crate::telemetry::DetectionFrame) -> Vec<crate::telemetry::Detection> {
+        // Every node with any GPU utilisation: one finding, its severity
+        // the utilisation itself.
+        frame
+            .nodes
+            .iter()
+            .zip(&frame.gpu_util_permille)
+            .filter(|(_, u)| **u > 0)
+            .map(|(&node, &u)| crate::telemetry::Detection {
+                detector: "test".into(),
+                node,
+                kind: "busy".into(),
+                severity: u,
+                message: String::new(),
+            })
+            .collect()
+    }
     fn place(&mut self, _pod: &Pod, candidates: &[NodeId]) -> Choice {
         let key = |n: &NodeId| {
             let g = i64::from(self.carbon.get(&self.zone_of[*n as usize]).copied().unwrap_or(0));
@@ -143,4 +160,24 @@ fn soft_pods_on_hot_nodes_count_as_sla_violations() {
     let l = run_online(vec![n], &workload, &mut ZonePicker::default(), &pods, &lax);
     assert!(s.sla_violations > 100, "{}", s.sla_violations);
     assert!(l.sla_violations < s.sla_violations);
+}
+
+#[test]
+fn detection_rounds_follow_the_interval_and_the_threshold() {
+    let workload = TargetWorkload::from_pods(&arrivals(40).iter().map(|a| a.pod.clone()).collect::<Vec<_>>(), 0.95);
+    let run = |interval, threshold| {
+        let cfg = OnlineConfig {
+            detection: crate::telemetry::DetectionConfig { detection_interval: interval, anomaly_threshold: threshold },
+            ..OnlineConfig::default()
+        };
+        run_online(cluster(), &workload, &mut ZonePicker::default(), &arrivals(60), &cfg)
+    };
+    let every = run(1, 0);
+    let third = run(3, 0);
+    assert_eq!(every.detection_rounds, every.intervals);
+    assert_eq!(third.detection_rounds, every.intervals.div_ceil(3));
+    let all = every.anomalies["busy"];
+    assert!(all > 0);
+    let strict = run(1, 900).anomalies.get("busy").copied().unwrap_or(0);
+    assert!(strict < all, "a higher threshold counts fewer anomalies: {strict} vs {all}");
 }

@@ -6,8 +6,9 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
-use tessera_core::cluster::{Cluster, choose_gpus};
+use tessera_core::cluster::Cluster;
 use tessera_core::model::{Node, Pod};
+use tessera_core::sched::bind_choice;
 use tessera_core::sim::{Placer, synthetic};
 use tessera_policy::PolicyDocument;
 use tessera_wasm::{Runtime, RuntimeConfig};
@@ -93,11 +94,10 @@ impl<'p> Side<'p> {
             self.run.scored += self.candidates.len() as u64;
             let choice = self.placer.place(pod, &self.candidates);
             self.run.deadline_hits += u64::from(choice.deadline_hit);
-            let node = choice.node.filter(|n| self.candidates.binary_search(n).is_ok()).unwrap_or(self.candidates[0]);
-            let gpus = choose_gpus(self.cluster.node(node).expect("candidate"), pod, choice.gpu_hint).expect("fits");
-            self.cluster.bind(node, pod, gpus).expect("passes the hard filter");
-            self.placer.nodes_changed(&[self.cluster.node(node).expect("candidate")]);
-            self.run.placed += 1;
+            if let Ok(at) = bind_choice(&mut self.cluster, pod, &self.candidates, &choice) {
+                self.placer.nodes_changed(&[self.cluster.node(at.node).expect("just bound")]);
+                self.run.placed += 1;
+            }
         }
         let dt = t.elapsed().as_secs_f64();
         self.run.wall_s += dt;

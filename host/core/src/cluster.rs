@@ -34,6 +34,13 @@ impl FilterReason {
         FilterReason::GpuInsufficient,
     ];
 
+    /// The most common of the rejections counted by [`Cluster::feasible`]
+    /// (ties: the earlier reason).
+    pub fn main(rejected: &[u32; 5]) -> FilterReason {
+        let (i, _) = rejected.iter().enumerate().max_by_key(|&(i, c)| (*c, std::cmp::Reverse(i))).unwrap_or((0, &0));
+        FilterReason::ALL[i]
+    }
+
     /// Stable code.
     pub fn code(self) -> &'static str {
         match self {

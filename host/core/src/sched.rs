@@ -24,7 +24,7 @@ use crate::cluster::{Cluster, FilterReason, Placement, choose_gpus};
 use crate::model::{GPU_MILLI, Node, NodeId, Pod, Tier};
 use crate::preempt::{self, Running};
 use crate::queue::{Mlfq, MlfqConfig};
-use crate::sim::Placer;
+use crate::sim::{Choice, Placer};
 
 /// Which nodes a decision looks at (kube-scheduler's
 /// `percentageOfNodesToScore`): every feasible node in clusters of up to
@@ -106,6 +106,23 @@ impl Why {
             Why::Plugin(code) => code,
         }
     }
+}
+
+/// Binds `pod` where the placer chose among `candidates` (those that passed
+/// the host's filter, by id). A placer that chose nothing, or a node outside
+/// the candidates, falls back to the first candidate: the hard filter stays
+/// in charge. A plugin filter that rejected every candidate refuses the pod
+/// with its code. The caller tells the placer about the node.
+pub fn bind_choice(cluster: &mut Cluster, pod: &Pod, candidates: &[NodeId], choice: &Choice) -> Result<Placement, Why> {
+    if choice.node.is_none()
+        && let Some(code) = &choice.filtered
+    {
+        return Err(Why::Plugin(code.clone()));
+    }
+    let node = choice.node.filter(|n| candidates.binary_search(n).is_ok()).unwrap_or(candidates[0]);
+    let gpus =
+        choose_gpus(cluster.node(node).expect("candidate exists"), pod, choice.gpu_hint).expect("a candidate fits");
+    Ok(cluster.bind(node, pod, gpus).expect("a candidate passes the hard filter"))
 }
 
 /// What happened to a pod in a pass of [`Scheduler::schedule`].
@@ -413,26 +430,14 @@ impl Scheduler {
         let want = self.cfg.sampling.nodes_to_find(self.cluster.nodes().len());
         self.next_start = self.cluster.feasible_from(pod, self.next_start, want, &mut self.candidates, &mut rejected);
         if self.candidates.is_empty() {
-            let (i, _) =
-                rejected.iter().enumerate().max_by_key(|&(i, c)| (*c, std::cmp::Reverse(i))).unwrap_or((0, &0));
-            return Err(Why::Filter(FilterReason::ALL[i]));
+            return Err(Why::Filter(FilterReason::main(&rejected)));
         }
         let choice = placer.place(pod, &self.candidates);
         self.stats.plugin_errors += u64::from(choice.plugin_errors);
         self.stats.deadline_hits += u64::from(choice.deadline_hit);
         self.stats.nodes_scored += self.candidates.len() as u64;
-        if choice.node.is_none()
-            && let Some(code) = choice.filtered
-        {
-            return Err(Why::Plugin(code));
-        }
-        // A placer that answers nothing, or a node outside the candidates,
-        // falls back to the first candidate: the hard filter stays in charge.
-        let node = choice.node.filter(|n| self.candidates.binary_search(n).is_ok()).unwrap_or(self.candidates[0]);
-        let gpus = choose_gpus(self.cluster.node(node).expect("candidate exists"), pod, choice.gpu_hint)
-            .expect("a candidate fits");
-        let placement = self.cluster.bind(node, pod, gpus).expect("a candidate passes the hard filter");
-        placer.nodes_changed(&[self.cluster.node(node).expect("candidate exists")]);
+        let placement = bind_choice(&mut self.cluster, pod, &self.candidates, &choice)?;
+        placer.nodes_changed(&[self.cluster.node(placement.node).expect("just bound")]);
         Ok((placement, self.candidates.len()))
     }
 

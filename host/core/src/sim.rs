@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::{Cluster, FilterReason, Placement, choose_gpus};
+use crate::cluster::{Cluster, FilterReason, Placement};
 use crate::metrics::{FragmentationTracker, Reading, TargetWorkload};
 use crate::model::{GPU_MILLI, Node, NodeId, Pod, Tier};
 use crate::sched::Why;
@@ -364,29 +364,14 @@ impl<'p, P: Placer> Simulator<'p, P> {
     fn try_place(&mut self, pod: &Pod) -> Result<Placement, Why> {
         let mut rejected = [0u32; 5];
         self.cluster.feasible(pod, &mut self.candidates, &mut rejected);
-        let main_reason = || {
-            let (i, _) =
-                rejected.iter().enumerate().max_by_key(|&(i, c)| (*c, std::cmp::Reverse(i))).unwrap_or((0, &0));
-            Why::Filter(FilterReason::ALL[i])
-        };
         if self.candidates.is_empty() {
-            return Err(main_reason());
+            return Err(Why::Filter(FilterReason::main(&rejected)));
         }
         let d = self.placer.place(pod, &self.candidates);
         self.report.plugin_errors += u64::from(d.plugin_errors);
         self.report.deadline_hits += u64::from(d.deadline_hit);
-        if d.node.is_none()
-            && let Some(code) = d.filtered
-        {
-            return Err(Why::Plugin(code));
-        }
-        // A placer that answers nothing, or a node outside the candidates,
-        // falls back to the first candidate: the hard filter stays in charge.
-        let node = d.node.filter(|n| self.candidates.binary_search(n).is_ok()).unwrap_or(self.candidates[0]);
-        let n = self.cluster.node(node).expect("candidate exists");
-        let gpus = choose_gpus(n, pod, d.gpu_hint).expect("a candidate fits");
-        let placement = self.cluster.bind(node, pod, gpus).expect("a candidate passes the hard filter");
-        self.node_changed(node);
+        let placement = crate::sched::bind_choice(&mut self.cluster, pod, &self.candidates, &d)?;
+        self.node_changed(placement.node);
         Ok(placement)
     }
 

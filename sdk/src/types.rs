@@ -285,6 +285,16 @@ impl<'a> Node<'a> {
         self.id
     }
 
+    /// Mean utilisation of the node's GPUs, ‰ (each capped at 1000; 0 for
+    /// a node without GPUs).
+    pub fn mean_gpu_util_permille(&self) -> u16 {
+        let gpus = self.gpus;
+        if gpus.is_empty() {
+            return 0;
+        }
+        (gpus.iter().map(|g| u32::from(g.util_permille.min(1000))).sum::<u32>() / gpus.len() as u32) as u16
+    }
+
     /// The node's GPUs, by index.
     #[inline]
     pub fn gpus(&self) -> &'a [Gpu] {

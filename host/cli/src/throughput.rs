@@ -7,6 +7,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
 use tessera_core::cluster::Cluster;
+use tessera_core::metrics::percentile;
 use tessera_core::model::{Node, Pod};
 use tessera_core::sched::bind_choice;
 use tessera_core::sim::{Placer, synthetic};
@@ -120,13 +121,6 @@ fn drive_both(wasm: &mut dyn Placer, native: &mut dyn Placer, nodes: Vec<Node>, 
         turn.iter().for_each(|p| n.decide(p));
     }
     (w.run, n.run)
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    sorted[((p * (sorted.len() - 1) as f64).round() as usize).min(sorted.len() - 1)]
 }
 
 /// Runs the benchmark.

@@ -93,6 +93,15 @@ fn usable_free(node: &Node) -> impl Iterator<Item = u32> + '_ {
     node.gpus.iter().filter(|g| g.health != GpuHealth::Failed).map(|g| g.free_milli)
 }
 
+/// The `p` quantile (0..=1) of `sorted` by nearest rank; the default
+/// value for an empty slice.
+pub fn percentile<T: Copy + Default>(sorted: &[T], p: f64) -> T {
+    if sorted.is_empty() {
+        return T::default();
+    }
+    sorted[((p * (sorted.len() - 1) as f64).round() as usize).min(sorted.len() - 1)]
+}
+
 /// Free GPU share of a node (usable GPUs), milli.
 pub fn free_gpu_milli(node: &Node) -> u64 {
     usable_free(node).map(u64::from).sum()

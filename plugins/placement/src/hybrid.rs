@@ -142,13 +142,7 @@ impl Scorer for HybridScore {
 
 /// The highest of a node's CPU, memory and mean GPU utilisation, ‰.
 fn hotness(node: &Node<'_>) -> u16 {
-    let gpus = node.gpus();
-    let gpu_util = if gpus.is_empty() {
-        0
-    } else {
-        gpus.iter().map(|g| u32::from(g.util_permille.min(1000))).sum::<u32>() / gpus.len() as u32
-    };
-    node.cpu_util_permille.max(node.memory_util_permille).min(1000).max(gpu_util as u16)
+    node.cpu_util_permille.max(node.memory_util_permille).min(1000).max(node.mean_gpu_util_permille())
 }
 
 /// `x.min(cap)` for values that are never NaN: a compare in Wasm, where

@@ -242,13 +242,8 @@ impl Scorer for LoadAware {
 
     fn score(&self, _pod: &Pod, node: &Node<'_>) -> Score {
         let c = &self.cfg;
-        let gpus = node.gpus();
-        let gpu_util = if gpus.is_empty() {
-            0
-        } else {
-            gpus.iter().map(|g| u64::from(g.util_permille.min(1000))).sum::<u64>() / gpus.len() as u64
-        };
-        let gpu_weight = if gpus.is_empty() { 0 } else { u64::from(c.gpu_weight) };
+        let gpu_util = u64::from(node.mean_gpu_util_permille());
+        let gpu_weight = if node.gpus().is_empty() { 0 } else { u64::from(c.gpu_weight) };
         let weights = u64::from(c.cpu_weight) + u64::from(c.memory_weight) + gpu_weight;
         let load = u64::from(c.cpu_weight) * u64::from(node.cpu_util_permille.min(1000))
             + u64::from(c.memory_weight) * u64::from(node.memory_util_permille.min(1000))

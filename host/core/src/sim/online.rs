@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Arrival, Kind, Placer};
 use crate::bandit::{ArmReport, ThompsonBandit};
-use crate::metrics::{FragmentationTracker, Reading, TargetWorkload};
+use crate::metrics::{FragmentationTracker, Reading, TargetWorkload, percentile};
 use crate::model::{Node, NodeId, Tier};
 use crate::sched::{Event, SchedConfig, Scheduler, Why};
 use crate::telemetry::{TelemetryConfig, TelemetryModel};
@@ -96,13 +96,6 @@ pub struct OnlineReport {
     /// Anomalies (findings at or above the threshold) by kind, summed over
     /// rounds.
     pub anomalies: BTreeMap<String, u64>,
-}
-
-fn percentile(sorted: &[u64], p: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    sorted[((p * (sorted.len() - 1) as f64).round() as usize).min(sorted.len() - 1)]
 }
 
 fn tier_name(t: Tier) -> &'static str {

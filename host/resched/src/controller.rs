@@ -1,0 +1,276 @@
+//! The policy controller: runs the strategies in turn on one working copy
+//! of the cluster, shares the move budget among them by
+//! `strategy_weights`, keeps to a hard time limit, starts from the
+//! previous plan where it still holds, and judges the whole plan by the
+//! cost model.
+//!
+//! Order: load balancing first (hot nodes hurt now), then consolidation,
+//! then defragmentation, each seeing the cluster as the moves before it
+//! left it. A small instance (at most `milp_max_nodes` nodes) is also solved
+//! exactly by the MILP, warm-started from the greedy plan, and the better
+//! of the two by net gain is kept.
+
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tessera_core::cluster::{Cluster, Placement};
+use tessera_core::metrics::{TargetWorkload, node_fragment_weighted};
+use tessera_core::model::{NodeId, Pod};
+
+use crate::cost::CostWeights;
+use crate::plan::{self, Plan, Solver, Strategy};
+use crate::scratch::Scratch;
+use crate::{balance, consolidate, defrag, milp};
+
+/// Share of the move budget per strategy (any non-negative numbers; 0
+/// turns a strategy off).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StrategyWeights {
+    /// Load balancing.
+    pub load_balance: f64,
+    /// Defragmentation.
+    pub fragment_merge: f64,
+    /// Consolidation of low-load nodes.
+    pub co_location: f64,
+}
+
+impl Default for StrategyWeights {
+    fn default() -> Self {
+        Self { load_balance: 1.0, fragment_merge: 2.0, co_location: 1.0 }
+    }
+}
+
+impl StrategyWeights {
+    fn of(&self, s: Strategy) -> f64 {
+        match s {
+            Strategy::LoadBalance => self.load_balance,
+            Strategy::Consolidation => self.co_location,
+            Strategy::FragmentMerge => self.fragment_merge,
+        }
+    }
+}
+
+/// The planner's settings (the policy document's `rescheduling:` section).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PlannerConfig {
+    /// Budget shares of the strategies.
+    pub strategy_weights: StrategyWeights,
+    /// The cost model.
+    pub cost: CostWeights,
+    /// Hard limit on planning time; the best plan so far is returned.
+    pub time_limit_ms: u64,
+    /// Most moves in one plan.
+    pub max_moves: usize,
+    /// Load balancing: nodes with measured load over this (0..=1) are
+    /// relieved.
+    pub load_threshold: f64,
+    /// Consolidation: nodes with allocation at or under this (0..=1) are
+    /// emptied.
+    pub low_load_threshold: f64,
+    /// Instances with at most this many nodes are also solved exactly.
+    pub milp_max_nodes: usize,
+    /// The MILP is refused above this many binary variables.
+    pub milp_max_binaries: usize,
+}
+
+impl Default for PlannerConfig {
+    fn default() -> Self {
+        Self {
+            strategy_weights: StrategyWeights::default(),
+            cost: CostWeights::default(),
+            time_limit_ms: 1_000,
+            max_moves: 1_000,
+            load_threshold: 0.9,
+            low_load_threshold: 0.1,
+            milp_max_nodes: 8,
+            milp_max_binaries: 400,
+        }
+    }
+}
+
+impl PlannerConfig {
+    /// Checks ranges; the message names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        self.cost.validate().map_err(|e| format!("cost.{e}"))?;
+        let w = &self.strategy_weights;
+        for (name, v) in
+            [("load_balance", w.load_balance), ("fragment_merge", w.fragment_merge), ("co_location", w.co_location)]
+        {
+            if !v.is_finite() || v < 0.0 {
+                return Err(format!("strategy_weights.{name} must be a finite number ≥ 0, not {v}"));
+            }
+        }
+        for (name, v) in [("load_threshold", self.load_threshold), ("low_load_threshold", self.low_load_threshold)] {
+            if !(0.0..=1.0).contains(&v) {
+                return Err(format!("{name} must be within 0..=1, not {v}"));
+            }
+        }
+        if self.time_limit_ms == 0 {
+            return Err("time_limit_ms must be > 0".into());
+        }
+        Ok(())
+    }
+}
+
+/// The policy controller.
+#[derive(Debug, Clone, Default)]
+pub struct Planner {
+    cfg: PlannerConfig,
+}
+
+impl Planner {
+    /// A planner with `cfg` (validate it first).
+    pub fn new(cfg: PlannerConfig) -> Self {
+        Self { cfg }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &PlannerConfig {
+        &self.cfg
+    }
+
+    /// Plans for `cluster`, where `running` are the pods bound on it, with
+    /// at most `max_moves` moves (and the configured maximum). `workload`
+    /// weighs fragmentation (the FGD measure); `warm` is the previous plan,
+    /// whose moves that still apply are kept first.
+    pub fn plan(
+        &self,
+        cluster: &Cluster,
+        running: &[(Pod, Placement)],
+        workload: &TargetWorkload,
+        max_moves: usize,
+        warm: Option<&Plan>,
+    ) -> Plan {
+        let started = Instant::now();
+        let deadline = started + Duration::from_millis(self.cfg.time_limit_ms);
+        let budget = max_moves.min(self.cfg.max_moves);
+        let mut s = Scratch::new(cluster, running, workload, self.cfg.cost, Some(deadline));
+        let mut loads: Vec<f64> = cluster.nodes().iter().map(balance::load).collect();
+        let mut out = Plan {
+            fragmentation_before: s.frag.iter().sum(),
+            whole_free_before: plan::whole_free_gpus(cluster),
+            empty_nodes_before: empty_nodes(&s),
+            overloaded_before: balance::overloaded(&loads, self.cfg.load_threshold),
+            ..Plan::default()
+        };
+
+        // Warm start: the previous plan's moves that still apply.
+        if let Some(prev) = warm {
+            for m in &prev.moves {
+                if s.moves.len() >= budget {
+                    break;
+                }
+                if m.pod < running.len() && s.at[m.pod] == m.from && s.try_move(m.pod, m.to.node, m.to.gpus, m.strategy)
+                {
+                    out.warm_moves += 1;
+                }
+            }
+            let touched = s.touched_since(0);
+            let removed = -s.frag_delta(&touched, true);
+            s.gain += s.weights.gain(removed.max(0.0));
+        }
+
+        // Budget per strategy by weight; what one leaves goes to the next.
+        let total_w: f64 = Strategy::ALL.iter().map(|&st| self.cfg.strategy_weights.of(st)).sum();
+        if total_w > 0.0 {
+            let mut carry = 0usize;
+            let left_at_start = budget - s.moves.len();
+            for st in Strategy::ALL {
+                let w = self.cfg.strategy_weights.of(st);
+                if w <= 0.0 {
+                    continue;
+                }
+                let share = ((left_at_start as f64) * w / total_w).floor() as usize + carry;
+                let share = share.min(budget - s.moves.len());
+                let used = match st {
+                    Strategy::LoadBalance => balance::run(&mut s, share, self.cfg.load_threshold, &mut loads),
+                    Strategy::Consolidation => consolidate::run(&mut s, share, self.cfg.low_load_threshold),
+                    Strategy::FragmentMerge => defrag::run(&mut s, share),
+                };
+                carry = share - used;
+            }
+        }
+        out.timed_out = s.timed_out;
+        out.gain = s.gain;
+        out.overloaded_after = balance::overloaded(&loads, self.cfg.load_threshold);
+        out.moves = std::mem::take(&mut s.moves);
+
+        // Small instance: the exact MILP over all nodes, warm-started.
+        if self.cfg.strategy_weights.fragment_merge > 0.0
+            && cluster.nodes().len() <= self.cfg.milp_max_nodes
+            && !s.timed_out
+            && out.warm_moves == 0
+        {
+            let nodes: Vec<NodeId> = cluster.nodes().iter().map(|n| n.id).collect();
+            let left = deadline.saturating_duration_since(Instant::now());
+            let limits = milp::Limits { max_moves: budget, max_binaries: self.cfg.milp_max_binaries, time_limit: left };
+            match milp::repack(cluster, running, &nodes, &self.cfg.cost, limits, &out.moves) {
+                Ok(moves) => {
+                    let score = |moves: &[plan::Move]| {
+                        let after = plan::validate(cluster, running, moves).expect("checked moves");
+                        let frag: f64 = after.nodes().iter().map(|n| node_fragment_weighted(n, workload)).sum();
+                        let cost: f64 = moves.iter().map(|m| m.cost).sum();
+                        (plan::whole_free_gpus(&after), -cost, frag)
+                    };
+                    let (exact, greedy) = (score(&moves), score(&out.moves));
+                    if (exact.0, exact.1) > (greedy.0, greedy.1) {
+                        let removed = out.fragmentation_before - exact.2;
+                        let whole =
+                            (exact.0 - out.whole_free_before) as f64 * f64::from(tessera_core::model::GPU_MILLI);
+                        out.gain = self.cfg.cost.gain(removed.max(whole));
+                        out.moves = moves;
+                        out.solver = Solver::Milp;
+                        out.overloaded_after = out.overloaded_before;
+                    }
+                }
+                Err(milp::MilpError::Solver(_)) => out.solver = Solver::MilpTimeLimit,
+                Err(_) => {}
+            }
+        }
+        finish(cluster, running, workload, &self.cfg, out)
+    }
+}
+
+fn empty_nodes(s: &Scratch<'_>) -> u64 {
+    s.on_node.iter().filter(|v| v.is_empty()).count() as u64
+}
+
+/// Fills in the after-figures and cost; drops a plan under the minimum net
+/// gain.
+fn finish(
+    cluster: &Cluster,
+    running: &[(Pod, Placement)],
+    workload: &TargetWorkload,
+    cfg: &PlannerConfig,
+    mut p: Plan,
+) -> Plan {
+    p.cost = p.moves.iter().map(|m| m.cost).sum();
+    if !p.moves.is_empty() && p.net_gain() < cfg.cost.min_net_gain {
+        p.moves.clear();
+        p.dropped_below_min_gain = true;
+        p.cost = 0.0;
+        p.gain = 0.0;
+    }
+    let after = plan::validate(cluster, running, &p.moves).expect("the planner's moves were each checked");
+    p.fragmentation_before = cluster.nodes().iter().map(|n| node_fragment_weighted(n, workload)).sum();
+    p.fragmentation_after = after.nodes().iter().map(|n| node_fragment_weighted(n, workload)).sum();
+    p.whole_free_before = plan::whole_free_gpus(cluster);
+    p.whole_free_after = plan::whole_free_gpus(&after);
+    let mut on: Vec<u32> = vec![0; cluster.nodes().len()];
+    let mut on_after = on.clone();
+    for (i, (_, at)) in running.iter().enumerate() {
+        on[at.node as usize] += 1;
+        let now = p.moves.iter().rev().find(|m| m.pod == i).map_or(at.node, |m| m.to.node);
+        on_after[now as usize] += 1;
+    }
+    p.empty_nodes_before = on.iter().filter(|&&c| c == 0).count() as u64;
+    p.empty_nodes_after = on_after.iter().filter(|&&c| c == 0).count() as u64;
+    p.migration_time_s = p
+        .moves
+        .iter()
+        .map(|m| cfg.cost.migration_time_s(&running[m.pod].0, &cluster.nodes()[m.from.node as usize].gpu_model))
+        .sum();
+    p
+}

@@ -1,0 +1,154 @@
+//! The cost evaluator: `cost = α·migration_time + β·disruption_probability
+//! − γ·utilization_gain`.
+//!
+//! - *Migration time* of a pod grows with what has to be moved: a fixed
+//!   restart, its host memory and the device memory its GPU share holds
+//!   (a checkpoint of both is copied).
+//! - *Disruption probability* grows with the pod's tier and priority and
+//!   falls with the replicas of its workload (one replica down of many is
+//!   rarely felt; the only replica always is).
+//! - *Utilization gain* is what a strategy wins, in GPU-equivalents:
+//!   fragmentation removed (GPU share that the target workload can use
+//!   again), nodes emptied, load taken off hot nodes.
+
+use serde::{Deserialize, Serialize};
+use tessera_core::model::{GPU_MILLI, Pod, Tier, device_memory_mib};
+
+/// Weights and constants of the cost model.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CostWeights {
+    /// `α`: cost per second of migration time.
+    pub alpha: f64,
+    /// `β`: cost per unit of disruption probability.
+    pub beta: f64,
+    /// `γ`: value of one GPU-equivalent of utilization gain.
+    pub gamma: f64,
+    /// Plans (and each strategy's groups of moves) whose `gain − cost` is
+    /// under this are dropped.
+    pub min_net_gain: f64,
+    /// Seconds to stop and start any pod.
+    pub restart_s: f64,
+    /// Seconds per GiB of host memory copied.
+    pub s_per_host_gib: f64,
+    /// Seconds per GiB of GPU device memory copied.
+    pub s_per_device_gib: f64,
+}
+
+impl Default for CostWeights {
+    fn default() -> Self {
+        Self {
+            alpha: 0.002,
+            beta: 0.2,
+            gamma: 1.0,
+            min_net_gain: 0.0,
+            restart_s: 10.0,
+            s_per_host_gib: 0.5,
+            s_per_device_gib: 1.0,
+        }
+    }
+}
+
+impl CostWeights {
+    /// Checks ranges; the message names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, v) in [
+            ("alpha", self.alpha),
+            ("beta", self.beta),
+            ("gamma", self.gamma),
+            ("restart_s", self.restart_s),
+            ("s_per_host_gib", self.s_per_host_gib),
+            ("s_per_device_gib", self.s_per_device_gib),
+        ] {
+            if !v.is_finite() || v < 0.0 {
+                return Err(format!("{name} must be a finite number ≥ 0, not {v}"));
+            }
+        }
+        if !self.min_net_gain.is_finite() {
+            return Err("min_net_gain must be finite".into());
+        }
+        Ok(())
+    }
+
+    /// Estimated seconds to migrate `pod` running on GPUs of `model`.
+    pub fn migration_time_s(&self, pod: &Pod, model: &str) -> f64 {
+        let host_gib = pod.requests.memory_mib as f64 / 1024.0;
+        let device_gib =
+            f64::from(pod.gpu_count) * f64::from(pod.gpu_milli.min(GPU_MILLI)) * f64::from(device_memory_mib(model))
+                / f64::from(GPU_MILLI)
+                / 1024.0;
+        self.restart_s + self.s_per_host_gib * host_gib + self.s_per_device_gib * device_gib
+    }
+
+    /// Probability that moving `pod` disrupts its service, given the
+    /// replicas of its workload running (itself included).
+    pub fn disruption_probability(pod: &Pod, replicas: u32) -> f64 {
+        let tier = match pod.tier {
+            Tier::Hard => 1.0,
+            Tier::Soft => 0.5,
+            Tier::Opportunistic => 0.1,
+        };
+        // Priority 0 is neutral; every 1,000 above it makes a pod twice as
+        // sensitive, up to 1.
+        let priority = 2f64.powf(f64::from(pod.priority.clamp(-10_000, 10_000)) / 1_000.0);
+        (tier * priority / f64::from(replicas.max(1))).min(1.0)
+    }
+
+    /// `α·time + β·disruption` of moving `pod` (GPUs of `model`).
+    pub fn move_cost(&self, pod: &Pod, model: &str, replicas: u32) -> f64 {
+        self.alpha * self.migration_time_s(pod, model) + self.beta * Self::disruption_probability(pod, replicas)
+    }
+
+    /// `γ·gain`, for a gain in thousandths of a GPU.
+    pub fn gain(&self, milli: f64) -> f64 {
+        self.gamma * milli / f64::from(GPU_MILLI)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tessera_core::model::Resources;
+
+    use super::*;
+
+    fn pod(tier: Tier, memory_mib: u64, milli: u32) -> Pod {
+        Pod {
+            tier,
+            requests: Resources { cpu_milli: 1000, memory_mib },
+            gpu_count: 1,
+            gpu_milli: milli,
+            ..Pod::default()
+        }
+    }
+
+    #[test]
+    fn bigger_pods_take_longer_to_move() {
+        let w = CostWeights::default();
+        let small = w.migration_time_s(&pod(Tier::Soft, 1024, 100), "A100");
+        let big = w.migration_time_s(&pod(Tier::Soft, 65_536, 1000), "A100");
+        assert!(big > small + 30.0, "{small} vs {big}");
+        // The device memory counts: the same share of a larger GPU is more.
+        assert!(
+            w.migration_time_s(&pod(Tier::Soft, 1024, 500), "A100")
+                > w.migration_time_s(&pod(Tier::Soft, 1024, 500), "T4")
+        );
+    }
+
+    #[test]
+    fn disruption_follows_tier_priority_and_replicas() {
+        let d = CostWeights::disruption_probability;
+        assert!(d(&pod(Tier::Soft, 1, 1), 1) > d(&pod(Tier::Opportunistic, 1, 1), 1));
+        assert!(d(&pod(Tier::Soft, 1, 1), 1) > d(&pod(Tier::Soft, 1, 1), 4));
+        let mut high = pod(Tier::Soft, 1, 1);
+        high.priority = 1000;
+        assert!(d(&high, 1) > d(&pod(Tier::Soft, 1, 1), 1));
+        assert!(d(&high, 1) <= 1.0);
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let w = CostWeights { beta: -1.0, ..CostWeights::default() };
+        assert!(w.validate().unwrap_err().contains("beta"));
+        assert!(CostWeights::default().validate().is_ok());
+    }
+}

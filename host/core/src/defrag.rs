@@ -5,11 +5,12 @@
 //!
 //! Candidates are (node, pods to move) pairs, cheapest first by number of
 //! moves, then GPU share moved, then node id; hard-tier pods are never
-//! moved. The first candidate whose pods all find a new node (the hard
+//! moved, nor pods that no other node would take as the cluster stands. The first candidate whose pods all find a new node (the hard
 //! filter on the cluster as it would stand; the caller's ranking picks
 //! among the nodes that pass) wins. Deterministic; no IO.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 
 use crate::cluster::{Cluster, Placement, check, choose_gpus};
 use crate::model::{GPU_MILLI, NodeId, Pod, Tier};
@@ -42,6 +43,12 @@ const EXACT_SIZE: usize = 2;
 /// Most (node, pods) candidates whose moves are tried per pod.
 const TRIES: usize = 16;
 
+type ShapeKey = (u64, u64, u32, u32, Vec<String>);
+
+fn shape_key(p: &Pod) -> ShapeKey {
+    (p.requests.cpu_milli, p.requests.memory_mib, p.gpu_count, p.gpu_milli, p.allowed_models.clone())
+}
+
 fn gpu_share(p: &Pod) -> u64 {
     u64::from(p.gpu_count) * u64::from(p.gpu_milli.min(GPU_MILLI))
 }
@@ -62,9 +69,22 @@ pub fn make_room(
     if max_moves == 0 {
         return None;
     }
+    // A pod is worth considering only if some other node takes it now
+    // (moves of the same plan free no room elsewhere). Pods of one shape
+    // share the answer.
+    let mut goes: HashMap<ShapeKey, Vec<NodeId>> = HashMap::new();
+    let (mut cand, mut rejected) = (Vec::new(), [0u32; 5]);
     let mut by_node: Vec<Vec<usize>> = vec![Vec::new(); cluster.nodes().len()];
     for (i, r) in running.iter().enumerate() {
-        if r.pod.tier != Tier::Hard && (r.placement.node as usize) < by_node.len() {
+        if r.pod.tier == Tier::Hard || (r.placement.node as usize) >= by_node.len() {
+            continue;
+        }
+        let nodes = goes.entry(shape_key(&r.pod)).or_insert_with(|| {
+            cluster.feasible(&r.pod, &mut cand, &mut rejected);
+            // Two are enough to know one is not its own.
+            cand.iter().take(2).copied().collect()
+        });
+        if nodes.iter().any(|&n| n != r.placement.node) {
             by_node[r.placement.node as usize].push(i);
         }
     }
@@ -255,6 +275,49 @@ mod tests {
         assert_eq!(room.node, 0);
         let moved: Vec<(usize, NodeId)> = room.moves.iter().map(|m| (m.running, m.to.node)).collect();
         assert_eq!(moved, [(1, 2), (2, 2)], "the soft pods to n2; the hard pod stays");
+    }
+
+    #[test]
+    fn pods_that_fit_nowhere_else_are_not_candidates() {
+        // Nodes 0..18: GPU 0 holds a 0.2 pod with 30 of the node's 32
+        // cores, GPU 1 a whole-GPU pod: moving the 0.2 pod would free a GPU
+        // (the cheapest candidates), but no other node has 30 cores for it.
+        // Node 18: two 0.3 pods, either of which fits elsewhere. More
+        // doomed candidates than the search tries come first by cost; they
+        // must not hide the one that works.
+        let s = Tier::Soft;
+        let mut c = Cluster::new(
+            (0..19)
+                .map(|i| Node::new(0, format!("n{i}"), Resources { cpu_milli: 32_000, memory_mib: 65_536 }, 2, "A100"))
+                .collect(),
+        );
+        let mut pods = Vec::new();
+        for n in 0..18 {
+            let mut hog = pod(&format!("hog{n}"), 200, s);
+            hog.requests.cpu_milli = 30_000;
+            let at = c.bind(n, &hog, GpuSet(1)).unwrap();
+            pods.push((hog, at));
+            let whole = pod(&format!("whole{n}"), 1000, s);
+            let at = c.bind(n, &whole, GpuSet(2)).unwrap();
+            pods.push((whole, at));
+        }
+        for g in 0..2 {
+            let p = pod(&format!("small{g}"), 300, s);
+            let at = c.bind(18, &p, GpuSet(1 << g)).unwrap();
+            pods.push((p, at));
+        }
+        // Node 18's CPU is taken too (by a pod that stays), so no hog fits there.
+        let mut cpu = pod("cpu", 0, Tier::Hard);
+        cpu.gpu_count = 0;
+        cpu.requests.cpu_milli = 29_000;
+        let at = c.bind(18, &cpu, GpuSet::default()).unwrap();
+        pods.push((cpu, at));
+        let want = pod("want", 1000, s);
+        assert!(c.nodes().iter().all(|n| check(n, &want).is_err()));
+        let running = borrow_running(&pods);
+        let room = make_room(&mut c.clone(), &running, &want, 2, lowest_id).expect("room on node 18");
+        assert_eq!(room.node, 18);
+        assert_eq!(room.moves.len(), 1);
     }
 
     #[test]

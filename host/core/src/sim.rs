@@ -132,6 +132,15 @@ pub struct RunReport {
     pub migrations: u64,
     /// Pods placed only thanks to those moves.
     pub rescued: u64,
+    /// Global plans made (periodic or when a pod failed).
+    #[serde(default)]
+    pub reschedule_plans: u64,
+    /// Migrations of those plans (part of `migrations`).
+    #[serde(default)]
+    pub planned_migrations: u64,
+    /// Submission index of every pod that failed (submissions protocol).
+    #[serde(skip)]
+    pub failed_pods: Vec<usize>,
     /// Total GPUs in the cluster.
     pub total_gpus: u64,
     /// The allocation curve by arrived GPU demand.
@@ -275,6 +284,12 @@ pub struct Simulator<'p, P: Placer> {
     /// Pod shapes no room could be made for since the cluster last changed
     /// (the same search would fail again).
     no_room: std::collections::HashSet<(u64, u64, u32, u32, Vec<String>, Tier)>,
+    /// The global planner, its period in submissions (0: only when a pod
+    /// fails) and the submission it last ran at.
+    planner: Option<(&'p mut dyn Rescheduler, u64)>,
+    last_plan: u64,
+    /// The planner ran and found nothing since the cluster last changed.
+    planner_idle: bool,
 }
 
 impl<'p, P: Placer> Simulator<'p, P> {
@@ -297,62 +312,10 @@ impl<'p, P: Placer> Simulator<'p, P> {
             migration_cap: None,
             running: Vec::new(),
             no_room: std::collections::HashSet::new(),
+            planner: None,
+            last_plan: 0,
+            planner_idle: false,
         }
-    }
-
-    /// Reschedules when a pod fits nowhere (submissions protocol): moves at
-    /// most [`MAX_MOVES_PER_POD`] running pods to other nodes to make room for it
-    /// ([`crate::defrag::make_room`], moved pods placed where the placer
-    /// ranks best), as long as migrations stay within `cap` × pods placed.
-    pub fn with_rescheduling(mut self, cap: f64) -> Self {
-        self.migration_cap = Some(cap);
-        self
-    }
-
-    /// Tries to make room for `pod` by migration; true if it did.
-    fn reschedule_for(&mut self, pod: &Pod) -> bool {
-        let Some(cap) = self.migration_cap else { return false };
-        let budget = (cap * (self.report.placed + 1) as f64).floor() as u64;
-        let left = budget.saturating_sub(self.report.migrations) as usize;
-        let shape = (
-            pod.requests.cpu_milli,
-            pod.requests.memory_mib,
-            pod.gpu_count,
-            pod.gpu_milli,
-            pod.allowed_models.clone(),
-            pod.tier,
-        );
-        if left == 0 || self.no_room.contains(&shape) {
-            return false;
-        }
-        let running = crate::defrag::borrow_running(&self.running);
-        let placer = &mut *self.placer;
-        let room =
-            crate::defrag::make_room(&mut self.cluster, &running, pod, left.min(MAX_MOVES_PER_POD), |p, nodes| {
-                let mut order = nodes.to_vec();
-                if let Some(best) = placer.place(p, nodes).node
-                    && let Some(at) = order.iter().position(|&n| n == best)
-                {
-                    let b = order.remove(at);
-                    order.insert(0, b);
-                }
-                order
-            });
-        drop(running);
-        let Some(room) = room else {
-            self.no_room.insert(shape);
-            return false;
-        };
-        for m in room.moves {
-            let (p, from) = self.running[m.running].clone();
-            self.cluster.unbind(&from, &p);
-            let to = self.cluster.bind(m.to.node, &p, m.to.gpus).expect("make_room checked the move");
-            self.running[m.running].1 = to;
-            self.node_changed(from.node);
-            self.node_changed(to.node);
-            self.report.migrations += 1;
-        }
-        true
     }
 
     /// The cluster as it stands.
@@ -377,6 +340,7 @@ impl<'p, P: Placer> Simulator<'p, P> {
 
     fn node_changed(&mut self, node: NodeId) {
         self.no_room.clear();
+        self.planner_idle = false;
         let n = self.cluster.node(node).expect("node exists");
         self.tracker.update(n, &self.workload);
         self.recorder.node_changed(n);
@@ -389,10 +353,17 @@ impl<'p, P: Placer> Simulator<'p, P> {
     }
 
     /// Runs the submissions protocol over `pods` in order.
-    pub fn run_submissions(mut self, pods: &[Pod]) -> RunReport {
-        for pod in pods {
+    pub fn run_submissions(self, pods: &[Pod]) -> RunReport {
+        self.run_submissions_keep(pods).0
+    }
+
+    /// [`Simulator::run_submissions`], also returning the cluster as it
+    /// stands at the end.
+    pub fn run_submissions_keep(mut self, pods: &[Pod]) -> (RunReport, Cluster) {
+        for (index, pod) in pods.iter().enumerate() {
             self.report.submitted += 1;
             self.recorder.arrive(pod);
+            self.replan_if_due();
             let placed = match self.try_place(pod) {
                 // Room made by migration answers the host's filter only.
                 Err(Why::Filter(_)) if self.reschedule_for(pod) => {
@@ -409,11 +380,15 @@ impl<'p, P: Placer> Simulator<'p, P> {
                         self.running.push((pod.clone(), at));
                     }
                 }
-                Err(reason) => self.fail(reason),
+                Err(reason) => {
+                    self.report.failed_pods.push(index);
+                    self.fail(reason);
+                }
             }
             self.recorder.record(self.tracker.reading());
         }
-        self.finish()
+        let cluster = std::mem::replace(&mut self.cluster, Cluster::new(Vec::new()));
+        (self.finish(), cluster)
     }
 
     /// Runs the time-replay protocol. Events at the same second are ordered
@@ -477,5 +452,8 @@ impl<'p, P: Placer> Simulator<'p, P> {
     }
 }
 
+mod resched;
 #[cfg(test)]
 mod tests;
+
+pub use resched::Rescheduler;

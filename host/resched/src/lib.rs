@@ -20,6 +20,7 @@
 //!   placement, and plan statistics.
 //! - [`bound`]: the offline LP bound on GPU allocation.
 
+pub mod adapter;
 pub mod balance;
 pub mod bound;
 pub mod consolidate;
@@ -31,6 +32,7 @@ pub mod milp;
 pub mod plan;
 mod scratch;
 
+pub use adapter::{PlanTotals, SimPlanner};
 pub use bound::{Bound, BoundError, gpu_allocation_bound};
 pub use controller::{Planner, PlannerConfig, StrategyWeights};
 pub use cost::CostWeights;

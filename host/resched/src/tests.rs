@@ -369,3 +369,50 @@ fn no_plan_breaks_a_hard_constraint() {
         assert!(p.net_gain() >= 0.0 || p.moves.is_empty(), "seed {seed}: {p:?}");
     }
 }
+
+/// Places each pod on the candidate with the most free GPU share (worst
+/// fit: it spreads, so it fragments).
+struct Spread {
+    free: Vec<u32>,
+}
+
+impl tessera_core::sim::Placer for Spread {
+    fn nodes_changed(&mut self, nodes: &[&Node]) {
+        for n in nodes {
+            if self.free.len() <= n.id as usize {
+                self.free.resize(n.id as usize + 1, 0);
+            }
+            self.free[n.id as usize] = n.free_gpu_milli();
+        }
+    }
+
+    fn place(&mut self, _: &Pod, candidates: &[NodeId]) -> tessera_core::sim::Choice {
+        let node = candidates.iter().copied().max_by_key(|&n| (self.free[n as usize], std::cmp::Reverse(n)));
+        tessera_core::sim::Choice { node, ..Default::default() }
+    }
+}
+
+#[test]
+fn the_simulator_runs_the_planner_on_its_period() {
+    let nodes: Vec<Node> = (0..3).map(|i| node(i, 1)).collect();
+    let pods = vec![pod("a", 500), pod("b", 500), pod("c", 500), {
+        let mut w = pod("w", GPU_MILLI);
+        w.workload = "w".into();
+        w
+    }];
+    // Without rescheduling the spread leaves no whole GPU for `w`.
+    let mut placer = Spread { free: Vec::new() };
+    let r = tessera_core::sim::Simulator::new(nodes.clone(), whole_gpu_workload(), &mut placer).run_submissions(&pods);
+    assert_eq!(r.failed, 1);
+    // With the planner every submission, two halves merge before `w` comes.
+    let mut placer = Spread { free: Vec::new() };
+    let mut planner = crate::SimPlanner::new(Planner::new(only(Strategy::FragmentMerge)), whole_gpu_workload());
+    let r = tessera_core::sim::Simulator::new(nodes, whole_gpu_workload(), &mut placer)
+        .with_rescheduling(1.0)
+        .with_planner(&mut planner, 1)
+        .run_submissions(&pods);
+    assert_eq!(r.failed, 0, "{r:?}");
+    assert!(r.planned_migrations >= 1 && r.planned_migrations == r.migrations, "{r:?}");
+    assert_eq!(r.rescued, 0, "room was made before `w` failed");
+    assert_eq!(planner.totals().moves_by_strategy.get("fragment-merge").copied(), Some(r.planned_migrations));
+}

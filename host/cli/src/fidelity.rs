@@ -173,6 +173,7 @@ pub fn run(dir: &Path, only: &[String]) -> Result<FidelityReport> {
                         // random prefixes: a seeded ranking, per seed.
                         tie_break: Some(tessera_policy::TieBreakSpec::SeededRank),
                         reschedule: None,
+                        reschedule_every: 0,
                         bound: false,
                     };
                     let outcome = crate::sim::run_with(&rt, &opts);

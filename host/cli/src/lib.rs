@@ -8,5 +8,6 @@ pub mod load;
 pub mod native;
 pub mod online;
 pub mod plot;
+pub mod quality;
 pub mod sim;
 pub mod throughput;

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
-use tessera::{bench, check, fidelity, load, sim, throughput};
+use tessera::{bench, check, fidelity, load, quality, sim, throughput};
 use tessera_policy::PolicyDocument;
 use tessera_wasm::{Runtime, RuntimeConfig};
 
@@ -52,11 +52,19 @@ enum Command {
         /// Seconds between telemetry samples (online).
         #[arg(long, default_value_t = 300)]
         telemetry_interval: u64,
-        /// When a pod fits nowhere, move up to two running pods to make
-        /// room, migrating at most this share of placed pods (submissions
-        /// protocol; e.g. 0.05).
-        #[arg(long, value_name = "MIGRATION_CAP", conflicts_with_all = ["online", "time_replay"])]
-        reschedule: Option<f64>,
+        /// Reschedule (submissions protocol): when a pod fits nowhere, move
+        /// running pods to make room for it, else plan globally with the
+        /// policy's `rescheduling:` planner; prints placement alone beside
+        /// placement with rescheduling.
+        #[arg(long, conflicts_with_all = ["online", "time_replay"])]
+        reschedule: bool,
+        /// Migrations allowed, % of pods placed.
+        #[arg(long, default_value_t = 5.0, requires = "reschedule")]
+        max_migrations_pct: f64,
+        /// Also plan globally every N submissions (0: only when a pod fits
+        /// nowhere).
+        #[arg(long, default_value_t = 0, requires = "reschedule")]
+        reschedule_every: u64,
         /// Also print the offline LP bound on GPU allocation for the pods
         /// submitted: no placement, with or without migrations, does better.
         #[arg(long, conflicts_with_all = ["online", "time_replay"])]
@@ -178,6 +186,32 @@ enum BenchCmd {
         #[arg(long, value_enum, default_value = "table")]
         format: Format,
     },
+    /// The published protocol on every workload and seed in DIR, with one
+    /// policy (optionally with rescheduling), beside FGD's published
+    /// result and the offline bound.
+    Quality {
+        /// A directory laid out like shared/traces/openb.
+        #[arg(long)]
+        traces: PathBuf,
+        /// A shipped policy, a built-in plugin, or a policy file.
+        #[arg(long, default_value = "default")]
+        policy: String,
+        /// Reschedule (make room when a pod fits nowhere, plan globally).
+        #[arg(long)]
+        reschedule: bool,
+        /// Migrations allowed, % of pods placed.
+        #[arg(long, default_value_t = 5.0, requires = "reschedule")]
+        max_migrations_pct: f64,
+        /// Also plan globally every N submissions (0: only when a pod fits
+        /// nowhere).
+        #[arg(long, default_value_t = 0, requires = "reschedule")]
+        reschedule_every: u64,
+        /// Only these workloads (pod list file stems, comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        workloads: Vec<String>,
+        #[arg(long, value_enum, default_value = "table")]
+        format: Format,
+    },
 }
 
 #[derive(Subcommand)]
@@ -216,12 +250,18 @@ fn run(cli: Cli) -> Result<ExitCode> {
             online,
             telemetry_interval,
             reschedule,
+            max_migrations_pct,
+            reschedule_every,
             bound,
             inflate,
             tie_break,
             out,
             plot,
         } => {
+            if !(0.0..=100.0).contains(&max_migrations_pct) {
+                anyhow::bail!("--max-migrations-pct must be within 0..=100, not {max_migrations_pct}");
+            }
+            let reschedule = reschedule.then_some(max_migrations_pct / 100.0);
             let tie_break = tie_break.map(|t| match t {
                 TieBreakArg::NodeId => tessera_policy::TieBreakSpec::NodeId,
                 TieBreakArg::SeededRank => tessera_policy::TieBreakSpec::SeededRank,
@@ -237,6 +277,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 inflate,
                 tie_break,
                 reschedule,
+                reschedule_every,
                 bound,
             };
             if online {
@@ -286,6 +327,31 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     eprintln!("plot written to {}", f.display());
                 }
             }
+            match format {
+                Format::Table => print!("{}", report.to_table()),
+                Format::Json => println!("{}", serde_json::to_string(&report)?),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(BenchCmd::Quality {
+            traces,
+            policy,
+            reschedule,
+            max_migrations_pct,
+            reschedule_every,
+            workloads,
+            format,
+        }) => {
+            if !(0.0..=100.0).contains(&max_migrations_pct) {
+                anyhow::bail!("--max-migrations-pct must be within 0..=100, not {max_migrations_pct}");
+            }
+            let report = quality::run(&quality::QualityOptions {
+                traces,
+                policy,
+                reschedule: reschedule.then_some(max_migrations_pct / 100.0),
+                reschedule_every,
+                workloads,
+            })?;
             match format {
                 Format::Table => print!("{}", report.to_table()),
                 Format::Json => println!("{}", serde_json::to_string(&report)?),

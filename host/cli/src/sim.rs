@@ -10,6 +10,7 @@ use tessera_core::metrics::TargetWorkload;
 use tessera_core::model::{Node, Pod, Resources, Tier};
 use tessera_core::sim::{Arrival, RunReport, Simulator, synthetic};
 use tessera_policy::PolicyDocument;
+use tessera_resched::SimPlanner;
 use tessera_trace::{NodeRow, PodRow};
 use tessera_wasm::{Runtime, RuntimeConfig};
 
@@ -60,9 +61,13 @@ pub struct SimOptions {
     pub inflate: f64,
     /// Overrides the policy's tie-break.
     pub tie_break: Option<tessera_policy::TieBreakSpec>,
-    /// Reschedule when a pod fits nowhere, migrating at most this share of
-    /// placed pods (submissions protocol).
+    /// Reschedule (submissions protocol), migrating at most this share of
+    /// placed pods: make room when a pod fits nowhere, and plan globally
+    /// with the policy's `rescheduling:` planner.
     pub reschedule: Option<f64>,
+    /// Submissions between periodic global plans (0: only when a pod fits
+    /// nowhere).
+    pub reschedule_every: u64,
     /// Also compute the offline LP bound on GPU allocation for the pods
     /// submitted (submissions protocol).
     pub bound: bool,
@@ -88,6 +93,44 @@ pub struct RunFile {
     /// offline LP (`--bound`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bound_allocation_pct: Option<f64>,
+    /// With rescheduling: the same run with placement alone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placement_only: Option<Figures>,
+    /// With rescheduling: what the global plans added up to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plans: Option<tessera_resched::PlanTotals>,
+}
+
+/// Headline figures of a run, for before/after tables.
+#[derive(Debug, Clone, Serialize)]
+pub struct Figures {
+    /// Pods placed.
+    pub placed: u64,
+    /// Pods that fit nowhere.
+    pub failed: u64,
+    /// Unallocated GPUs at 130% arrived demand (else at the end), %.
+    pub unallocated_pct: f64,
+    /// Fragmentation at the end, % of GPUs.
+    pub fragmentation_pct: f64,
+    /// Nodes ever hot (≥ 90% of a resource allocated), share of nodes.
+    pub hotspot_ratio: f64,
+    /// Migrations.
+    pub migrations: u64,
+}
+
+impl Figures {
+    /// The figures of `r`.
+    pub fn of(r: &RunReport) -> Self {
+        let nodes = r.hotspot_counts.len().max(1) as f64;
+        Self {
+            placed: r.placed,
+            failed: r.failed,
+            unallocated_pct: 100.0 - r.allocation_at(130).unwrap_or(r.last.allocation),
+            fragmentation_pct: r.last.fragmentation,
+            hotspot_ratio: r.hotspot_counts.iter().filter(|&&c| c > 0).count() as f64 / nodes,
+            migrations: r.migrations,
+        }
+    }
 }
 
 /// A finished run.
@@ -292,15 +335,29 @@ pub fn run_with(rt: &Runtime, opts: &SimOptions) -> Result<SimOutcome> {
 
     let started = Instant::now();
     let n_nodes = nodes.len();
+    let (mut placement_only, mut plans) = (None, None);
     let report = if opts.time_replay {
         let rows = rows.as_ref().context("time replay needs a pod list with creation times (--pods FILE)")?;
         let arrivals = trace_arrivals(rows);
         Simulator::new(nodes, workload, &mut policy).run_time_replay(&arrivals)
     } else {
-        let sim = Simulator::new(nodes, workload, &mut policy);
         match opts.reschedule {
-            Some(cap) => sim.with_rescheduling(cap).run_submissions(&submissions),
-            None => sim.run_submissions(&submissions),
+            Some(cap) => {
+                let baseline =
+                    Simulator::new(nodes.clone(), workload.clone(), &mut policy).run_submissions(&submissions);
+                placement_only = Some(Figures::of(&baseline));
+                // A fresh policy: plugins keep state across decisions.
+                let mut policy = load::load_policy(rt, &doc)?.without_timeout();
+                let mut planner =
+                    SimPlanner::new(tessera_resched::Planner::new(doc.rescheduling.clone()), workload.clone());
+                let r = Simulator::new(nodes, workload, &mut policy)
+                    .with_rescheduling(cap)
+                    .with_planner(&mut planner, opts.reschedule_every)
+                    .run_submissions(&submissions);
+                plans = Some(planner.totals().clone());
+                r
+            }
+            None => Simulator::new(nodes, workload, &mut policy).run_submissions(&submissions),
         }
     };
     let wall_s = started.elapsed().as_secs_f64();
@@ -313,6 +370,8 @@ pub fn run_with(rt: &Runtime, opts: &SimOptions) -> Result<SimOutcome> {
             protocol: if opts.time_replay { "time-replay" } else { "submissions" },
             report,
             bound_allocation_pct: bound,
+            placement_only,
+            plans,
         },
         nodes: n_nodes,
         wall_s,
@@ -358,8 +417,46 @@ pub fn summary(o: &SimOutcome) -> String {
     for (code, n) in &r.failures_by_reason {
         rows.push((format!("failed: {code}"), n.to_string()));
     }
-    if r.migrations > 0 || r.rescued > 0 {
-        rows.push(("migrations (pods rescued)".into(), format!("{} ({})", r.migrations, r.rescued)));
+    if let Some(before) = &o.file.placement_only {
+        let after = Figures::of(r);
+        rows.push(("rescheduling".into(), "placement alone → with rescheduling".into()));
+        rows.push(("  placed".into(), format!("{} → {}", before.placed, after.placed)));
+        rows.push((
+            "  unallocated GPUs @130%".into(),
+            format!("{:.2}% → {:.2}%", before.unallocated_pct, after.unallocated_pct),
+        ));
+        rows.push((
+            "  fragmentation (end)".into(),
+            format!("{:.2}% → {:.2}%", before.fragmentation_pct, after.fragmentation_pct),
+        ));
+        rows.push(("  hotspot ratio".into(), format!("{:.3} → {:.3}", before.hotspot_ratio, after.hotspot_ratio)));
+        rows.push((
+            "  migrations".into(),
+            format!(
+                "0 → {} ({:.2}% of placed; {} to make room, {} planned; {} pods rescued)",
+                r.migrations,
+                100.0 * r.migrations as f64 / r.placed.max(1) as f64,
+                r.migrations - r.planned_migrations,
+                r.planned_migrations,
+                r.rescued
+            ),
+        ));
+    }
+    if let Some(p) = &o.file.plans {
+        let by: Vec<String> = p.moves_by_strategy.iter().map(|(s, n)| format!("{s} {n}")).collect();
+        rows.push((
+            "global plans".into(),
+            format!(
+                "{} ({} with moves; {}), cost {:.2}, gain {:.2}, migration time {:.0} s, slowest plan {:.1} ms",
+                p.plans,
+                p.plans_with_moves,
+                if by.is_empty() { "no moves".to_string() } else { by.join(", ") },
+                p.cost,
+                p.gain,
+                p.migration_time_s,
+                p.plan_ms_max
+            ),
+        ));
     }
     rows.push(("plugin errors".into(), r.plugin_errors.to_string()));
     rows.push(("decisions past their deadline".into(), r.deadline_hits.to_string()));

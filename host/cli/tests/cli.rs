@@ -259,8 +259,9 @@ adaptive:\n  weight_sets: [[1, 1], [3, 1], [1, 3]]\n",
     assert!(err.contains("weight set 2 has 3 weights, the policy has 2 scorers"), "{err}");
 }
 
-/// `sim --reschedule CAP` moves running pods to make room for pods that fit
-/// nowhere, never more than CAP × pods placed, and says how many it saved.
+/// `sim --reschedule` moves running pods to make room for pods that fit
+/// nowhere and plans globally, never more than the cap × pods placed,
+/// and prints placement alone beside placement with rescheduling.
 #[test]
 fn sim_reschedule_migrates_within_its_cap() {
     let dir = tempfile::tempdir().unwrap();
@@ -272,24 +273,93 @@ fn sim_reschedule_migrates_within_its_cap() {
         "--seed",
         "3",
         "--reschedule",
-        "0.05",
+        "--max-migrations-pct",
+        "5",
+        "--reschedule-every",
+        "50",
         "--bound",
         "--out",
         out.to_str().unwrap(),
     ]);
     assert!(ok, "{stdout}\n{err}");
-    assert!(stdout.contains("migrations (pods rescued)") && stdout.contains("offline bound (LP)"), "{stdout}");
+    for row in [
+        "placement alone → with rescheduling",
+        "unallocated GPUs @130%",
+        "hotspot ratio",
+        "global plans",
+        "offline bound (LP)",
+    ] {
+        assert!(stdout.contains(row), "{row}: {stdout}");
+    }
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
     let r = &v["report"];
-    let (migrations, rescued, placed) =
-        (r["migrations"].as_u64().unwrap(), r["rescued"].as_u64().unwrap(), r["placed"].as_u64().unwrap());
-    assert!(rescued > 0 && migrations >= rescued, "{r}");
+    let (migrations, planned, placed) =
+        (r["migrations"].as_u64().unwrap(), r["planned_migrations"].as_u64().unwrap(), r["placed"].as_u64().unwrap());
+    assert!(migrations > 0 && planned <= migrations, "{r}");
     assert!(migrations as f64 <= 0.05 * placed as f64, "{migrations} migrations for {placed} placed");
+    assert!(v["plans"]["plans"].as_u64().unwrap() > 0, "{}", v["plans"]);
+    assert!(v["placement_only"]["unallocated_pct"].as_f64().is_some());
     let bound = v["bound_allocation_pct"].as_f64().unwrap();
     let reached = r["last"]["allocation"].as_f64().unwrap();
     assert!(bound + 1e-9 >= reached && bound <= 100.0 + 1e-9, "bound {bound} vs reached {reached}");
-    let (ok, _, err) = tessera(&["sim", "--node-count", "10", "--online", "--reschedule", "0.05"]);
+    let (ok, _, err) = tessera(&["sim", "--node-count", "10", "--online", "--reschedule"]);
     assert!(!ok && err.contains("cannot be used with"), "{err}");
+    let (ok, _, err) = tessera(&["sim", "--node-count", "10", "--reschedule", "--max-migrations-pct", "150"]);
+    assert!(!ok && err.contains("--max-migrations-pct must be within 0..=100"), "{err}");
+}
+
+/// `bench quality` on a directory laid out like shared/traces/openb, cut
+/// down to one workload and two seeds.
+#[test]
+fn quality_bench_prints_the_documented_json() {
+    let shared = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces/openb");
+    if !shared.exists() {
+        assert!(std::env::var_os("CI").is_none(), "{} is missing in CI", shared.display());
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("arrival-order")).unwrap();
+    std::fs::create_dir_all(d.join("expected")).unwrap();
+    for f in [
+        "openb_node_list_gpu_node.csv",
+        "openb_pod_list_default.csv",
+        "arrival-order/openb_pod_list_default_tune1.3_seed42.txt",
+        "arrival-order/openb_pod_list_default_tune1.3_seed43.txt",
+        "expected/analysis_allo_discrete.csv",
+    ] {
+        std::os::unix::fs::symlink(shared.join(f), d.join(f)).unwrap();
+    }
+    let (ok, out, err) = tessera(&[
+        "bench",
+        "quality",
+        "--traces",
+        d.to_str().unwrap(),
+        "--policy",
+        "fgd",
+        "--reschedule",
+        "--reschedule-every",
+        "500",
+        "--format",
+        "json",
+    ]);
+    assert!(ok, "{out}\n{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    for r in runs {
+        assert_eq!(r["workload"], "openb_pod_list_default");
+        let ours = r["unallocated_at_130"].as_f64().unwrap();
+        let fgd = r["fgd_published_unallocated_at_130"].as_f64().unwrap();
+        let bound = r["offline_bound_unallocated"].as_f64().unwrap();
+        let (migrations, placed) = (r["migrations"].as_u64().unwrap(), r["placed_pods"].as_u64().unwrap());
+        assert!(bound <= ours + 1e-9, "the bound bounds: {bound} vs {ours}");
+        assert!(ours < fgd + 0.5, "FGD with rescheduling stays near or under FGD's published {fgd}: {ours}");
+        assert!(migrations as f64 <= 0.05 * placed as f64 && placed > 8000, "{r}");
+    }
+    assert!(v["wall_s"].as_f64().is_some());
+    let (ok, _, err) = tessera(&["bench", "quality", "--traces", "/nonexistent"]);
+    assert!(!ok && err.contains("cannot read /nonexistent/arrival-order"), "{err}");
 }
 
 /// The default policy's detectors (`overload`, `rebalance`, Wasm) watch the

@@ -69,25 +69,17 @@ pub fn make_room(
     if max_moves == 0 {
         return None;
     }
-    // A pod is worth considering only if some other node takes it now
-    // (moves of the same plan free no room elsewhere). Pods of one shape
-    // share the answer.
-    let mut goes: HashMap<ShapeKey, Vec<NodeId>> = HashMap::new();
-    let (mut cand, mut rejected) = (Vec::new(), [0u32; 5]);
     let mut by_node: Vec<Vec<usize>> = vec![Vec::new(); cluster.nodes().len()];
     for (i, r) in running.iter().enumerate() {
-        if r.pod.tier == Tier::Hard || (r.placement.node as usize) >= by_node.len() {
-            continue;
-        }
-        let nodes = goes.entry(shape_key(&r.pod)).or_insert_with(|| {
-            cluster.feasible(&r.pod, &mut cand, &mut rejected);
-            // Two are enough to know one is not its own.
-            cand.iter().take(2).copied().collect()
-        });
-        if nodes.iter().any(|&n| n != r.placement.node) {
+        if r.pod.tier != Tier::Hard && (r.placement.node as usize) < by_node.len() {
             by_node[r.placement.node as usize].push(i);
         }
     }
+    // A pod is worth considering only if some other node takes it now
+    // (moves of the same plan free no room elsewhere). Pods of one shape
+    // share the answer: up to two nodes that take it (one may be its own).
+    let mut goes: HashMap<ShapeKey, Vec<NodeId>> = HashMap::new();
+    let (mut cand, mut rejected) = (Vec::new(), [0u32; 5]);
     // (moves, GPU share moved, node, pods) for every subset that makes room.
     let mut candidates: Vec<(usize, u64, NodeId, Vec<usize>)> = Vec::new();
     for node in cluster.nodes() {
@@ -96,6 +88,17 @@ pub fn make_room(
             continue;
         }
         let without = |set: &[usize]| crate::preempt::fits_without(node, running, set.iter().copied(), pod);
+        if !without(&movable) {
+            continue;
+        }
+        movable.retain(|&i| {
+            let r = &running[i];
+            let nodes = goes.entry(shape_key(&r.pod)).or_insert_with(|| {
+                cluster.feasible(&r.pod, &mut cand, &mut rejected);
+                cand.iter().take(2).copied().collect()
+            });
+            nodes.iter().any(|&n| n != r.placement.node)
+        });
         if !without(&movable) {
             continue;
         }

@@ -64,6 +64,12 @@ pub struct PolicyDocument {
     /// cooldowns, caps, reservations, disruption budgets, rollback gates.
     #[serde(default)]
     pub movement: tessera_movement::MovementConfig,
+    /// The rescheduler's planner: `strategy_weights {load_balance,
+    /// fragment_merge, co_location}`, the cost model (`cost: {alpha, beta,
+    /// gamma, min_net_gain, …}`), `time_limit_ms`, `max_moves`, load
+    /// thresholds, MILP limits.
+    #[serde(default)]
+    pub rescheduling: tessera_resched::PlannerConfig,
 }
 
 /// Adaptive weights.

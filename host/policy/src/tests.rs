@@ -154,3 +154,21 @@ fn movement_section_is_typed_and_checked() {
     let bad = format!("{GOOD}movement:\n  batch_size: lots\n");
     assert!(invalid(&bad).2.contains("`lots` is neither a count nor a percentage"), "{:?}", invalid(&bad));
 }
+
+#[test]
+fn rescheduling_section_is_typed_and_checked() {
+    let text = format!(
+        "{GOOD}rescheduling:\n  strategy_weights: {{ load_balance: 1, fragment_merge: 3, co_location: 0 }}\n  cost: {{ alpha: 0.01, beta: 0.5, gamma: 2, min_net_gain: 0.1 }}\n  time_limit_ms: 500\n  max_moves: 50\n"
+    );
+    let doc = PolicyDocument::parse(&text, "p.yaml").unwrap();
+    let r = &doc.rescheduling;
+    assert_eq!((r.strategy_weights.fragment_merge, r.strategy_weights.co_location), (3.0, 0.0));
+    assert_eq!((r.cost.gamma, r.cost.min_net_gain, r.time_limit_ms, r.max_moves), (2.0, 0.1, 500, 50));
+    let bad = format!("{GOOD}rescheduling:\n  strategy_weights: {{ load_balance: -1 }}\n");
+    let (line, _, reason) = invalid(&bad);
+    assert!(reason.contains("strategy_weights.load_balance"), "{reason}");
+    assert_eq!(line, GOOD.lines().count() + 1);
+    assert!(invalid(&format!("{GOOD}rescheduling:\n  cost: {{ beta: -2 }}\n")).2.contains("cost.beta"));
+    assert!(invalid(&format!("{GOOD}rescheduling:\n  load_threshold: 1.5\n")).2.contains("load_threshold"));
+    assert!(invalid(&format!("{GOOD}rescheduling:\n  defrag: 1\n")).2.contains("unknown field `defrag`"));
+}

@@ -114,6 +114,9 @@ pub(crate) fn semantics(doc: &PolicyDocument, text: &str, file: &str) -> Result<
             "detection: detection_interval must be at least 1 and anomaly_threshold within 0..=1000".into(),
         ));
     }
+    if let Err(reason) = doc.rescheduling.validate() {
+        return Err(err(line_of(text, "rescheduling:", 0), format!("rescheduling: {reason}")));
+    }
     if let Err(reason) = doc.movement.validate() {
         return Err(err(line_of(text, "movement:", 0), format!("movement: {reason}")));
     }

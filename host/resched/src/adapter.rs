@@ -31,9 +31,12 @@ pub struct PlanTotals {
     pub migration_time_s: f64,
     /// Plans cut short by the time limit.
     pub timed_out: u64,
-    /// Planning time, milliseconds: total and the slowest plan.
+    /// Planning time, milliseconds (not serialized: run files stay
+    /// byte-identical for equal inputs).
+    #[serde(skip)]
     pub plan_ms_total: f64,
-    /// The slowest plan, milliseconds.
+    /// The slowest plan, milliseconds (not serialized).
+    #[serde(skip)]
     pub plan_ms_max: f64,
 }
 

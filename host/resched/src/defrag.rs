@@ -204,6 +204,12 @@ fn relieve_cpu(s: &mut Scratch<'_>, budget: usize) -> usize {
         .map(|n| ((s.frag[n.id as usize] * 1e3) as u64, n.id))
         .collect();
     sources.sort_unstable_by(|a, b| b.cmp(a));
+    if sources.is_empty() {
+        return 0;
+    }
+    // Moves here take no GPU share, so the saturated nodes stay saturated.
+    let saturated: Vec<NodeId> =
+        s.cluster.nodes().iter().filter(|n| n.ready && n.free_gpu_milli() < SATURATED_MILLI).map(|n| n.id).collect();
     for (_, node) in sources {
         let used = s.moves.len() - start;
         if used >= budget || s.out_of_time() {
@@ -214,7 +220,7 @@ fn relieve_cpu(s: &mut Scratch<'_>, budget: usize) -> usize {
         pods.sort_by_key(|&i| (std::cmp::Reverse(s.pod(i).requests.cpu_milli), i));
         let mark = s.moves.len();
         for i in pods.into_iter().take(RELIEF_GROUP.min(budget - used)) {
-            let Some(to) = saturated_fit(s, i, node) else { break };
+            let Some(to) = saturated_fit(s, &saturated, i, node) else { break };
             if !s.try_move(i, to, GpuSet::default(), Strategy::FragmentMerge) {
                 break;
             }
@@ -230,14 +236,14 @@ fn relieve_cpu(s: &mut Scratch<'_>, budget: usize) -> usize {
     s.moves.len() - start
 }
 
-/// The GPU-saturated node (other than `not`) with the least free CPU that
-/// takes CPU-only pod `i`.
-fn saturated_fit(s: &Scratch<'_>, i: usize, not: NodeId) -> Option<NodeId> {
+/// The GPU-saturated node (of `saturated`, other than `not`) with the
+/// least free CPU that takes CPU-only pod `i`.
+fn saturated_fit(s: &Scratch<'_>, saturated: &[NodeId], i: usize, not: NodeId) -> Option<NodeId> {
     let p = s.pod(i);
-    s.cluster
-        .nodes()
+    saturated
         .iter()
-        .filter(|n| n.id != not && n.ready && n.free_gpu_milli() < SATURATED_MILLI)
+        .map(|&n| &s.cluster.nodes()[n as usize])
+        .filter(|n| n.id != not)
         .filter(|n| n.free.cpu_milli >= p.requests.cpu_milli && n.free.memory_mib >= p.requests.memory_mib)
         .min_by_key(|n| (n.free.cpu_milli, n.id))
         .map(|n| n.id)

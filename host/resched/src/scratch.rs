@@ -125,16 +125,8 @@ impl<'a> Scratch<'a> {
         self.weights.move_cost(p, model, self.replicas(p))
     }
 
-    fn reindex(&mut self, node: NodeId) {
-        let n = &self.cluster.nodes()[node as usize];
-        self.partial.retain(|&(_, id, _)| id != node);
-        for i in 0..n.gpus.len() {
-            if let Some(k) = partial_key(n, i) {
-                self.partial.insert(k);
-            }
-        }
-    }
-
+    /// Refreshes the index entries of `node`'s GPUs whose free share
+    /// changed from `before`.
     fn reindex_fast(&mut self, node: NodeId, before: &[u32]) {
         let n = &self.cluster.nodes()[node as usize];
         let mut changed = Vec::new();
@@ -190,14 +182,18 @@ impl<'a> Scratch<'a> {
         while self.moves.len() > mark {
             let m = self.moves.pop().expect("len > mark");
             let pod = self.pod(m.pod);
+            let frees = |c: &Cluster, n: NodeId| -> Vec<u32> {
+                c.nodes()[n as usize].gpus.iter().map(|g| g.free_milli).collect()
+            };
+            let (to_before, from_before) = (frees(&self.cluster, m.to.node), frees(&self.cluster, m.from.node));
             self.cluster.unbind(&m.to, pod);
             self.cluster.bind(m.from.node, pod, m.from.gpus).expect("undo restores a state that held");
             self.at[m.pod] = m.from;
             self.moved[m.pod] = false;
             self.on_node[m.to.node as usize].retain(|&j| j != m.pod);
             self.on_node[m.from.node as usize].push(m.pod);
-            self.reindex(m.to.node);
-            self.reindex(m.from.node);
+            self.reindex_fast(m.to.node, &to_before);
+            self.reindex_fast(m.from.node, &from_before);
         }
     }
 

@@ -8,6 +8,9 @@ use super::{MAX_MOVES_PER_POD, Placer, Simulator};
 use crate::cluster::{Cluster, Placement};
 use crate::model::Pod;
 
+/// Least submissions between a global plan and one for a failed pod.
+pub const MIN_PLAN_GAP: u64 = 25;
+
 /// A global rescheduler the simulator consults (e.g. the planner of
 /// `tessera-resched`); the simulator applies its moves.
 pub trait Rescheduler {
@@ -61,7 +64,9 @@ impl<'p, P: Placer> Simulator<'p, P> {
         let Some(room) = room else {
             self.no_room.insert(shape);
             // No one node can be cleared for it: a global plan may help.
-            return self.planner.is_some() && self.replan();
+            return self.planner.is_some()
+                && (self.report.reschedule_plans == 0 || self.report.submitted >= self.last_plan + MIN_PLAN_GAP)
+                && self.replan();
         };
         for m in room.moves {
             let (p, from) = self.running[m.running].clone();
@@ -99,13 +104,15 @@ impl<'p, P: Placer> Simulator<'p, P> {
         }
     }
 
-    /// Runs the planner and applies its moves; true if any was made.
+    /// Runs the planner and applies its moves; true if any was made. A
+    /// plan for a failed pod waits [`MIN_PLAN_GAP`] submissions after the
+    /// last plan (a real rescheduler is rate-limited too).
     fn replan(&mut self) -> bool {
-        self.last_plan = self.report.submitted;
         let left = self.moves_left();
         if left == 0 || self.planner_idle {
             return false;
         }
+        self.last_plan = self.report.submitted;
         let Some((planner, _)) = self.planner.as_mut() else { return false };
         let moves = planner.plan(&self.cluster, &self.running, left);
         self.report.reschedule_plans += 1;

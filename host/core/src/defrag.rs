@@ -64,7 +64,7 @@ pub fn make_room(
     running: &[Running<'_>],
     pod: &Pod,
     max_moves: usize,
-    mut rank: impl FnMut(&Pod, &[NodeId]) -> Vec<NodeId>,
+    rank: &mut dyn FnMut(&Pod, &[NodeId]) -> Vec<NodeId>,
 ) -> Option<Room> {
     if max_moves == 0 {
         return None;
@@ -247,7 +247,7 @@ mod tests {
         assert!(c.nodes().iter().all(|n| check(n, &whole).is_err()), "fits nowhere to begin with");
         let running = borrow_running(&pods);
         let mut tried = c.clone();
-        let room = make_room(&mut tried, &running, &whole, 2, lowest_id).expect("room by one move");
+        let room = make_room(&mut tried, &running, &whole, 2, &mut lowest_id).expect("room by one move");
         assert_eq!(tried, c, "the search leaves the cluster as it was");
         assert_eq!(room.node, 0);
         assert_eq!(room.moves, [Migration { running: 0, to: Placement { node: 1, gpus: GpuSet(0b10) } }]);
@@ -273,8 +273,8 @@ mod tests {
         );
         let whole = pod("whole", 1000, s);
         let running = borrow_running(&pods);
-        assert_eq!(make_room(&mut c.clone(), &running, &whole, 1, lowest_id), None, "one move is not enough");
-        let room = make_room(&mut c.clone(), &running, &whole, 2, lowest_id).expect("two moves");
+        assert_eq!(make_room(&mut c.clone(), &running, &whole, 1, &mut lowest_id), None, "one move is not enough");
+        let room = make_room(&mut c.clone(), &running, &whole, 2, &mut lowest_id).expect("two moves");
         assert_eq!(room.node, 0);
         let moved: Vec<(usize, NodeId)> = room.moves.iter().map(|m| (m.running, m.to.node)).collect();
         assert_eq!(moved, [(1, 2), (2, 2)], "the soft pods to n2; the hard pod stays");
@@ -318,7 +318,7 @@ mod tests {
         let want = pod("want", 1000, s);
         assert!(c.nodes().iter().all(|n| check(n, &want).is_err()));
         let running = borrow_running(&pods);
-        let room = make_room(&mut c.clone(), &running, &want, 2, lowest_id).expect("room on node 18");
+        let room = make_room(&mut c.clone(), &running, &want, 2, &mut lowest_id).expect("room on node 18");
         assert_eq!(room.node, 18);
         assert_eq!(room.moves.len(), 1);
     }
@@ -329,7 +329,7 @@ mod tests {
         let (c, pods) = setup(2, &[(0, 0, 1000, s), (0, 1, 1000, s), (1, 0, 1000, s), (1, 1, 1000, s)]);
         let running = borrow_running(&pods);
         assert_eq!(
-            make_room(&mut c.clone(), &running, &pod("x", 1000, s), 3, lowest_id),
+            make_room(&mut c.clone(), &running, &pod("x", 1000, s), 3, &mut lowest_id),
             None,
             "nowhere to move anyone"
         );

@@ -50,7 +50,7 @@ impl<'p, P: Placer> Simulator<'p, P> {
         let running = crate::defrag::borrow_running(&self.running);
         let placer = &mut *self.placer;
         let room =
-            crate::defrag::make_room(&mut self.cluster, &running, pod, left.min(MAX_MOVES_PER_POD), |p, nodes| {
+            crate::defrag::make_room(&mut self.cluster, &running, pod, left.min(MAX_MOVES_PER_POD), &mut |p, nodes| {
                 let mut order = nodes.to_vec();
                 if let Some(best) = placer.place(p, nodes).node
                     && let Some(at) = order.iter().position(|&n| n == best)

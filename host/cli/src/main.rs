@@ -186,6 +186,25 @@ enum BenchCmd {
         #[arg(long, value_enum, default_value = "table")]
         format: Format,
     },
+    /// Planning time and quality on a fragmented synthetic cluster: full
+    /// plans, re-plans after a 1% change, whole GPUs freed against the LP
+    /// bound.
+    Reschedule {
+        /// Nodes.
+        #[arg(long, default_value_t = 10_000)]
+        nodes: usize,
+        /// Pods generated (those some node takes are bound).
+        #[arg(long, default_value_t = 100_000)]
+        pods: usize,
+        /// Seed of the cluster and pods.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Repetitions of each measurement.
+        #[arg(long, default_value_t = 5)]
+        reps: usize,
+        #[arg(long, value_enum, default_value = "table")]
+        format: Format,
+    },
     /// The published protocol on every workload and seed in DIR, with one
     /// policy (optionally with rescheduling), beside FGD's published
     /// result and the offline bound.
@@ -330,6 +349,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
             match format {
                 Format::Table => print!("{}", report.to_table()),
                 Format::Json => println!("{}", serde_json::to_string(&report)?),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(BenchCmd::Reschedule { nodes, pods, seed, reps, format }) => {
+            let r = tessera_resched::bench::run(nodes, pods, seed, reps);
+            match format {
+                Format::Table => print!("{}", r.to_table()),
+                Format::Json => println!("{}", serde_json::to_string(&r)?),
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -370,3 +370,28 @@ fn sim_online_runs_the_default_detectors() {
     assert!(stdout.contains("detection rounds"), "{stdout}");
     assert!(stdout.contains("anomalies: low-load") || stdout.contains("anomalies: fragmentation"), "{stdout}");
 }
+
+#[test]
+fn reschedule_bench_prints_the_documented_json() {
+    let (ok, out, err) =
+        tessera(&["bench", "reschedule", "--nodes", "300", "--pods", "3000", "--reps", "2", "--format", "json"]);
+    assert!(ok, "{out}\n{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    for key in [
+        "nodes",
+        "pods",
+        "plan_ms_p50",
+        "plan_ms_p99",
+        "incremental_ms_p50",
+        "moves",
+        "freed_gpus",
+        "lp_bound_gap_pct",
+    ] {
+        assert!(v[key].is_number(), "{key}: {v}");
+    }
+    assert_eq!(v["nodes"], 300);
+    assert!(v["moves"].as_u64().unwrap() > 0 && v["freed_gpus"].as_i64().unwrap() > 0, "{v}");
+    let gap = v["lp_bound_gap_pct"].as_f64().unwrap();
+    assert!((0.0..100.0).contains(&gap), "{v}");
+    assert!(v["whole_free_after"].as_u64() <= v["whole_free_bound"].as_u64(), "{v}");
+}

@@ -51,7 +51,8 @@ pub fn overloaded(loads: &[f64], threshold: f64) -> u64 {
 /// estimate per node and is updated with every kept move.
 pub(crate) fn run(s: &mut Scratch<'_>, budget: usize, threshold: f64, loads: &mut [f64]) -> usize {
     let start = s.moves.len();
-    let mut hot: Vec<NodeId> = (0..loads.len() as NodeId).filter(|&n| loads[n as usize] > threshold).collect();
+    let mut hot: Vec<NodeId> =
+        (0..loads.len() as NodeId).filter(|&n| loads[n as usize] > threshold && s.in_focus(n)).collect();
     hot.sort_by(|&a, &b| loads[b as usize].total_cmp(&loads[a as usize]).then(a.cmp(&b)));
     for node in hot {
         while loads[node as usize] > threshold {

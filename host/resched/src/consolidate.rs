@@ -38,7 +38,7 @@ pub(crate) fn run(s: &mut Scratch<'_>, budget: usize, threshold: f64) -> usize {
         .cluster
         .nodes()
         .iter()
-        .filter(|n| low[n.id as usize] && !s.on_node[n.id as usize].is_empty())
+        .filter(|n| low[n.id as usize] && s.in_focus(n.id) && !s.on_node[n.id as usize].is_empty())
         .map(|n| ((allocated(n) * 1e6) as u64, s.on_node[n.id as usize].len(), n.id))
         .collect();
     order.sort_unstable();

@@ -143,10 +143,46 @@ impl Planner {
         max_moves: usize,
         warm: Option<&Plan>,
     ) -> Plan {
+        self.plan_with(cluster, running, workload, max_moves, warm, None)
+    }
+
+    /// Re-plans after a change: keeps the moves of `previous` that still
+    /// apply and looks for new moves only from the `changed` nodes (every
+    /// node may still receive). Indices into `running` must mean the same
+    /// pods as for `previous` where they still run where it saw them.
+    pub fn replan(
+        &self,
+        cluster: &Cluster,
+        running: &[(Pod, Placement)],
+        workload: &TargetWorkload,
+        max_moves: usize,
+        previous: &Plan,
+        changed: &[NodeId],
+    ) -> Plan {
+        let mut focus = vec![false; cluster.nodes().len()];
+        for &n in changed {
+            if let Some(f) = focus.get_mut(n as usize) {
+                *f = true;
+            }
+        }
+        self.plan_with(cluster, running, workload, max_moves, Some(previous), Some(focus))
+    }
+
+    fn plan_with(
+        &self,
+        cluster: &Cluster,
+        running: &[(Pod, Placement)],
+        workload: &TargetWorkload,
+        max_moves: usize,
+        warm: Option<&Plan>,
+        focus: Option<Vec<bool>>,
+    ) -> Plan {
         let started = Instant::now();
         let deadline = started + Duration::from_millis(self.cfg.time_limit_ms);
-        let budget = max_moves.min(self.cfg.max_moves);
+        // A pod moves at most once per plan.
+        let budget = max_moves.min(self.cfg.max_moves).min(running.len());
         let mut s = Scratch::new(cluster, running, workload, self.cfg.cost, Some(deadline));
+        s.focus = focus;
         let mut loads: Vec<f64> = cluster.nodes().iter().map(balance::load).collect();
         let mut out = Plan {
             fragmentation_before: s.frag.iter().sum(),
@@ -182,7 +218,7 @@ impl Planner {
                 if w <= 0.0 {
                     continue;
                 }
-                let share = ((left_at_start as f64) * w / total_w).floor() as usize + carry;
+                let share = (((left_at_start as f64) * w / total_w).floor() as usize).saturating_add(carry);
                 let share = share.min(budget - s.moves.len());
                 let used = match st {
                     Strategy::LoadBalance => balance::run(&mut s, share, self.cfg.load_threshold, &mut loads),
@@ -196,11 +232,16 @@ impl Planner {
         out.gain = s.gain;
         out.overloaded_after = balance::overloaded(&loads, self.cfg.load_threshold);
         out.moves = std::mem::take(&mut s.moves);
+        // The working copy is the cluster after the greedy plan, its cache
+        // the fragmentation there (every kept move refreshed it).
+        let frag_after: f64 = s.frag.iter().sum();
+        let timed_out = s.timed_out;
+        let mut after = Some((s.cluster, frag_after));
 
         // Small instance: the exact MILP over all nodes, warm-started.
         if self.cfg.strategy_weights.fragment_merge > 0.0
             && cluster.nodes().len() <= self.cfg.milp_max_nodes
-            && !s.timed_out
+            && !timed_out
             && out.warm_moves == 0
         {
             let nodes: Vec<NodeId> = cluster.nodes().iter().map(|n| n.id).collect();
@@ -222,6 +263,7 @@ impl Planner {
                         out.gain = self.cfg.cost.gain(removed.max(whole));
                         out.moves = moves;
                         out.solver = Solver::Milp;
+                        after = None;
                         out.overloaded_after = out.overloaded_before;
                     }
                 }
@@ -229,7 +271,7 @@ impl Planner {
                 Err(_) => {}
             }
         }
-        finish(cluster, running, workload, &self.cfg, out)
+        finish(cluster, running, workload, &self.cfg, out, after)
     }
 }
 
@@ -245,25 +287,39 @@ fn finish(
     workload: &TargetWorkload,
     cfg: &PlannerConfig,
     mut p: Plan,
+    after: Option<(Cluster, f64)>,
 ) -> Plan {
     p.cost = p.moves.iter().map(|m| m.cost).sum();
+    let mut after = after;
     if !p.moves.is_empty() && p.net_gain() < cfg.cost.min_net_gain {
         p.moves.clear();
         p.dropped_below_min_gain = true;
         p.cost = 0.0;
         p.gain = 0.0;
+        after = None;
     }
-    let after = plan::validate(cluster, running, &p.moves).expect("the planner's moves were each checked");
-    p.fragmentation_before = cluster.nodes().iter().map(|n| node_fragment_weighted(n, workload)).sum();
-    p.fragmentation_after = after.nodes().iter().map(|n| node_fragment_weighted(n, workload)).sum();
+    let frag = |c: &Cluster| -> f64 { c.nodes().iter().map(|n| node_fragment_weighted(n, workload)).sum() };
     p.whole_free_before = plan::whole_free_gpus(cluster);
-    p.whole_free_after = plan::whole_free_gpus(&after);
+    if p.moves.is_empty() {
+        p.fragmentation_after = p.fragmentation_before;
+        p.whole_free_after = p.whole_free_before;
+    } else {
+        let (c, f) = after.unwrap_or_else(|| {
+            let c = plan::validate(cluster, running, &p.moves).expect("the planner's moves were each checked");
+            let f = frag(&c);
+            (c, f)
+        });
+        p.fragmentation_after = f;
+        p.whole_free_after = plan::whole_free_gpus(&c);
+    }
     let mut on: Vec<u32> = vec![0; cluster.nodes().len()];
-    let mut on_after = on.clone();
-    for (i, (_, at)) in running.iter().enumerate() {
+    for (_, at) in running {
         on[at.node as usize] += 1;
-        let now = p.moves.iter().rev().find(|m| m.pod == i).map_or(at.node, |m| m.to.node);
-        on_after[now as usize] += 1;
+    }
+    let mut on_after = on.clone();
+    for m in &p.moves {
+        on_after[m.from.node as usize] -= 1;
+        on_after[m.to.node as usize] += 1;
     }
     p.empty_nodes_before = on.iter().filter(|&&c| c == 0).count() as u64;
     p.empty_nodes_after = on_after.iter().filter(|&&c| c == 0).count() as u64;

@@ -16,6 +16,9 @@ use tessera_core::model::{GPU_MILLI, NodeId};
 use crate::plan::Strategy;
 use crate::scratch::Scratch;
 
+/// Most passes over the donors.
+const MAX_PASSES: usize = 4;
+
 /// Best-fit GPUs looked at per pod.
 const TRIES: usize = 64;
 
@@ -25,7 +28,7 @@ type Donor = (usize, u32, NodeId, u8);
 fn donors(s: &Scratch<'_>) -> Vec<Donor> {
     let mut out = Vec::new();
     for n in s.cluster.nodes() {
-        if !n.ready {
+        if !n.ready || !s.in_focus(n.id) {
             continue;
         }
         for (gi, g) in n.gpus.iter().enumerate() {
@@ -56,12 +59,19 @@ fn donors(s: &Scratch<'_>) -> Vec<Donor> {
 pub(crate) fn run(s: &mut Scratch<'_>, budget: usize) -> usize {
     let start = s.moves.len();
     relieve_cpu(s, budget);
-    for (_, _, node, gpu) in donors(s) {
-        let used = s.moves.len() - start;
-        if used >= budget || s.out_of_time() {
+    // Drains change what fits where: pass again while a pass drains any.
+    for _ in 0..MAX_PASSES {
+        let before = s.moves.len();
+        for (_, _, node, gpu) in donors(s) {
+            let used = s.moves.len() - start;
+            if used >= budget || s.out_of_time() {
+                break;
+            }
+            drain_gpu(s, node, gpu, budget - used);
+        }
+        if s.moves.len() == before || s.moves.len() - start >= budget || s.timed_out {
             break;
         }
-        drain_gpu(s, node, gpu, budget - used);
     }
     let used = s.moves.len() - start;
     if used < budget {
@@ -95,8 +105,12 @@ fn fill(s: &mut Scratch<'_>, budget: usize) -> usize {
         v.sort_unstable();
         v
     };
-    let holes: Vec<(u32, NodeId, u8)> =
-        s.partial.iter().copied().filter(|&(free, _, _)| (100..=GPU_MILLI / 2).contains(&free)).collect();
+    let holes: Vec<(u32, NodeId, u8)> = s
+        .partial
+        .iter()
+        .copied()
+        .filter(|&(free, n, _)| (100..=GPU_MILLI / 2).contains(&free) && s.in_focus(n))
+        .collect();
     let mut singles = alone(s);
     for (free, node, gpu) in holes {
         let used = s.moves.len() - start;
@@ -199,7 +213,7 @@ fn relieve_cpu(s: &mut Scratch<'_>, budget: usize) -> usize {
         .cluster
         .nodes()
         .iter()
-        .filter(|n| n.ready && n.free_gpu_milli() >= SATURATED_MILLI && s.frag[n.id as usize] > 0.0)
+        .filter(|n| n.ready && s.in_focus(n.id) && n.free_gpu_milli() >= SATURATED_MILLI && s.frag[n.id as usize] > 0.0)
         .filter(|n| s.on_node[n.id as usize].iter().any(|&i| s.pod(i).gpu_count == 0))
         .map(|n| ((s.frag[n.id as usize] * 1e3) as u64, n.id))
         .collect();

@@ -22,6 +22,7 @@
 
 pub mod adapter;
 pub mod balance;
+pub mod bench;
 pub mod bound;
 pub mod consolidate;
 pub mod controller;

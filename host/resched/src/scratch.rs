@@ -35,6 +35,9 @@ pub(crate) struct Scratch<'a> {
     checks: u32,
     /// `γ·gain` of the groups of moves kept.
     pub gain: f64,
+    /// Incremental planning: only these nodes are sources of moves (hot,
+    /// low-load, donors); all nodes remain targets.
+    pub focus: Option<Vec<bool>>,
 }
 
 /// Whether `g` can hold a share and counts as partially used.
@@ -87,6 +90,7 @@ impl<'a> Scratch<'a> {
             timed_out: false,
             checks: 0,
             gain: 0.0,
+            focus: None,
         }
     }
 
@@ -103,6 +107,11 @@ impl<'a> Scratch<'a> {
             self.timed_out = true;
         }
         self.timed_out
+    }
+
+    /// May moves start from `node`?
+    pub fn in_focus(&self, node: NodeId) -> bool {
+        self.focus.as_ref().is_none_or(|f| f.get(node as usize).copied().unwrap_or(false))
     }
 
     pub fn pod(&self, i: usize) -> &'a Pod {

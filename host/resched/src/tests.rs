@@ -366,6 +366,10 @@ fn no_plan_breaks_a_hard_constraint() {
             })
         };
         assert_eq!(used(&c), used(&after), "seed {seed}");
+        // The figures the plan reports are those of the cluster after it.
+        let frag: f64 = after.nodes().iter().map(|n| tessera_core::metrics::node_fragment_weighted(n, &workload)).sum();
+        assert!((p.fragmentation_after - frag).abs() < 1e-6, "seed {seed}: {} vs {frag}", p.fragmentation_after);
+        assert_eq!(p.whole_free_after, plan::whole_free_gpus(&after), "seed {seed}");
         assert!(p.net_gain() >= 0.0 || p.moves.is_empty(), "seed {seed}: {p:?}");
     }
 }

@@ -174,6 +174,7 @@ pub fn run(dir: &Path, only: &[String]) -> Result<FidelityReport> {
                         tie_break: Some(tessera_policy::TieBreakSpec::SeededRank),
                         reschedule: None,
                         reschedule_every: 0,
+                        actuator: Default::default(),
                         bound: false,
                     };
                     let outcome = crate::sim::run_with(&rt, &opts);

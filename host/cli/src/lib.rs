@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod check;
+pub mod execute;
 pub mod fidelity;
 pub mod load;
 pub mod native;

@@ -65,6 +65,14 @@ enum Command {
         /// nowhere).
         #[arg(long, default_value_t = 0, requires = "reschedule")]
         reschedule_every: u64,
+        /// Plans execute through the Movement Manager on a simulated
+        /// actuator: probability that an eviction or a start fails.
+        #[arg(long, default_value_t = 0.0, requires = "reschedule")]
+        move_failure_rate: f64,
+        /// Error rate each moved pod adds to the health reading after its
+        /// batch (rollback gates read it; e.g. 0.005).
+        #[arg(long, default_value_t = 0.0, requires = "reschedule")]
+        move_error_rate: f64,
         /// Also print the offline LP bound on GPU allocation for the pods
         /// submitted: no placement, with or without migrations, does better.
         #[arg(long, conflicts_with_all = ["online", "time_replay"])]
@@ -271,6 +279,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             reschedule,
             max_migrations_pct,
             reschedule_every,
+            move_failure_rate,
+            move_error_rate,
             bound,
             inflate,
             tie_break,
@@ -281,6 +291,18 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 anyhow::bail!("--max-migrations-pct must be within 0..=100, not {max_migrations_pct}");
             }
             let reschedule = reschedule.then_some(max_migrations_pct / 100.0);
+            for (name, v) in [("--move-failure-rate", move_failure_rate), ("--move-error-rate", move_error_rate)] {
+                if !(0.0..=1.0).contains(&v) {
+                    anyhow::bail!("{name} must be within 0..=1, not {v}");
+                }
+            }
+            let actuator = tessera_movement::sim::SimActuatorConfig {
+                evict_failure: move_failure_rate,
+                start_failure: move_failure_rate,
+                error_rate_per_move: move_error_rate,
+                seed,
+                ..Default::default()
+            };
             let tie_break = tie_break.map(|t| match t {
                 TieBreakArg::NodeId => tessera_policy::TieBreakSpec::NodeId,
                 TieBreakArg::SeededRank => tessera_policy::TieBreakSpec::SeededRank,
@@ -297,6 +319,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 tie_break,
                 reschedule,
                 reschedule_every,
+                actuator,
                 bound,
             };
             if online {

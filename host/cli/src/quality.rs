@@ -129,6 +129,7 @@ pub fn run(opts: &QualityOptions) -> Result<QualityReport> {
                         tie_break: Some(tessera_policy::TieBreakSpec::SeededRank),
                         reschedule: opts.reschedule,
                         reschedule_every: opts.reschedule_every,
+                        actuator: Default::default(),
                         bound: true,
                     };
                     let outcome = crate::sim::run_with(&rt, &sim);

@@ -11,6 +11,8 @@ use tessera_core::model::{Node, Pod, Resources, Tier};
 use tessera_core::sim::{Arrival, RunReport, Simulator, synthetic};
 use tessera_policy::PolicyDocument;
 use tessera_resched::SimPlanner;
+
+use crate::execute::ExecutingRescheduler;
 use tessera_trace::{NodeRow, PodRow};
 use tessera_wasm::{Runtime, RuntimeConfig};
 
@@ -68,6 +70,9 @@ pub struct SimOptions {
     /// Submissions between periodic global plans (0: only when a pod fits
     /// nowhere).
     pub reschedule_every: u64,
+    /// Delays and failure rates of the simulated actuator the Movement
+    /// Manager executes plans through.
+    pub actuator: tessera_movement::sim::SimActuatorConfig,
     /// Also compute the offline LP bound on GPU allocation for the pods
     /// submitted (submissions protocol).
     pub bound: bool,
@@ -99,6 +104,9 @@ pub struct RunFile {
     /// With rescheduling: what the global plans added up to.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub plans: Option<tessera_resched::PlanTotals>,
+    /// With rescheduling: how the Movement Manager executed them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub execution: Option<crate::execute::ExecutionTotals>,
 }
 
 /// Headline figures of a run, for before/after tables.
@@ -335,7 +343,7 @@ pub fn run_with(rt: &Runtime, opts: &SimOptions) -> Result<SimOutcome> {
 
     let started = Instant::now();
     let n_nodes = nodes.len();
-    let (mut placement_only, mut plans) = (None, None);
+    let (mut placement_only, mut plans, mut execution) = (None, None, None);
     let report = if opts.time_replay {
         let rows = rows.as_ref().context("time replay needs a pod list with creation times (--pods FILE)")?;
         let arrivals = trace_arrivals(rows);
@@ -348,13 +356,15 @@ pub fn run_with(rt: &Runtime, opts: &SimOptions) -> Result<SimOutcome> {
                 placement_only = Some(Figures::of(&baseline));
                 // A fresh policy: plugins keep state across decisions.
                 let mut policy = load::load_policy(rt, &doc)?.without_timeout();
-                let mut planner =
+                let planner =
                     SimPlanner::new(tessera_resched::Planner::new(doc.rescheduling.clone()), workload.clone());
+                let mut exec = ExecutingRescheduler::new(planner, doc.movement.clone(), opts.actuator);
                 let r = Simulator::new(nodes, workload, &mut policy)
                     .with_rescheduling(cap)
-                    .with_planner(&mut planner, opts.reschedule_every)
+                    .with_planner(&mut exec, opts.reschedule_every)
                     .run_submissions(&submissions);
-                plans = Some(planner.totals().clone());
+                plans = Some(exec.planner().totals().clone());
+                execution = Some(exec.totals().clone());
                 r
             }
             None => Simulator::new(nodes, workload, &mut policy).run_submissions(&submissions),
@@ -372,6 +382,7 @@ pub fn run_with(rt: &Runtime, opts: &SimOptions) -> Result<SimOutcome> {
             bound_allocation_pct: bound,
             placement_only,
             plans,
+            execution,
         },
         nodes: n_nodes,
         wall_s,
@@ -439,6 +450,24 @@ pub fn summary(o: &SimOutcome) -> String {
                 r.migrations - r.planned_migrations,
                 r.planned_migrations,
                 r.rescued
+            ),
+        ));
+    }
+    if let Some(x) = &o.file.execution {
+        rows.push((
+            "moves executed".into(),
+            format!(
+                "{} of {} planned in {} plans, {} batches: {} failed, {} rolled back, {} dropped; {} lost",
+                x.executed, x.moves_planned, x.plans, x.batches, x.failed, x.rolled_back, x.dropped, x.lost
+            ),
+        ));
+        let peak = x.peak_unavailable.values().max().copied().unwrap_or(0);
+        rows.push((
+            "peak unavailable / workload".into(),
+            format!(
+                "{peak} (over {} workloads); budgets broken: {}",
+                x.peak_unavailable.len(),
+                if x.budget_violations.is_empty() { "none".to_string() } else { x.budget_violations.join(", ") }
             ),
         ));
     }

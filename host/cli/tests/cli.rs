@@ -287,6 +287,8 @@ fn sim_reschedule_migrates_within_its_cap() {
         "unallocated GPUs @130%",
         "hotspot ratio",
         "global plans",
+        "moves executed",
+        "peak unavailable / workload",
         "offline bound (LP)",
     ] {
         assert!(stdout.contains(row), "{row}: {stdout}");
@@ -298,6 +300,11 @@ fn sim_reschedule_migrates_within_its_cap() {
     assert!(migrations > 0 && planned <= migrations, "{r}");
     assert!(migrations as f64 <= 0.05 * placed as f64, "{migrations} migrations for {placed} placed");
     assert!(v["plans"]["plans"].as_u64().unwrap() > 0, "{}", v["plans"]);
+    // Every planned move went through the Movement Manager; those done are
+    // the migrations the plans made.
+    let x = &v["execution"];
+    assert_eq!(x["executed"].as_u64(), Some(planned), "{x}");
+    assert_eq!(x["lost"], 0, "{x}");
     assert!(v["placement_only"]["unallocated_pct"].as_f64().is_some());
     let bound = v["bound_allocation_pct"].as_f64().unwrap();
     let reached = r["last"]["allocation"].as_f64().unwrap();
@@ -306,6 +313,53 @@ fn sim_reschedule_migrates_within_its_cap() {
     assert!(!ok && err.contains("cannot be used with"), "{err}");
     let (ok, _, err) = tessera(&["sim", "--node-count", "10", "--reschedule", "--max-migrations-pct", "150"]);
     assert!(!ok && err.contains("--max-migrations-pct must be within 0..=100"), "{err}");
+}
+
+/// Plans executed with failing moves and a disruption budget: moves fail
+/// or roll back, none is lost, and no workload is ever more unavailable
+/// than its budget allows.
+#[test]
+fn sim_reschedule_executes_plans_within_budgets_despite_failures() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("p.yaml");
+    let budgets: String = (0..97).map(|k| format!("    - {{ workload: job-{k}, max_unavailable: 1 }}\n")).collect();
+    std::fs::write(
+        &policy,
+        format!(
+            "name: budgeted\nplugins:\n  - name: binpack\n    source: builtin:binpack\nmovement:\n  batch_size: 4\n  concurrency_limit: 4\n  budgets:\n{budgets}"
+        ),
+    )
+    .unwrap();
+    let out = dir.path().join("run.json");
+    let (ok, stdout, err) = tessera(&[
+        "sim",
+        "--node-count",
+        "60",
+        "--seed",
+        "5",
+        "--policy",
+        policy.to_str().unwrap(),
+        "--reschedule",
+        "--reschedule-every",
+        "40",
+        "--move-failure-rate",
+        "0.3",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{stdout}\n{err}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let x = &v["execution"];
+    assert!(x["moves_planned"].as_u64().unwrap() > 0, "{x}");
+    assert!(x["failed"].as_u64().unwrap() > 0, "30% of starts and evictions fail: {x}");
+    assert_eq!(x["lost"], 0, "{x}");
+    assert_eq!(x["budget_violations"].as_array().unwrap().len(), 0, "{x}");
+    for (w, peak) in x["peak_unavailable"].as_object().unwrap() {
+        assert!(peak.as_u64().unwrap() <= 1, "{w}: {peak}");
+    }
+    assert_eq!(v["report"]["planned_migrations"].as_u64(), x["executed"].as_u64(), "only moves done count");
+    let (ok, _, err) = tessera(&["sim", "--node-count", "10", "--reschedule", "--move-failure-rate", "2"]);
+    assert!(!ok && err.contains("--move-failure-rate must be within 0..=1"), "{err}");
 }
 
 /// `bench quality` on a directory laid out like shared/traces/openb, cut
@@ -377,16 +431,9 @@ fn reschedule_bench_prints_the_documented_json() {
         tessera(&["bench", "reschedule", "--nodes", "300", "--pods", "3000", "--reps", "2", "--format", "json"]);
     assert!(ok, "{out}\n{err}");
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-    for key in [
-        "nodes",
-        "pods",
-        "plan_ms_p50",
-        "plan_ms_p99",
-        "incremental_ms_p50",
-        "moves",
-        "freed_gpus",
-        "lp_bound_gap_pct",
-    ] {
+    for key in
+        ["nodes", "pods", "plan_ms_p50", "plan_ms_p99", "incremental_ms_p50", "moves", "freed_gpus", "lp_bound_gap_pct"]
+    {
         assert!(v[key].is_number(), "{key}: {v}");
     }
     assert_eq!(v["nodes"], 300);

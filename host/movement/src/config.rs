@@ -61,6 +61,19 @@ pub struct Budget {
     pub min_available: Option<u32>,
 }
 
+impl Budget {
+    /// Pods of the workload that may be unavailable at once when it has
+    /// `total` pods.
+    pub fn allowed_unavailable(&self, total: u32) -> u32 {
+        match (self.max_unavailable, self.min_available) {
+            (Some(m), Some(a)) => m.min(total.saturating_sub(a)),
+            (Some(m), None) => m,
+            (None, Some(a)) => total.saturating_sub(a),
+            (None, None) => u32::MAX,
+        }
+    }
+}
+
 /// When to stop a plan and roll back the batch.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]

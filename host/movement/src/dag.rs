@@ -79,7 +79,9 @@ pub fn build(cluster: &Cluster, plan: &Plan) -> Dag {
                  to: NodeId,
                  hop: bool|
      -> Option<Placement> {
-        let gpus = choose_gpus(state.node(to)?, &m.spec, None)?;
+        // The planner's GPU on its target; a hop takes the best fit.
+        let hint = if to == m.to { m.gpu_hint } else { None };
+        let gpus = choose_gpus(state.node(to)?, &m.spec, hint)?;
         tessera_core::cluster::check(state.node(to)?, &m.spec).ok()?;
         state.unbind(&m.from, &m.spec);
         let placed = state.bind(to, &m.spec, gpus).ok()?;

@@ -58,7 +58,9 @@ pub struct ActError {
 /// Eviction API later.
 pub trait Actuator {
     /// Reserves room for `spec` on `node` (placement cannot take it).
-    fn reserve(&mut self, pod: PodId, spec: &Pod, node: NodeId, now: u64) -> Result<(), ActError>;
+    /// `gpu_hint`: the GPU a sharing pod should get there, if it fits.
+    fn reserve(&mut self, pod: PodId, spec: &Pod, node: NodeId, gpu_hint: Option<u8>, now: u64)
+    -> Result<(), ActError>;
     /// Drops the pod's reservation, if any.
     fn unreserve(&mut self, pod: PodId);
     /// The node the pod holds a reservation on.
@@ -107,6 +109,15 @@ pub enum StepState {
         /// Why.
         reason: String,
     },
+    /// Off its source and not running: a start on the target (or a
+    /// rollback) failed and putting it back failed too. Retried every tick
+    /// until the pod runs on its source again; the plan is not over before.
+    Restoring {
+        /// What failed.
+        reason: String,
+        /// It was being rolled back (ends `RolledBack`, else `Failed`).
+        rollback: bool,
+    },
     /// Done, then moved back by a rollback.
     RolledBack {
         /// Why.
@@ -133,7 +144,14 @@ impl StepState {
 
     /// The pod is off its source and not yet ready on its target.
     fn unavailable(&self) -> bool {
-        matches!(self, StepState::Evicting | StepState::Evicted | StepState::Starting | StepState::Started { .. })
+        matches!(
+            self,
+            StepState::Evicting
+                | StepState::Evicted
+                | StepState::Starting
+                | StepState::Started { .. }
+                | StepState::Restoring { .. }
+        )
     }
 }
 
@@ -302,9 +320,53 @@ impl Executor {
         self.plan_id
     }
 
-    /// Whether the plan is over.
+    /// Whether the plan is over: finished and no pod waits to be put back.
     pub fn finished(&self) -> bool {
-        self.finished
+        self.finished && !self.restoring()
+    }
+
+    fn restoring(&self) -> bool {
+        self.states.iter().any(|s| matches!(s, StepState::Restoring { .. }))
+    }
+
+    /// Puts the pod of step `i` back on its source: done if it already runs
+    /// there, else reserve and start there; on failure it stays
+    /// `Restoring` for the next tick.
+    fn restore(
+        &mut self,
+        act: &mut dyn Actuator,
+        journal: &mut dyn Journal,
+        i: usize,
+        now: u64,
+    ) -> Result<(), ExecError> {
+        let StepState::Restoring { reason, rollback } = self.states[i].clone() else { return Ok(()) };
+        let mv = self.dag.steps[i].mv.clone();
+        let home = match act.locate(mv.pod, now) {
+            Location::Running { node, .. } if node == mv.from.node => true,
+            Location::Running { node, .. } => {
+                // Someone started it elsewhere: not lost, not ours to move.
+                let reason = format!("{reason}; runs on node {node}");
+                self.report.failed += 1;
+                return self.set(journal, i, StepState::Failed { reason }, now);
+            }
+            Location::Nowhere => {
+                act.unreserve(mv.pod);
+                act.reserve(mv.pod, &mv.spec, mv.from.node, mv.home_hint(), now)
+                    .and_then(|()| act.start(mv.pod, now))
+                    .is_ok()
+            }
+        };
+        if !home {
+            return Ok(());
+        }
+        let state = if rollback {
+            self.report.rolled_back += 1;
+            StepState::RolledBack { reason }
+        } else {
+            self.report.failed += 1;
+            StepState::Failed { reason: format!("{reason}; put back on node {}", mv.from.node) }
+        };
+        self.set(journal, i, state, now)
     }
 
     /// The report so far.
@@ -335,13 +397,7 @@ impl Executor {
     /// unavailable now: `Ok(false)` to wait, `Err` if it never will.
     fn budget_allows(&self, workload: &str, act: &dyn Actuator) -> Result<bool, String> {
         let Some(b) = self.cfg.budgets.iter().find(|b| b.workload == workload) else { return Ok(true) };
-        let total = act.workload_size(workload);
-        let cap = match (b.max_unavailable, b.min_available) {
-            (Some(m), Some(a)) => m.min(total.saturating_sub(a)),
-            (Some(m), None) => m,
-            (None, Some(a)) => total.saturating_sub(a),
-            (None, None) => u32::MAX,
-        };
+        let cap = b.allowed_unavailable(act.workload_size(workload));
         if cap == 0 {
             return Err(format!("disruption budget of `{workload}` allows no pod to be unavailable"));
         }
@@ -369,6 +425,11 @@ impl Executor {
     /// Advances the plan at time `now`.
     pub fn tick(&mut self, act: &mut dyn Actuator, journal: &mut dyn Journal, now: u64) -> Result<(), ExecError> {
         if self.finished {
+            // A stopped plan may still have pods to put back.
+            for i in 0..self.states.len() {
+                self.restore(act, journal, i, now)?;
+            }
+            self.track_peaks();
             return Ok(());
         }
         if self.batch.is_empty() {
@@ -482,7 +543,7 @@ impl Executor {
                             }
                         }
                         self.set(journal, i, StepState::Reserving, now)?;
-                        match act.reserve(mv.pod, &mv.spec, mv.to, now) {
+                        match act.reserve(mv.pod, &mv.spec, mv.to, mv.gpu_hint, now) {
                             Ok(()) => self.set(journal, i, StepState::Reserved { at: now }, now)?,
                             Err(e) => self.fail(journal, i, e.to_string(), now)?,
                         }
@@ -510,15 +571,18 @@ impl Executor {
                         match act.start(mv.pod, now) {
                             Ok(()) => self.set(journal, i, StepState::Started { at: now }, now)?,
                             Err(e) => {
-                                // Put it back where it was rather than lose it.
+                                // Put it back where it was rather than lose
+                                // it, every tick until it runs there.
                                 act.unreserve(mv.pod);
-                                let back = act
-                                    .reserve(mv.pod, &mv.spec, mv.from.node, now)
-                                    .and_then(|()| act.start(mv.pod, now))
-                                    .map_or_else(|e2| format!("; and could not restore it: {e2}"), |()| String::new());
-                                self.fail(journal, i, format!("{e}{back}"), now)?;
+                                let restoring = StepState::Restoring { reason: e.to_string(), rollback: false };
+                                self.set(journal, i, restoring, now)?;
+                                self.restore(act, journal, i, now)?;
                             }
                         }
+                    }
+                    StepState::Restoring { .. } => {
+                        self.restore(act, journal, i, now)?;
+                        break;
                     }
                     StepState::Started { .. } => {
                         if matches!(act.locate(mv.pod, now), Location::Running { node, ready: true } if node == mv.to) {
@@ -594,7 +658,7 @@ impl Executor {
             match self.states[i] {
                 StepState::Done | StepState::Started { .. } => {
                     let back = act
-                        .reserve(mv.pod, &mv.spec, mv.from.node, now)
+                        .reserve(mv.pod, &mv.spec, mv.from.node, mv.home_hint(), now)
                         .and_then(|()| act.evict(mv.pod, now))
                         .and_then(|()| act.start(mv.pod, now));
                     let state = match back {
@@ -605,12 +669,23 @@ impl Executor {
                             self.report.rolled_back += 1;
                             StepState::RolledBack { reason: reason.to_string() }
                         }
-                        Err(e) => {
+                        Err(_) if matches!(act.locate(mv.pod, now), Location::Running { .. }) => {
+                            // Never left the target: the move stands.
                             act.unreserve(mv.pod);
-                            StepState::Failed { reason: format!("rollback ({reason}) failed: {e}") }
+                            continue;
+                        }
+                        Err(e) => {
+                            // Evicted from the target but not back home:
+                            // put back every tick until it runs there.
+                            act.unreserve(mv.pod);
+                            if self.states[i] == StepState::Done {
+                                self.report.executed -= 1;
+                            }
+                            StepState::Restoring { reason: format!("rollback ({reason}): {e}"), rollback: true }
                         }
                     };
                     self.set(journal, i, state, now)?;
+                    self.restore(act, journal, i, now)?;
                 }
                 StepState::Reserved { .. } | StepState::Reserving => {
                     act.unreserve(mv.pod);

@@ -45,6 +45,17 @@ pub struct Move {
     pub from: Placement,
     /// The node it should run on.
     pub to: NodeId,
+    /// For a pod sharing a GPU: the GPU of `to` the planner chose (else the
+    /// best fit there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_hint: Option<u8>,
+}
+
+impl Move {
+    /// The GPU hint that puts the pod back where it runs now.
+    pub fn home_hint(&self) -> Option<u8> {
+        self.from.gpus.indices().next().map(|i| i as u8)
+    }
 }
 
 /// A plan: moves in the planner's order of preference.

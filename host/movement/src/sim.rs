@@ -101,7 +101,14 @@ impl SimActuator {
 }
 
 impl Actuator for SimActuator {
-    fn reserve(&mut self, pod: PodId, spec: &Pod, node: NodeId, _now: u64) -> Result<(), ActError> {
+    fn reserve(
+        &mut self,
+        pod: PodId,
+        spec: &Pod,
+        node: NodeId,
+        gpu_hint: Option<u8>,
+        _now: u64,
+    ) -> Result<(), ActError> {
         if self.reservations.contains_key(&pod) {
             return Err(Self::err("reserve", pod, "already holds a reservation"));
         }
@@ -109,8 +116,8 @@ impl Actuator for SimActuator {
             return Err(Self::err("reserve", pod, "injected failure"));
         }
         let n = self.cluster.node(node).ok_or_else(|| Self::err("reserve", pod, format!("no node {node}")))?;
-        let gpus =
-            choose_gpus(n, spec, None).ok_or_else(|| Self::err("reserve", pod, format!("no room on node {node}")))?;
+        let gpus = choose_gpus(n, spec, gpu_hint)
+            .ok_or_else(|| Self::err("reserve", pod, format!("no room on node {node}")))?;
         let placement = self.cluster.bind(node, spec, gpus).map_err(|e| Self::err("reserve", pod, e.to_string()))?;
         self.reservations.insert(pod, placement);
         Ok(())

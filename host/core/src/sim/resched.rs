@@ -15,8 +15,9 @@ pub const MIN_PLAN_GAP: u64 = 25;
 /// `tessera-resched`); the simulator applies its moves.
 pub trait Rescheduler {
     /// Moves to make now, at most `max_moves`, in order: the index of a pod
-    /// in `running` and where it goes. A move that no longer fits when its
-    /// turn comes is skipped.
+    /// in `running` and where it goes. A move that does not fit when its
+    /// turn comes is retried after the others; one that never fits is
+    /// skipped.
     fn plan(&mut self, cluster: &Cluster, running: &[(Pod, Placement)], max_moves: usize) -> Vec<(usize, Placement)>;
 }
 
@@ -114,27 +115,38 @@ impl<'p, P: Placer> Simulator<'p, P> {
         }
         self.last_plan = self.report.submitted;
         let Some((planner, _)) = self.planner.as_mut() else { return false };
-        let moves = planner.plan(&self.cluster, &self.running, left);
+        let mut moves = planner.plan(&self.cluster, &self.running, left);
+        moves.truncate(left);
         self.report.reschedule_plans += 1;
         let mut made = false;
-        for (i, to) in moves.into_iter().take(left) {
-            let Some((p, from)) = self.running.get(i).cloned() else { continue };
-            if from == to {
-                continue;
-            }
-            self.cluster.unbind(&from, &p);
-            match self.cluster.bind(to.node, &p, to.gpus) {
-                Ok(at) => {
-                    self.running[i].1 = at;
-                    self.node_changed(from.node);
-                    self.node_changed(at.node);
-                    self.report.migrations += 1;
-                    self.report.planned_migrations += 1;
-                    made = true;
+        // In order; a move that does not fit yet (it needs room another
+        // frees) is tried again after the others, until a pass makes none.
+        loop {
+            let before = moves.len();
+            moves.retain(|&(i, to)| {
+                let Some((p, from)) = self.running.get(i).cloned() else { return false };
+                if from == to {
+                    return false;
                 }
-                Err(_) => {
-                    self.cluster.bind(from.node, &p, from.gpus).expect("the pod was just there");
+                self.cluster.unbind(&from, &p);
+                match self.cluster.bind(to.node, &p, to.gpus) {
+                    Ok(at) => {
+                        self.running[i].1 = at;
+                        self.node_changed(from.node);
+                        self.node_changed(at.node);
+                        self.report.migrations += 1;
+                        self.report.planned_migrations += 1;
+                        made = true;
+                        false
+                    }
+                    Err(_) => {
+                        self.cluster.bind(from.node, &p, from.gpus).expect("the pod was just there");
+                        true
+                    }
                 }
+            });
+            if moves.is_empty() || moves.len() == before {
+                break;
             }
         }
         self.planner_idle = !made;

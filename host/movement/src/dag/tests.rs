@@ -27,7 +27,7 @@ fn running(c: &mut Cluster, id: u64, node: NodeId, to: NodeId) -> Move {
     let spec = pod(&format!("p{id}"));
     let gpus = choose_gpus(c.node(node).unwrap(), &spec, None).unwrap();
     let from = c.bind(node, &spec, gpus).unwrap();
-    Move { pod: id, spec, from, to }
+    Move { pod: id, spec, from, to, gpu_hint: None }
 }
 
 #[test]

@@ -48,7 +48,7 @@ fn scene(c: Cluster, placed: &[(NodeId, &str)], moves: &[(usize, NodeId)], sim: 
         id: 7,
         moves: moves
             .iter()
-            .map(|&(i, to)| Move { pod: pods[i].0, spec: pods[i].1.clone(), from: pods[i].2, to })
+            .map(|&(i, to)| Move { pod: pods[i].0, spec: pods[i].1.clone(), from: pods[i].2, to, gpu_hint: None })
             .collect(),
     };
     Scene { act: SimActuator::new(c, pods, sim), plan }
@@ -231,6 +231,39 @@ fn an_error_rate_over_the_gate_rolls_the_batch_back_and_stops() {
     let nodes_now: Vec<NodeId> = s.act.placements().values().map(|p| p.unwrap().node).collect();
     let nodes_before: Vec<NodeId> = before.values().map(|p| p.unwrap().node).collect();
     assert_eq!(nodes_now, nodes_before, "every pod back on its source");
+}
+
+/// Starts, evictions and restores that fail half the time, plus errors
+/// that trip the rollback gate: every plan still ends, and no pod ever ends
+/// nowhere (a failed start or rollback is retried until the pod runs on
+/// its source again).
+#[test]
+fn failing_starts_and_rollbacks_never_lose_a_pod() {
+    for seed in 0..30u64 {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let n = rng.random_range(4..10);
+        let placed: Vec<(NodeId, &str)> = (0..n / 2).map(|i| (i as NodeId, ["a", "b"][i % 2])).collect();
+        let moves: Vec<(usize, NodeId)> = (0..placed.len()).map(|i| (i, (n / 2 + i) as NodeId)).collect();
+        let sim = SimActuatorConfig {
+            start_failure: 0.5,
+            evict_failure: 0.2,
+            error_rate_per_move: if seed % 2 == 0 { 0.02 } else { 0.0 },
+            seed,
+            ..SimActuatorConfig::default()
+        };
+        let mut s = scene(nodes(n, 1), &placed, &moves, sim);
+        let d = dag::build(s.act.cluster(), &s.plan);
+        let mut j = MemJournal::default();
+        let c = MovementConfig { batch_size: BatchSize::Count(2), ..cfg() };
+        let mut ex = Executor::start(c, &s.plan, d, &mut j).unwrap();
+        drive(&mut ex, &mut s.act, &mut j, 0);
+        let lost: Vec<u64> = s.act.placements().iter().filter(|(_, p)| p.is_none()).map(|(&id, _)| id).collect();
+        assert!(lost.is_empty(), "seed {seed}: pods {lost:?} run nowhere: {:?}", ex.states());
+        let r = ex.report();
+        let ended = r.executed + r.failed + r.rolled_back + r.dropped.len() as u32;
+        assert_eq!(ended as usize, s.plan.moves.len(), "seed {seed}: every move accounted for: {r:?}");
+        assert!(s.act.reservations().is_empty(), "seed {seed}: no reservation left behind");
+    }
 }
 
 /// A journal that stops the process right after its `k`-th write.

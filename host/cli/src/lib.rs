@@ -8,6 +8,7 @@ pub mod fidelity;
 pub mod load;
 pub mod native;
 pub mod online;
+pub mod plan;
 pub mod plot;
 pub mod quality;
 pub mod sim;

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
-use tessera::{bench, check, fidelity, load, quality, sim, throughput};
+use tessera::{bench, check, fidelity, load, plan, quality, sim, throughput};
 use tessera_policy::PolicyDocument;
 use tessera_wasm::{Runtime, RuntimeConfig};
 
@@ -89,6 +89,38 @@ enum Command {
         /// Draw the allocation curve (SVG) here.
         #[arg(long)]
         plot: Option<PathBuf>,
+    },
+    /// What the rescheduler would do now, acting on nothing: place the
+    /// workload on the simulator with the policy, plan once with its
+    /// `rescheduling:` planner, and print the plan and the batches the
+    /// Movement Manager would run (a dry run).
+    Plan {
+        /// Node list (openb CSV) or `builtin`.
+        #[arg(long, default_value = "builtin")]
+        nodes: sim::Input,
+        /// Nodes to generate for `--nodes builtin`.
+        #[arg(long, default_value_t = 1000)]
+        node_count: usize,
+        /// Pod list (openb CSV) or `builtin`.
+        #[arg(long, default_value = "builtin")]
+        pods: sim::Input,
+        /// Arrival order file (one pod row index per line).
+        #[arg(long)]
+        order: Option<PathBuf>,
+        /// Seed of the built-in workload and of the plugins.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// `default`, a built-in plugin name, or a policy file.
+        #[arg(long, default_value = "default")]
+        policy: String,
+        /// Built-in workload: submit until GPU demand is this × capacity.
+        #[arg(long, default_value_t = 1.3)]
+        inflate: f64,
+        /// Most moves in the plan.
+        #[arg(long, default_value_t = 100)]
+        max_moves: usize,
+        #[arg(long, value_enum, default_value = "table")]
+        format: Format,
     },
     /// Benchmarks against published results.
     #[command(subcommand)]
@@ -372,6 +404,29 @@ fn run(cli: Cli) -> Result<ExitCode> {
             match format {
                 Format::Table => print!("{}", report.to_table()),
                 Format::Json => println!("{}", serde_json::to_string(&report)?),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Plan { nodes, node_count, pods, order, seed, policy, inflate, max_moves, format } => {
+            let opts = sim::SimOptions {
+                nodes,
+                node_count,
+                pods,
+                order,
+                seed,
+                policy,
+                time_replay: false,
+                inflate,
+                tie_break: None,
+                reschedule: None,
+                reschedule_every: 0,
+                actuator: Default::default(),
+                bound: false,
+            };
+            let outcome = plan::run(&opts, max_moves)?;
+            match format {
+                Format::Table => print!("{}", outcome.to_table()),
+                Format::Json => println!("{}", serde_json::to_string(&outcome)?),
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -442,3 +442,22 @@ fn reschedule_bench_prints_the_documented_json() {
     assert!((0.0..100.0).contains(&gap), "{v}");
     assert!(v["whole_free_after"].as_u64() <= v["whole_free_bound"].as_u64(), "{v}");
 }
+
+/// `tessera plan` plans once on the placed workload and prints the batches
+/// the Movement Manager would run, acting on nothing.
+#[test]
+fn plan_prints_a_dry_run_of_the_batches() {
+    let (ok, out, err) =
+        tessera(&["plan", "--node-count", "300", "--policy", "random", "--max-moves", "6", "--format", "json"]);
+    assert!(ok, "{out}\n{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let moves = v["plan"]["moves"].as_array().unwrap();
+    assert!(!moves.is_empty() && moves.len() <= 6, "{v}");
+    let steps: usize = v["batches"].as_array().unwrap().iter().map(|b| b.as_array().unwrap().len()).sum();
+    let dropped = v["dropped"].as_array().unwrap().len();
+    assert!(steps >= moves.len() - dropped, "every kept move is a step: {v}");
+    let first = v["batches"][0][0].as_str().unwrap();
+    assert!(first.starts_with("step 0: reserve on node") && first.contains("evict pod"), "{first}");
+    let (ok, table, _) = tessera(&["plan", "--node-count", "300", "--policy", "random", "--max-moves", "6"]);
+    assert!(ok && table.contains("dry run, nothing acted on") && table.contains("batch 1:"), "{table}");
+}

@@ -279,7 +279,7 @@ pub struct Simulator<'p, P: Placer> {
     candidates: Vec<NodeId>,
     /// Rescheduling on failure: at most this share of placed pods migrated.
     migration_cap: Option<f64>,
-    /// Pods running (submissions protocol), for rescheduling.
+    /// Pods running (submissions protocol).
     running: Vec<(Pod, Placement)>,
     /// Pod shapes no room could be made for since the cluster last changed
     /// (the same search would fail again).
@@ -358,8 +358,8 @@ impl<'p, P: Placer> Simulator<'p, P> {
     }
 
     /// [`Simulator::run_submissions`], also returning the cluster as it
-    /// stands at the end.
-    pub fn run_submissions_keep(mut self, pods: &[Pod]) -> (RunReport, Cluster) {
+    /// stands at the end and the pods running on it.
+    pub fn run_submissions_keep(mut self, pods: &[Pod]) -> (RunReport, Cluster, Vec<(Pod, Placement)>) {
         for (index, pod) in pods.iter().enumerate() {
             self.report.submitted += 1;
             self.recorder.arrive(pod);
@@ -376,9 +376,7 @@ impl<'p, P: Placer> Simulator<'p, P> {
             match placed {
                 Ok(at) => {
                     self.report.placed += 1;
-                    if self.migration_cap.is_some() {
-                        self.running.push((pod.clone(), at));
-                    }
+                    self.running.push((pod.clone(), at));
                 }
                 Err(reason) => {
                     self.report.failed_pods.push(index);
@@ -388,7 +386,8 @@ impl<'p, P: Placer> Simulator<'p, P> {
             self.recorder.record(self.tracker.reading());
         }
         let cluster = std::mem::replace(&mut self.cluster, Cluster::new(Vec::new()));
-        (self.finish(), cluster)
+        let running = std::mem::take(&mut self.running);
+        (self.finish(), cluster, running)
     }
 
     /// Runs the time-replay protocol. Events at the same second are ordered

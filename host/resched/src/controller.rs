@@ -289,7 +289,8 @@ fn finish(
     mut p: Plan,
     after: Option<(Cluster, f64)>,
 ) -> Plan {
-    p.cost = p.moves.iter().map(|m| m.cost).sum();
+    // `+ 0.0`: an empty f64 sum is -0.0.
+    p.cost = p.moves.iter().map(|m| m.cost).sum::<f64>() + 0.0;
     let mut after = after;
     if !p.moves.is_empty() && p.net_gain() < cfg.cost.min_net_gain {
         p.moves.clear();
@@ -327,6 +328,7 @@ fn finish(
         .moves
         .iter()
         .map(|m| cfg.cost.migration_time_s(&running[m.pod].0, &cluster.nodes()[m.from.node as usize].gpu_model))
-        .sum();
+        .sum::<f64>()
+        + 0.0;
     p
 }

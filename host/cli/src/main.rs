@@ -52,18 +52,21 @@ enum Command {
         /// Seconds between telemetry samples (online).
         #[arg(long, default_value_t = 300)]
         telemetry_interval: u64,
-        /// Reschedule (submissions protocol): when a pod fits nowhere, move
+        /// Reschedule. Submissions protocol: when a pod fits nowhere, move
         /// running pods to make room for it, else plan globally with the
         /// policy's `rescheduling:` planner; prints placement alone beside
-        /// placement with rescheduling.
-        #[arg(long, conflicts_with_all = ["online", "time_replay"])]
+        /// placement with rescheduling. Online: plan whenever the policy's
+        /// detectors report anomalies. Plans execute through the Movement
+        /// Manager.
+        #[arg(long, conflicts_with = "time_replay")]
         reschedule: bool,
-        /// Migrations allowed, % of pods placed.
+        /// Migrations allowed, % of pods placed (online: per plan, % of pods
+        /// running).
         #[arg(long, default_value_t = 5.0, requires = "reschedule")]
         max_migrations_pct: f64,
         /// Also plan globally every N submissions (0: only when a pod fits
-        /// nowhere).
-        #[arg(long, default_value_t = 0, requires = "reschedule")]
+        /// nowhere; submissions protocol).
+        #[arg(long, default_value_t = 200, requires = "reschedule")]
         reschedule_every: u64,
         /// Plans execute through the Movement Manager on a simulated
         /// actuator: probability that an eviction or a start fails.
@@ -263,7 +266,7 @@ enum BenchCmd {
         max_migrations_pct: f64,
         /// Also plan globally every N submissions (0: only when a pod fits
         /// nowhere).
-        #[arg(long, default_value_t = 0, requires = "reschedule")]
+        #[arg(long, default_value_t = 200, requires = "reschedule")]
         reschedule_every: u64,
         /// Only these workloads (pod list file stems, comma-separated).
         #[arg(long, value_delimiter = ',')]

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use serde::Serialize;
-use tessera_core::sim::online::{OnlineConfig, OnlineReport, run_online};
+use tessera_core::sim::online::{OnlineConfig, OnlineReport, run_online_with};
 use tessera_core::sim::synthetic;
 use tessera_core::telemetry::TelemetryConfig;
 use tessera_wasm::{Runtime, RuntimeConfig};
@@ -32,6 +32,13 @@ pub struct OnlineFile {
     pub adaptive: bool,
     /// The report.
     pub report: OnlineReport,
+    /// With rescheduling: what the plans added up to and how the Movement
+    /// Manager executed them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plans: Option<tessera_resched::PlanTotals>,
+    /// Execution of the plans.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub execution: Option<crate::execute::ExecutionTotals>,
 }
 
 /// A finished online run.
@@ -75,10 +82,25 @@ pub fn run(opts: &SimOptions, telemetry_interval_s: u64) -> Result<OnlineOutcome
         seed: opts.seed,
         weight_sets: doc.adaptive.as_ref().map(|a| a.weight_sets.clone()).unwrap_or_default(),
         detection: doc.detection,
+        max_moves_share: opts.reschedule.unwrap_or(0.0),
     };
+    // With --reschedule, anomalies found by the policy's detectors trigger a
+    // plan, executed through the Movement Manager.
+    let mut exec = opts.reschedule.map(|_| {
+        let planner =
+            tessera_resched::SimPlanner::new(tessera_resched::Planner::new(doc.rescheduling.clone()), workload.clone());
+        crate::execute::ExecutingRescheduler::new(planner, doc.movement.clone(), opts.actuator)
+    });
     let n_nodes = nodes.len();
     let started = Instant::now();
-    let report = run_online(nodes, &workload, &mut policy, &arrivals, &cfg);
+    let report = run_online_with(
+        nodes,
+        &workload,
+        &mut policy,
+        &arrivals,
+        &cfg,
+        exec.as_mut().map(|e| e as &mut dyn tessera_core::sim::Rescheduler),
+    );
     let wall_s = started.elapsed().as_secs_f64();
     Ok(OnlineOutcome {
         file: OnlineFile {
@@ -89,6 +111,8 @@ pub fn run(opts: &SimOptions, telemetry_interval_s: u64) -> Result<OnlineOutcome
             protocol: "online",
             adaptive: doc.adaptive.is_some(),
             report,
+            plans: exec.as_ref().map(|e| e.planner().totals().clone()),
+            execution: exec.as_ref().map(|e| e.totals().clone()),
         },
         nodes: n_nodes,
         wall_s,
@@ -129,6 +153,16 @@ pub fn summary(o: &OnlineOutcome) -> String {
     rows.push(("detection rounds".into(), r.detection_rounds.to_string()));
     for (kind, n) in &r.anomalies {
         rows.push((format!("anomalies: {kind}"), format!("{n} (node-rounds)")));
+    }
+    if let Some(x) = &o.file.execution {
+        rows.push((
+            "plans on anomalies".into(),
+            format!(
+                "{} ({} moves planned: {} executed, {} failed, {} rolled back, {} dropped; {} lost)",
+                r.reschedule_plans, x.moves_planned, x.executed, x.failed, x.rolled_back, x.dropped, x.lost
+            ),
+        ));
+        rows.push(("pods migrated".into(), r.migrations.to_string()));
     }
     rows.push(("telemetry intervals".into(), r.intervals.to_string()));
     rows.push(("plugin errors".into(), r.plugin_errors.to_string()));

@@ -309,7 +309,7 @@ fn sim_reschedule_migrates_within_its_cap() {
     let bound = v["bound_allocation_pct"].as_f64().unwrap();
     let reached = r["last"]["allocation"].as_f64().unwrap();
     assert!(bound + 1e-9 >= reached && bound <= 100.0 + 1e-9, "bound {bound} vs reached {reached}");
-    let (ok, _, err) = tessera(&["sim", "--node-count", "10", "--online", "--reschedule"]);
+    let (ok, _, err) = tessera(&["sim", "--node-count", "10", "--time-replay", "--reschedule"]);
     assert!(!ok && err.contains("cannot be used with"), "{err}");
     let (ok, _, err) = tessera(&["sim", "--node-count", "10", "--reschedule", "--max-migrations-pct", "150"]);
     assert!(!ok && err.contains("--max-migrations-pct must be within 0..=100"), "{err}");
@@ -360,6 +360,33 @@ fn sim_reschedule_executes_plans_within_budgets_despite_failures() {
     assert_eq!(v["report"]["planned_migrations"].as_u64(), x["executed"].as_u64(), "only moves done count");
     let (ok, _, err) = tessera(&["sim", "--node-count", "10", "--reschedule", "--move-failure-rate", "2"]);
     assert!(!ok && err.contains("--move-failure-rate must be within 0..=1"), "{err}");
+}
+
+/// Online, the policy's detectors trigger plans and their moves are carried
+/// out in the loop through the Movement Manager.
+#[test]
+fn sim_online_reschedules_on_anomalies() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run.json");
+    let (ok, stdout, err) = tessera(&[
+        "sim",
+        "--online",
+        "--node-count",
+        "40",
+        "--seed",
+        "3",
+        "--reschedule",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{stdout}\n{err}");
+    assert!(stdout.contains("plans on anomalies") && stdout.contains("pods migrated"), "{stdout}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let (r, x) = (&v["report"], &v["execution"]);
+    assert!(r["reschedule_plans"].as_u64().unwrap() > 0, "{r}");
+    assert!(r["reschedule_plans"].as_u64() <= r["detection_rounds"].as_u64());
+    assert_eq!(r["migrations"].as_u64(), x["executed"].as_u64(), "{x}");
+    assert_eq!(x["lost"], 0);
 }
 
 /// `bench quality` on a directory laid out like shared/traces/openb, cut

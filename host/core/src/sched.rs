@@ -311,6 +311,33 @@ impl Scheduler {
         Some(e.pod)
     }
 
+    /// Moves running pod `id` to `to` (a rescheduling move carried out):
+    /// its source frees (parked pods that fit there get another chance),
+    /// it keeps its start time and level. On error nothing changes.
+    pub fn migrate(&mut self, id: PodId, to: Placement) -> Result<Placement, crate::cluster::BindError> {
+        let Some(e) = self.pods.get(&id) else { return Err(crate::cluster::BindError::NoSuchNode(to.node)) };
+        let State::Running { placement: from, started_at, level } = e.state else {
+            return Err(crate::cluster::BindError::NoSuchNode(to.node));
+        };
+        let pod = e.pod.clone();
+        self.cluster.unbind(&from, &pod);
+        match self.cluster.bind(to.node, &pod, to.gpus) {
+            Ok(at) => {
+                if let Some(e) = self.pods.get_mut(&id) {
+                    e.state = State::Running { placement: at, started_at, level };
+                }
+                self.dirty.insert(from.node);
+                self.dirty.insert(at.node);
+                self.unpark(from.node);
+                Ok(at)
+            }
+            Err(err) => {
+                self.cluster.bind(from.node, &pod, from.gpus).expect("the pod was just there");
+                Err(err)
+            }
+        }
+    }
+
     /// Changes a node (readiness, health, capacity); parked pods that now
     /// fit on it get another chance.
     pub fn update_node<R>(&mut self, id: NodeId, f: impl FnOnce(&mut Node) -> R) -> Option<R> {

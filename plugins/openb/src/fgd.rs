@@ -7,7 +7,9 @@
 //! GPU model and GPU share all satisfied), the free share on GPUs with less
 //! free than m's `gpu_milli`, and otherwise (and for CPU-only shapes) all
 //! of n's free GPU share. The workload comes from the host in the plugin's
-//! configuration.
+//! configuration; without one, the plugin learns it from the pods it is
+//! asked to place (the most frequent shapes covering 95% of them, refreshed
+//! as their number doubles and every 1,024 pods).
 //!
 //! As in the published simulator, a node scores
 //! `⌊100·sigmoid((F_before − F_after)/1000)⌋` (50 when nothing changes), for
@@ -40,9 +42,17 @@ pub struct ShapeConfig {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FgdConfig {
-    /// The target workload.
+    /// The target workload; empty: learned from the pods placed.
+    #[serde(default)]
     pub workload: Vec<ShapeConfig>,
 }
+
+/// Shape key of a pod for the learned workload.
+type ShapeKey = (u32, u32, u32, Vec<String>);
+
+/// Pods whose shapes the learned workload keeps: those covering this
+/// share of the pods seen.
+const LEARNED_COVERAGE: f64 = 0.95;
 
 #[derive(Debug, Clone)]
 struct Shape {
@@ -83,6 +93,10 @@ pub struct Fgd {
     memo: std::cell::RefCell<Vec<(u32, u32, i64, u8)>>,
     /// `ln(k / (100 − k))` for k = 1..=99: see [`sigmoid_score`].
     thresholds: Vec<f64>,
+    /// Learning the workload: pods seen per shape (`None`: configured).
+    learned: Option<std::collections::HashMap<ShapeKey, u64>>,
+    /// Pods seen while learning.
+    seen: u64,
 }
 
 /// `⌊100·sigmoid(x)⌋` without `exp` per call: it is the number of k in
@@ -180,16 +194,14 @@ impl Scorer for Fgd {
     const SUGGESTS_GPU: bool = true;
 
     fn new(config: FgdConfig) -> Result<Self, String> {
-        if config.workload.is_empty() {
-            return Err("fgd: `workload` (the target shapes and weights) is required".into());
-        }
         if let Some(s) =
             config.workload.iter().find(|s| !(s.weight.is_finite() && s.weight >= 0.0) || s.gpu_milli > 1000)
         {
             return Err(format!("fgd: invalid shape {s:?}: weight must be finite and >= 0, gpu_milli <= 1000"));
         }
         let thresholds = (1..100).map(|k| (f64::from(k) / f64::from(100 - k)).ln()).collect();
-        Ok(Self { config: config.workload, symbols: usize::MAX, thresholds, ..Self::default() })
+        let learned = config.workload.is_empty().then(std::collections::HashMap::new);
+        Ok(Self { config: config.workload, symbols: usize::MAX, thresholds, learned, ..Self::default() })
     }
 
     fn on_node(&mut self, node: &Node<'_>) {
@@ -201,6 +213,7 @@ impl Scorer for Fgd {
     }
 
     fn prepare(&mut self, pod: &Pod, nodes: &NodeTable) {
+        self.learn(pod);
         // Model names resolve against the mirror's symbols, which only grow.
         if self.symbols != nodes.symbol_count() {
             self.symbols = nodes.symbol_count();
@@ -257,6 +270,43 @@ impl Scorer for Fgd {
 }
 
 impl Fgd {
+    /// Counts the pod's shape while learning; rebuilds the workload as the
+    /// pods seen double and every 1,024 pods.
+    fn learn(&mut self, pod: &Pod) {
+        let Some(counts) = self.learned.as_mut() else { return };
+        let mut models = pod.allowed_models.clone();
+        models.sort();
+        *counts.entry((pod.requests.cpu_milli, pod.gpu_count, pod.gpu_milli, models)).or_insert(0) += 1;
+        self.seen += 1;
+        if !(self.seen.is_power_of_two() || self.seen.is_multiple_of(1024)) {
+            return;
+        }
+        // Most frequent first, larger first on ties (independent of order).
+        let mut by: Vec<(&ShapeKey, &u64)> = counts.iter().collect();
+        by.sort_by(|a, b| b.1.cmp(a.1).then_with(|| b.0.cmp(a.0)));
+        let mut kept = Vec::new();
+        let mut covered = 0u64;
+        for (k, &c) in by {
+            if covered as f64 >= LEARNED_COVERAGE * self.seen as f64 {
+                break;
+            }
+            covered += c;
+            kept.push((k.clone(), c));
+        }
+        self.config = kept
+            .into_iter()
+            .map(|((cpu_milli, gpu_count, gpu_milli, models), c)| ShapeConfig {
+                cpu_milli,
+                gpu_count,
+                gpu_milli: gpu_milli.min(1000),
+                models,
+                weight: c as f64 / covered as f64,
+            })
+            .collect();
+        // Rebuild shapes, levels and kinds on this call.
+        self.symbols = usize::MAX;
+    }
+
     fn forget(&mut self, id: tessera_sdk::NodeId) {
         let i = id as usize;
         if let Some(entry) = self.cache.get_mut().get_mut(i) {

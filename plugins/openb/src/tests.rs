@@ -134,10 +134,39 @@ fn fgd_picks_the_gpu_and_node_with_the_least_fragmentation_increase() {
     assert_eq!(hints, [1, 0]);
 }
 
+/// Without a configured workload FGD learns it from the pods it places:
+/// after pods of one shape it scores exactly as if configured with that
+/// shape.
 #[test]
-fn fgd_respects_models_and_requires_a_workload() {
-    assert!(ScorerHarness::<Fgd>::new("").is_err());
+fn fgd_learns_the_workload_when_none_is_given() {
+    let nodes =
+        || [node(0, 64_000, "V", &[1000, 600]), node(1, 64_000, "V", &[1000, 300]), node(2, 2_000, "V", &[1000])];
+    let mut learned = ScorerHarness::<Fgd>::new("").unwrap();
+    learned.apply(nodes()).unwrap();
+    let one = r#"{"workload": [{"cpu_milli": 4000, "gpu_count": 1, "gpu_milli": 500, "weight": 1.0}]}"#;
+    let mut configured = ScorerHarness::<Fgd>::new(one).unwrap();
+    configured.apply(nodes()).unwrap();
+    let p = pod(4_000, 1, 500);
+    for _ in 0..4 {
+        let _ = scores(&mut learned, &p, &[0, 1, 2]);
+    }
+    assert_eq!(scores(&mut learned, &p, &[0, 1, 2]), scores(&mut configured, &p, &[0, 1, 2]));
+    // A second shape, once seen often enough, changes the scores.
+    for _ in 0..60 {
+        let _ = scores(&mut learned, &pod(1_000, 1, 1000), &[0, 1, 2]);
+    }
+    assert_ne!(scores(&mut learned, &p, &[0, 1, 2]), scores(&mut configured, &p, &[0, 1, 2]));
+}
+
+#[test]
+fn fgd_respects_models_and_rejects_bad_workloads() {
     assert!(ScorerHarness::<Fgd>::new(r#"{"workload": [], "x": 1}"#).is_err());
+    assert!(
+        ScorerHarness::<Fgd>::new(
+            r#"{"workload": [{"cpu_milli": 1, "gpu_count": 1, "gpu_milli": 2000, "weight": 1}]}"#
+        )
+        .is_err()
+    );
     let cfg =
         r#"{"workload": [{"cpu_milli": 1000, "gpu_count": 1, "gpu_milli": 500, "models": ["T4"], "weight": 1.0}]}"#;
     let mut h = ScorerHarness::<Fgd>::new(cfg).unwrap();

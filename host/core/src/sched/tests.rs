@@ -215,3 +215,31 @@ fn a_plugin_filter_rejecting_every_node_keeps_the_pod_out_with_its_code() {
     assert_eq!(s.running().count(), 0, "not placed on the first candidate anyway");
     assert_eq!(s.stats().unschedulable["SCHED-ZONE-SPREAD"], 1);
 }
+
+/// A rescheduling move carried out: the pod runs on its target, its source
+/// frees and a parked pod that fits there binds; a move that does not fit
+/// changes nothing.
+#[test]
+fn migrate_moves_a_running_pod_and_frees_its_source() {
+    use crate::cluster::GpuSet;
+    let mut s = Scheduler::new(nodes(2, 1), SchedConfig::default());
+    let mut p = First::default();
+    s.submit(1, pod("half", Tier::Soft, 0, 1, 500), 0).unwrap();
+    s.submit(2, pod("whole", Tier::Soft, 0, 1, 1000), 0).unwrap();
+    s.schedule(&mut p, 0);
+    assert_eq!(s.placement(1).map(|p| p.node), Some(0));
+    assert_eq!(s.placement(2).map(|p| p.node), Some(1));
+    s.submit(3, pod("second-whole", Tier::Soft, 0, 1, 1000), 1).unwrap();
+    assert!(matches!(s.schedule(&mut p, 1)[0], Event::Unschedulable { pod: 3, .. }));
+    // Nowhere to go: node 1's GPU is full.
+    let to = Placement { node: 1, gpus: GpuSet(1) };
+    assert!(s.migrate(1, to).is_err());
+    assert_eq!(s.placement(1).map(|p| p.node), Some(0), "unchanged");
+    // Free node 1 and move the half there: node 0 comes free for pod 3.
+    s.remove(2);
+    assert_eq!(s.migrate(1, to).unwrap().node, 1);
+    let events = s.schedule(&mut p, 2);
+    assert!(events.iter().any(|e| matches!(e, Event::Bound { pod: 3, .. })), "{events:?}");
+    assert_eq!(s.placement(3).map(|p| p.node), Some(0));
+    assert!(s.migrate(99, to).is_err(), "unknown pods are refused");
+}

@@ -31,6 +31,9 @@ pub struct OnlineConfig {
     pub weight_sets: Vec<Vec<f64>>,
     /// Detection rounds.
     pub detection: crate::telemetry::DetectionConfig,
+    /// With a rescheduler: most moves per plan, as a share of the pods
+    /// running.
+    pub max_moves_share: f64,
 }
 
 /// Waiting times of one tier.
@@ -93,6 +96,12 @@ pub struct OnlineReport {
     pub bandit: Vec<ArmReport>,
     /// Detection rounds run.
     pub detection_rounds: u64,
+    /// Plans made because a detection round found anomalies.
+    #[serde(default)]
+    pub reschedule_plans: u64,
+    /// Pods moved by those plans.
+    #[serde(default)]
+    pub migrations: u64,
     /// Anomalies (findings at or above the threshold) by kind, summed over
     /// rounds.
     pub anomalies: BTreeMap<String, u64>,
@@ -113,6 +122,21 @@ pub fn run_online(
     placer: &mut impl Placer,
     arrivals: &[Arrival],
     cfg: &OnlineConfig,
+) -> OnlineReport {
+    run_online_with(nodes, workload, placer, arrivals, cfg, None)
+}
+
+/// [`run_online`] with a rescheduler: after a detection round whose
+/// findings reach `anomaly_threshold`, it plans on the cluster as it
+/// stands (at most `max_moves_share` of the running pods) and its moves are
+/// carried out before the next events.
+pub fn run_online_with(
+    nodes: Vec<Node>,
+    workload: &TargetWorkload,
+    placer: &mut impl Placer,
+    arrivals: &[Arrival],
+    cfg: &OnlineConfig,
+    mut rescheduler: Option<&mut dyn super::Rescheduler>,
 ) -> OnlineReport {
     let model = TelemetryModel::new(cfg.telemetry, cfg.seed);
     let mut bandit = ThompsonBandit::new(cfg.weight_sets.clone(), cfg.seed ^ 0xBA4D17).ok();
@@ -194,12 +218,39 @@ pub fn run_online(
                         .map(|(id, _)| tracker.node(*id as usize).round() as u32)
                         .collect(),
                 };
+                let mut anomalous = false;
                 for d in placer.detect(&frame) {
                     if d.severity >= cfg.detection.anomaly_threshold {
                         *r.anomalies.entry(d.kind).or_insert(0) += 1;
+                        anomalous = true;
                     }
                 }
                 r.detection_rounds += 1;
+                if anomalous && let Some(rs) = rescheduler.as_deref_mut() {
+                    let (ids, running): (Vec<u64>, Vec<(crate::model::Pod, crate::cluster::Placement)>) =
+                        s.running().map(|(id, p, at)| (id, (p.clone(), at))).unzip();
+                    let max_moves = (cfg.max_moves_share * running.len() as f64).floor() as usize;
+                    if max_moves > 0 {
+                        r.reschedule_plans += 1;
+                        let mut moves = rs.plan(s.cluster(), &running, max_moves);
+                        // A move that needs room a later one frees waits a pass.
+                        loop {
+                            let before = moves.len();
+                            moves.retain(|&(i, to)| match s.migrate(ids[i], to) {
+                                Ok(at) => {
+                                    r.migrations += 1;
+                                    tracker.update(&s.cluster().nodes()[running[i].1.node as usize], workload);
+                                    tracker.update(&s.cluster().nodes()[at.node as usize], workload);
+                                    false
+                                }
+                                Err(_) => true,
+                            });
+                            if moves.is_empty() || moves.len() == before {
+                                break;
+                            }
+                        }
+                    }
+                }
             }
             for (id, sample) in samples {
                 let n = &s.cluster().nodes()[id as usize];

@@ -20,7 +20,10 @@ use tessera_core::model::{NodeId, Pod};
 use crate::cost::CostWeights;
 use crate::plan::{self, Plan, Solver, Strategy};
 use crate::scratch::Scratch;
-use crate::{balance, consolidate, defrag, milp};
+use crate::{balance, consolidate, defrag, milp, repack};
+
+/// Move budgets from which a global re-packing is also tried.
+const REPACK_MIN_MOVES: usize = 64;
 
 /// Share of the move budget per strategy (any non-negative numbers; 0
 /// turns a strategy off).
@@ -223,7 +226,23 @@ impl Planner {
                 let used = match st {
                     Strategy::LoadBalance => balance::run(&mut s, share, self.cfg.load_threshold, &mut loads),
                     Strategy::Consolidation => consolidate::run(&mut s, share, self.cfg.low_load_threshold),
-                    Strategy::FragmentMerge => defrag::run(&mut s, share),
+                    Strategy::FragmentMerge => {
+                        // The drains, and a global re-packing on a copy;
+                        // the one that nets more is kept.
+                        let (mark, gain) = (s.moves.len(), s.gain);
+                        // (Not when re-planning a few changed nodes: the
+                        // warm start carries the last re-packing.)
+                        let mut alt = (share >= REPACK_MIN_MOVES && s.focus.is_none()).then(|| s.clone());
+                        let used = defrag::run(&mut s, share);
+                        let drained = s.gain - gain - s.cost_since(mark);
+                        match alt.as_mut().map(|a| (repack::run(a, share), a)) {
+                            Some((u, a)) if a.gain - gain - a.cost_since(mark) > drained => {
+                                s = alt.expect("just used");
+                                u
+                            }
+                            _ => used,
+                        }
+                    }
                 };
                 carry = share - used;
             }

@@ -31,6 +31,7 @@ pub mod defrag;
 pub mod knapsack;
 pub mod milp;
 pub mod plan;
+mod repack;
 mod scratch;
 
 pub use adapter::{PlanTotals, SimPlanner};

@@ -12,6 +12,7 @@ use tessera_core::model::{GPU_MILLI, GpuHealth, NodeId, Pod, Tier};
 use crate::cost::CostWeights;
 use crate::plan::{Move, Strategy};
 
+#[derive(Clone)]
 pub(crate) struct Scratch<'a> {
     pub cluster: Cluster,
     pub running: &'a [(Pod, Placement)],
@@ -134,17 +135,21 @@ impl<'a> Scratch<'a> {
         self.weights.move_cost(p, model, self.replicas(p))
     }
 
-    /// Refreshes the index entries of `node`'s GPUs whose free share
-    /// changed from `before`.
-    fn reindex_fast(&mut self, node: NodeId, before: &[u32]) {
-        let n = &self.cluster.nodes()[node as usize];
-        let mut changed = Vec::new();
-        for (i, g) in n.gpus.iter().enumerate() {
-            if before.get(i) != Some(&g.free_milli) {
-                changed.push(i);
-            }
+    /// Free share of `node`'s GPUs in `set` (index = GPU), before a change.
+    fn frees(&self, node: NodeId, set: GpuSet) -> [u32; 32] {
+        let mut out = [0; 32];
+        let gpus = &self.cluster.nodes()[node as usize].gpus;
+        for i in set.indices().filter(|&i| i < gpus.len()) {
+            out[i] = gpus[i].free_milli;
         }
-        for i in changed {
+        out
+    }
+
+    /// Refreshes the index entries of `node`'s GPUs in `set`, whose free
+    /// share was `before`.
+    fn reindex(&mut self, node: NodeId, set: GpuSet, before: &[u32; 32]) {
+        let len = self.cluster.nodes()[node as usize].gpus.len();
+        for i in set.indices().filter(|&i| i < len) {
             self.partial.remove(&(before[i], node, i as u8));
             if let Some(k) = partial_key(&self.cluster.nodes()[node as usize], i) {
                 self.partial.insert(k);
@@ -165,8 +170,7 @@ impl<'a> Scratch<'a> {
             return false;
         }
         let cost = self.move_cost(i);
-        let src_before: Vec<u32> = self.cluster.nodes()[from.node as usize].gpus.iter().map(|g| g.free_milli).collect();
-        let dst_before: Vec<u32> = self.cluster.nodes()[to as usize].gpus.iter().map(|g| g.free_milli).collect();
+        let (src_before, dst_before) = (self.frees(from.node, from.gpus), self.frees(to, gpus));
         self.cluster.unbind(&from, pod);
         match self.cluster.bind(to, pod, gpus) {
             Ok(p) => {
@@ -175,8 +179,8 @@ impl<'a> Scratch<'a> {
                 self.on_node[from.node as usize].retain(|&j| j != i);
                 self.on_node[to as usize].push(i);
                 self.moves.push(Move { pod: i, from, to: p, strategy, cost });
-                self.reindex_fast(from.node, &src_before);
-                self.reindex_fast(to, &dst_before);
+                self.reindex(from.node, from.gpus, &src_before);
+                self.reindex(to, p.gpus, &dst_before);
                 true
             }
             Err(_) => {
@@ -191,18 +195,15 @@ impl<'a> Scratch<'a> {
         while self.moves.len() > mark {
             let m = self.moves.pop().expect("len > mark");
             let pod = self.pod(m.pod);
-            let frees = |c: &Cluster, n: NodeId| -> Vec<u32> {
-                c.nodes()[n as usize].gpus.iter().map(|g| g.free_milli).collect()
-            };
-            let (to_before, from_before) = (frees(&self.cluster, m.to.node), frees(&self.cluster, m.from.node));
+            let (to_before, from_before) = (self.frees(m.to.node, m.to.gpus), self.frees(m.from.node, m.from.gpus));
             self.cluster.unbind(&m.to, pod);
             self.cluster.bind(m.from.node, pod, m.from.gpus).expect("undo restores a state that held");
             self.at[m.pod] = m.from;
             self.moved[m.pod] = false;
             self.on_node[m.to.node as usize].retain(|&j| j != m.pod);
             self.on_node[m.from.node as usize].push(m.pod);
-            self.reindex_fast(m.to.node, &to_before);
-            self.reindex_fast(m.from.node, &from_before);
+            self.reindex(m.to.node, m.to.gpus, &to_before);
+            self.reindex(m.from.node, m.from.gpus, &from_before);
         }
     }
 

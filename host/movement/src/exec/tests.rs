@@ -1,6 +1,6 @@
 use rand::{RngExt as _, SeedableRng as _};
 use tessera_core::cluster::{Cluster, choose_gpus};
-use tessera_core::model::{Node, Resources};
+use tessera_core::model::{Node, Pod, Resources};
 
 use super::*;
 use crate::config::{BatchSize, Budget};

@@ -4,15 +4,12 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
-use tessera_wasm::{Runtime, RuntimeConfig};
-
-use crate::sim::{Input, SimOptions};
+use crate::sim::SimOptions;
 
 /// Published policy names and ours.
 pub const POLICIES: [(&str, &str); 6] = [
@@ -145,53 +142,14 @@ pub fn run(dir: &Path, only: &[String]) -> Result<FidelityReport> {
         bail!("{}: no (workload, policy, seed) with published results, pod list and arrival order", dir.display());
     }
     let started = Instant::now();
-    // One runtime for all runs: each plugin is compiled once.
-    let cache = std::env::temp_dir().join(format!("tessera-fidelity-{}", std::process::id()));
-    let rt = Runtime::new(RuntimeConfig { cache_dir: Some(cache.clone()), ..RuntimeConfig::default() })?;
-    let queue = Mutex::new(jobs.into_iter().enumerate().collect::<Vec<_>>());
-    let results = Mutex::new(Vec::new());
-    let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
-    std::thread::scope(|s| {
-        for _ in 0..workers {
-            s.spawn(|| {
-                loop {
-                    let Some((i, (workload, published, ours, seed, pods, order))) =
-                        queue.lock().unwrap_or_else(|p| p.into_inner()).pop()
-                    else {
-                        break;
-                    };
-                    let opts = SimOptions {
-                        nodes: Input::File(nodes.clone()),
-                        node_count: 0,
-                        pods: Input::File(pods),
-                        order: Some(order),
-                        seed,
-                        policy: ours.to_string(),
-                        time_replay: false,
-                        inflate: 1.3,
-                        // The published runs broke ties by node names with
-                        // random prefixes: a seeded ranking, per seed.
-                        tie_break: Some(tessera_policy::TieBreakSpec::SeededRank),
-                        reschedule: None,
-                        reschedule_every: 0,
-                        actuator: Default::default(),
-                        bound: false,
-                    };
-                    let outcome = crate::sim::run_with(&rt, &opts);
-                    results
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push((i, workload, published, ours, seed, outcome));
-                }
-            });
-        }
-    });
-    let _ = std::fs::remove_dir_all(&cache);
-    let mut results = results.into_inner().unwrap_or_else(|p| p.into_inner());
-    results.sort_by_key(|r| r.0);
+    let results = crate::sim::run_parallel(jobs, |rt, (workload, published, ours, seed, pods, order)| {
+        let opts = SimOptions::published(nodes.clone(), pods, order, seed, ours.to_string());
+        let outcome = crate::sim::run_with(rt, &opts);
+        (workload, published, ours, seed, outcome)
+    })?;
     let mut runs = Vec::new();
     let mut sums: BTreeMap<(String, &'static str), (usize, Series, Series)> = BTreeMap::new();
-    for (_, workload, published, ours, seed, outcome) in results {
+    for (workload, published, ours, seed, outcome) in results {
         let outcome = outcome.with_context(|| format!("{workload} {ours} seed {seed}"))?;
         let report = &outcome.file.report;
         let series = |f: fn(&tessera_core::sim::Bucket) -> f64| -> Series {

@@ -22,24 +22,8 @@ enum Command {
     /// Wasm plugins and print a summary (defaults: built-in cluster and
     /// workload, the `default` policy).
     Sim {
-        /// Node list (openb CSV) or `builtin`.
-        #[arg(long, default_value = "builtin")]
-        nodes: sim::Input,
-        /// Nodes to generate for `--nodes builtin`.
-        #[arg(long, default_value_t = 1000)]
-        node_count: usize,
-        /// Pod list (openb CSV) or `builtin`.
-        #[arg(long, default_value = "builtin")]
-        pods: sim::Input,
-        /// Arrival order file (one pod row index per line).
-        #[arg(long)]
-        order: Option<PathBuf>,
-        /// Seed of the built-in workload and of the plugins' random streams.
-        #[arg(long, default_value_t = 42)]
-        seed: u64,
-        /// `default`, a built-in plugin name, or a policy file.
-        #[arg(long, default_value = "default")]
-        policy: String,
+        #[command(flatten)]
+        workload: WorkloadArgs,
         /// Replay by creation and deletion times (departures free capacity).
         #[arg(long, conflicts_with = "online")]
         time_replay: bool,
@@ -80,9 +64,6 @@ enum Command {
         /// submitted: no placement, with or without migrations, does better.
         #[arg(long, conflicts_with_all = ["online", "time_replay"])]
         bound: bool,
-        /// Built-in workload: submit until GPU demand is this × capacity.
-        #[arg(long, default_value_t = 1.3)]
-        inflate: f64,
         /// How equal scores are decided (default: the policy's setting).
         #[arg(long, value_enum)]
         tie_break: Option<TieBreakArg>,
@@ -98,27 +79,8 @@ enum Command {
     /// `rescheduling:` planner, and print the plan and the batches the
     /// Movement Manager would run (a dry run).
     Plan {
-        /// Node list (openb CSV) or `builtin`.
-        #[arg(long, default_value = "builtin")]
-        nodes: sim::Input,
-        /// Nodes to generate for `--nodes builtin`.
-        #[arg(long, default_value_t = 1000)]
-        node_count: usize,
-        /// Pod list (openb CSV) or `builtin`.
-        #[arg(long, default_value = "builtin")]
-        pods: sim::Input,
-        /// Arrival order file (one pod row index per line).
-        #[arg(long)]
-        order: Option<PathBuf>,
-        /// Seed of the built-in workload and of the plugins.
-        #[arg(long, default_value_t = 42)]
-        seed: u64,
-        /// `default`, a built-in plugin name, or a policy file.
-        #[arg(long, default_value = "default")]
-        policy: String,
-        /// Built-in workload: submit until GPU demand is this × capacity.
-        #[arg(long, default_value_t = 1.3)]
-        inflate: f64,
+        #[command(flatten)]
+        workload: WorkloadArgs,
         /// Most moves in the plan.
         #[arg(long, default_value_t = 100)]
         max_moves: usize,
@@ -134,6 +96,53 @@ enum Command {
     /// Validate policy documents.
     #[command(subcommand)]
     Policy(PolicyCmd),
+}
+
+/// The cluster, the workload and the policy of a simulation.
+#[derive(clap::Args)]
+struct WorkloadArgs {
+    /// Node list (openb CSV) or `builtin`.
+    #[arg(long, default_value = "builtin")]
+    nodes: sim::Input,
+    /// Nodes to generate for `--nodes builtin`.
+    #[arg(long, default_value_t = 1000)]
+    node_count: usize,
+    /// Pod list (openb CSV) or `builtin`.
+    #[arg(long, default_value = "builtin")]
+    pods: sim::Input,
+    /// Arrival order file (one pod row index per line).
+    #[arg(long)]
+    order: Option<PathBuf>,
+    /// Seed of the built-in workload and of the plugins' random streams.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// `default`, a built-in plugin name, or a policy file.
+    #[arg(long, default_value = "default")]
+    policy: String,
+    /// Built-in workload: submit until GPU demand is this × capacity.
+    #[arg(long, default_value_t = 1.3)]
+    inflate: f64,
+}
+
+impl WorkloadArgs {
+    /// Simulator options for these inputs; nothing else set.
+    fn options(self) -> sim::SimOptions {
+        sim::SimOptions {
+            nodes: self.nodes,
+            node_count: self.node_count,
+            pods: self.pods,
+            order: self.order,
+            seed: self.seed,
+            policy: self.policy,
+            time_replay: false,
+            inflate: self.inflate,
+            tie_break: None,
+            reschedule: None,
+            reschedule_every: 0,
+            actuator: Default::default(),
+            bound: false,
+        }
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -302,12 +311,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Sim {
-            nodes,
-            node_count,
-            pods,
-            order,
-            seed,
-            policy,
+            workload,
             time_replay,
             online,
             telemetry_interval,
@@ -317,11 +321,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
             move_failure_rate,
             move_error_rate,
             bound,
-            inflate,
             tie_break,
             out,
             plot,
         } => {
+            let seed = workload.seed;
             if !(0.0..=100.0).contains(&max_migrations_pct) {
                 anyhow::bail!("--max-migrations-pct must be within 0..=100, not {max_migrations_pct}");
             }
@@ -343,19 +347,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 TieBreakArg::SeededRank => tessera_policy::TieBreakSpec::SeededRank,
             });
             let opts = sim::SimOptions {
-                nodes,
-                node_count,
-                pods,
-                order,
-                seed,
-                policy,
                 time_replay,
-                inflate,
                 tie_break,
                 reschedule,
                 reschedule_every,
                 actuator,
                 bound,
+                ..workload.options()
             };
             if online {
                 if plot.is_some() {
@@ -410,22 +408,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Plan { nodes, node_count, pods, order, seed, policy, inflate, max_moves, format } => {
-            let opts = sim::SimOptions {
-                nodes,
-                node_count,
-                pods,
-                order,
-                seed,
-                policy,
-                time_replay: false,
-                inflate,
-                tie_break: None,
-                reschedule: None,
-                reschedule_every: 0,
-                actuator: Default::default(),
-                bound: false,
-            };
+        Command::Plan { workload, max_moves, format } => {
+            let opts = workload.options();
             let outcome = plan::run(&opts, max_moves)?;
             match format {
                 Format::Table => print!("{}", outcome.to_table()),

@@ -6,15 +6,13 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
-use tessera_wasm::{Runtime, RuntimeConfig};
 
 use crate::fidelity::read_expected;
-use crate::sim::{Input, SimOptions};
+use crate::sim::SimOptions;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -103,46 +101,18 @@ pub fn run(opts: &QualityOptions) -> Result<QualityReport> {
     let nodes = dir.join("openb_node_list_gpu_node.csv");
     let jobs = jobs(dir, &opts.workloads)?;
     let started = Instant::now();
-    let cache = std::env::temp_dir().join(format!("tessera-quality-{}", std::process::id()));
-    let rt = Runtime::new(RuntimeConfig { cache_dir: Some(cache.clone()), ..RuntimeConfig::default() })?;
-    let queue = Mutex::new(jobs.into_iter().enumerate().collect::<Vec<_>>());
-    let results = Mutex::new(Vec::new());
-    let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
-    std::thread::scope(|s| {
-        for _ in 0..workers {
-            s.spawn(|| {
-                loop {
-                    let Some((i, (workload, seed, pods, order))) =
-                        queue.lock().unwrap_or_else(|p| p.into_inner()).pop()
-                    else {
-                        break;
-                    };
-                    let sim = SimOptions {
-                        nodes: Input::File(nodes.clone()),
-                        node_count: 0,
-                        pods: Input::File(pods),
-                        order: Some(order),
-                        seed,
-                        policy: opts.policy.clone(),
-                        time_replay: false,
-                        inflate: 1.3,
-                        tie_break: Some(tessera_policy::TieBreakSpec::SeededRank),
-                        reschedule: opts.reschedule,
-                        reschedule_every: opts.reschedule_every,
-                        actuator: Default::default(),
-                        bound: true,
-                    };
-                    let outcome = crate::sim::run_with(&rt, &sim);
-                    results.lock().unwrap_or_else(|p| p.into_inner()).push((i, workload, seed, outcome));
-                }
-            });
-        }
-    });
-    let _ = std::fs::remove_dir_all(&cache);
-    let mut results = results.into_inner().unwrap_or_else(|p| p.into_inner());
-    results.sort_by_key(|r| r.0);
+    let results = crate::sim::run_parallel(jobs, |rt, (workload, seed, pods, order)| {
+        let sim = SimOptions {
+            reschedule: opts.reschedule,
+            reschedule_every: opts.reschedule_every,
+            bound: true,
+            ..SimOptions::published(nodes.clone(), pods, order, seed, opts.policy.clone())
+        };
+        let outcome = crate::sim::run_with(rt, &sim);
+        (workload, seed, outcome)
+    })?;
     let mut runs = Vec::new();
-    for (_, workload, seed, outcome) in results {
+    for (workload, seed, outcome) in results {
         let o = outcome.with_context(|| format!("{workload} seed {seed}"))?;
         let r = &o.file.report;
         runs.push(QualityRun {

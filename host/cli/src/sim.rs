@@ -78,6 +78,55 @@ pub struct SimOptions {
     pub bound: bool,
 }
 
+impl SimOptions {
+    /// The published protocol on trace files: submissions in the given
+    /// arrival order up to 130% of the GPU capacity, ties broken by a seeded
+    /// ranking of nodes (the published runs' node names carried random
+    /// prefixes), nothing else.
+    pub fn published(nodes: PathBuf, pods: PathBuf, order: PathBuf, seed: u64, policy: String) -> Self {
+        Self {
+            nodes: Input::File(nodes),
+            node_count: 0,
+            pods: Input::File(pods),
+            order: Some(order),
+            seed,
+            policy,
+            time_replay: false,
+            inflate: 1.3,
+            tie_break: Some(tessera_policy::TieBreakSpec::SeededRank),
+            reschedule: None,
+            reschedule_every: 0,
+            actuator: Default::default(),
+            bound: false,
+        }
+    }
+}
+
+/// Runs `jobs` on every core, all sharing one runtime (each plugin is
+/// compiled once, into a cache removed afterwards); results in job order.
+pub fn run_parallel<J: Send, R: Send>(jobs: Vec<J>, run: impl Fn(&Runtime, J) -> R + Sync) -> Result<Vec<R>> {
+    let cache = std::env::temp_dir().join(format!("tessera-runs-{}", std::process::id()));
+    let rt = Runtime::new(RuntimeConfig { cache_dir: Some(cache.clone()), ..RuntimeConfig::default() })?;
+    let queue = std::sync::Mutex::new(jobs.into_iter().enumerate().collect::<Vec<_>>());
+    let results = std::sync::Mutex::new(Vec::new());
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| {
+                loop {
+                    let Some((i, job)) = queue.lock().unwrap_or_else(|p| p.into_inner()).pop() else { break };
+                    let r = run(&rt, job);
+                    results.lock().unwrap_or_else(|p| p.into_inner()).push((i, r));
+                }
+            });
+        }
+    });
+    let _ = std::fs::remove_dir_all(&cache);
+    let mut results = results.into_inner().unwrap_or_else(|p| p.into_inner());
+    results.sort_by_key(|r| r.0);
+    Ok(results.into_iter().map(|(_, r)| r).collect())
+}
+
 /// What `run.json` holds: inputs and the report (no timings, so equal
 /// inputs give byte-identical files).
 #[derive(Debug, Serialize)]

@@ -87,18 +87,6 @@ fn bind_random(c: &mut Cluster, rng: &mut ChaCha8Rng, pod: &Pod, tries: usize) -
 const SHARES: [(u32, u32); 8] =
     [(7, 50), (99, 150), (207, 250), (388, 350), (899, 450), (147, 550), (253, 650), (1078, 850)];
 
-fn draw(rng: &mut ChaCha8Rng, mix: &[(u32, u32)]) -> u32 {
-    let total: u32 = mix.iter().map(|m| m.0).sum();
-    let mut x = rng.random_range(0..total);
-    for &(w, v) in mix {
-        if x < w {
-            return v;
-        }
-        x -= w;
-    }
-    mix[mix.len() - 1].1
-}
-
 /// A fragmented cluster: `nodes` nodes of 8 GPUs (128 cores, 1 TiB, three
 /// zones) and `pods` pods drawn to fill about 80% of the GPUs (65% sharing
 /// one GPU in the openb mix of shares, 25% one whole GPU, 10% CPU-only; 2
@@ -127,7 +115,7 @@ pub fn fragmented(nodes: usize, pods: usize, seed: u64) -> (Cluster, Vec<(Pod, P
             let (gpu_count, gpu_milli) = match kind {
                 0..10 => (0, 0),
                 10..35 => (1, GPU_MILLI),
-                _ => (1, draw(&mut rng, &SHARES)),
+                _ => (1, tessera_core::sim::synthetic::pick(&mut rng, &SHARES)),
             };
             // Hard-tier pods get exclusive GPUs, as the scheduler gives them.
             let tier = if rng.random_range(0..20) == 0 { Tier::Hard } else { Tier::Soft };

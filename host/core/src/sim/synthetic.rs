@@ -37,7 +37,8 @@ const SHARE_MIX: [(u32, u32); 8] =
 /// `(weight, CPU millicores)` of GPU pods.
 const GPU_POD_CPU: [(u32, u64); 6] = [(20, 4_000), (25, 6_000), (25, 8_000), (15, 12_000), (10, 16_000), (5, 32_000)];
 
-fn pick<T: Copy>(rng: &mut ChaCha8Rng, mix: &[(u32, T)]) -> T {
+/// One value of `mix` (`(weight, value)` pairs), drawn by weight.
+pub fn pick<T: Copy>(rng: &mut ChaCha8Rng, mix: &[(u32, T)]) -> T {
     let total: u32 = mix.iter().map(|(w, _)| w).sum();
     let mut x = rng.random_range(0..total);
     for &(w, v) in mix {

@@ -105,6 +105,30 @@ impl ExecutingRescheduler {
 impl Rescheduler for ExecutingRescheduler {
     fn plan(&mut self, cluster: &Cluster, running: &[(Pod, Placement)], max_moves: usize) -> Vec<(usize, Placement)> {
         let planned = self.planner.plan(cluster, running, max_moves);
+        self.execute(cluster, running, planned)
+    }
+
+    fn plan_for(
+        &mut self,
+        cluster: &Cluster,
+        running: &[(Pod, Placement)],
+        max_moves: usize,
+        anomalies: &[tessera_core::telemetry::Detection],
+    ) -> Vec<(usize, Placement)> {
+        let planned = self.planner.plan_for(cluster, running, max_moves, anomalies);
+        self.execute(cluster, running, planned)
+    }
+}
+
+impl ExecutingRescheduler {
+    /// Runs `planned` through the Movement Manager; the moves that ended
+    /// done, as final placements.
+    fn execute(
+        &mut self,
+        cluster: &Cluster,
+        running: &[(Pod, Placement)],
+        planned: Vec<(usize, Placement)>,
+    ) -> Vec<(usize, Placement)> {
         if planned.is_empty() {
             return Vec::new();
         }

@@ -6,8 +6,9 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use tessera_core::cluster::{Cluster, Placement};
 use tessera_core::metrics::TargetWorkload;
-use tessera_core::model::Pod;
+use tessera_core::model::{NodeId, Pod};
 use tessera_core::sim::Rescheduler;
+use tessera_core::telemetry::Detection;
 
 use crate::controller::Planner;
 use crate::plan::{Plan, Strategy};
@@ -65,11 +66,8 @@ impl SimPlanner {
     }
 }
 
-impl Rescheduler for SimPlanner {
-    fn plan(&mut self, cluster: &Cluster, running: &[(Pod, Placement)], max_moves: usize) -> Vec<(usize, Placement)> {
-        let started = Instant::now();
-        let plan = self.planner.plan(cluster, running, &self.workload, max_moves, None);
-        let ms = started.elapsed().as_secs_f64() * 1e3;
+impl SimPlanner {
+    fn record(&mut self, plan: Plan, ms: f64) -> Vec<(usize, Placement)> {
         let t = &mut self.totals;
         t.plans += 1;
         t.plans_with_moves += u64::from(!plan.moves.is_empty());
@@ -89,5 +87,27 @@ impl Rescheduler for SimPlanner {
         let moves = plan.moves.iter().map(|m| (m.pod, m.to)).collect();
         self.last = Some(plan);
         moves
+    }
+}
+
+impl Rescheduler for SimPlanner {
+    fn plan(&mut self, cluster: &Cluster, running: &[(Pod, Placement)], max_moves: usize) -> Vec<(usize, Placement)> {
+        let started = Instant::now();
+        let plan = self.planner.plan(cluster, running, &self.workload, max_moves, None);
+        self.record(plan, started.elapsed().as_secs_f64() * 1e3)
+    }
+
+    /// Moves off the flagged nodes only.
+    fn plan_for(
+        &mut self,
+        cluster: &Cluster,
+        running: &[(Pod, Placement)],
+        max_moves: usize,
+        anomalies: &[Detection],
+    ) -> Vec<(usize, Placement)> {
+        let started = Instant::now();
+        let nodes: Vec<NodeId> = anomalies.iter().map(|d| d.node).collect();
+        let plan = self.planner.plan_focused(cluster, running, &self.workload, max_moves, &nodes);
+        self.record(plan, started.elapsed().as_secs_f64() * 1e3)
     }
 }

@@ -149,6 +149,25 @@ impl Planner {
         self.plan_with(cluster, running, workload, max_moves, warm, None)
     }
 
+    /// Plans moves off the `focus` nodes only (say, the nodes a detector
+    /// flagged); every node may still receive.
+    pub fn plan_focused(
+        &self,
+        cluster: &Cluster,
+        running: &[(Pod, Placement)],
+        workload: &TargetWorkload,
+        max_moves: usize,
+        focus: &[NodeId],
+    ) -> Plan {
+        let mut f = vec![false; cluster.nodes().len()];
+        for &n in focus {
+            if let Some(x) = f.get_mut(n as usize) {
+                *x = true;
+            }
+        }
+        self.plan_with(cluster, running, workload, max_moves, None, Some(f))
+    }
+
     /// Re-plans after a change: keeps the moves of `previous` that still
     /// apply and looks for new moves only from the `changed` nodes (every
     /// node may still receive). Indices into `running` must mean the same

@@ -421,3 +421,27 @@ fn the_simulator_runs_the_planner_on_its_period() {
     assert_eq!(r.rescued, 0, "room was made before `w` failed");
     assert_eq!(planner.totals().moves_by_strategy.get("fragment-merge").copied(), Some(r.planned_migrations));
 }
+
+/// A plan for what the detectors flagged moves pods off those nodes only.
+#[test]
+fn plans_for_anomalies_move_pods_off_the_flagged_nodes_only() {
+    use tessera_core::sim::Rescheduler as _;
+    let (c, running) = build(
+        (0..6).map(|i| node(i, 1)).collect(),
+        (0..6).map(|i| (pod(&format!("p{i}"), 400), i as NodeId, 0)).collect(),
+    );
+    let flagged = tessera_core::telemetry::Detection {
+        detector: "rebalance".into(),
+        node: 4,
+        kind: "fragmentation".into(),
+        severity: 900,
+        message: String::new(),
+    };
+    let mut sp = crate::SimPlanner::new(Planner::new(only(Strategy::FragmentMerge)), whole_gpu_workload());
+    let moves = sp.plan_for(&c, &running, 10, &[flagged]);
+    assert!(!moves.is_empty());
+    assert!(moves.iter().all(|&(i, _)| running[i].1.node == 4), "{moves:?}");
+    // Unfocused, the same planner drains more than one node.
+    let all = sp.plan(&c, &running, 10);
+    assert!(all.iter().any(|&(i, _)| running[i].1.node != 4), "{all:?}");
+}

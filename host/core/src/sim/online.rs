@@ -193,6 +193,7 @@ pub fn run_online_with(
             }
             r.sla_violations += interval_violations;
             drop(by_node);
+            let mut anomalies: Vec<crate::telemetry::Detection> = Vec::new();
             if r.intervals.is_multiple_of(cfg.detection.detection_interval.max(1)) {
                 let frame = crate::telemetry::DetectionFrame {
                     seq: r.detection_rounds,
@@ -218,39 +219,13 @@ pub fn run_online_with(
                         .map(|(id, _)| tracker.node(*id as usize).round() as u32)
                         .collect(),
                 };
-                let mut anomalous = false;
                 for d in placer.detect(&frame) {
                     if d.severity >= cfg.detection.anomaly_threshold {
-                        *r.anomalies.entry(d.kind).or_insert(0) += 1;
-                        anomalous = true;
+                        *r.anomalies.entry(d.kind.clone()).or_insert(0) += 1;
+                        anomalies.push(d);
                     }
                 }
                 r.detection_rounds += 1;
-                if anomalous && let Some(rs) = rescheduler.as_deref_mut() {
-                    let (ids, running): (Vec<u64>, Vec<(crate::model::Pod, crate::cluster::Placement)>) =
-                        s.running().map(|(id, p, at)| (id, (p.clone(), at))).unzip();
-                    let max_moves = (cfg.max_moves_share * running.len() as f64).floor() as usize;
-                    if max_moves > 0 {
-                        r.reschedule_plans += 1;
-                        let mut moves = rs.plan(s.cluster(), &running, max_moves);
-                        // A move that needs room a later one frees waits a pass.
-                        loop {
-                            let before = moves.len();
-                            moves.retain(|&(i, to)| match s.migrate(ids[i], to) {
-                                Ok(at) => {
-                                    r.migrations += 1;
-                                    tracker.update(&s.cluster().nodes()[running[i].1.node as usize], workload);
-                                    tracker.update(&s.cluster().nodes()[at.node as usize], workload);
-                                    false
-                                }
-                                Err(_) => true,
-                            });
-                            if moves.is_empty() || moves.len() == before {
-                                break;
-                            }
-                        }
-                    }
-                }
             }
             for (id, sample) in samples {
                 let n = &s.cluster().nodes()[id as usize];
@@ -259,6 +234,35 @@ pub fn run_online_with(
                     && n.gpus.iter().map(|g| g.util_permille).eq(sample.gpu_util_permille.iter().copied());
                 if !unchanged {
                     s.observe_node(id, |n| sample.apply(n));
+                }
+            }
+            // What the detectors found is answered on the cluster as this
+            // interval's telemetry shows it.
+            if !anomalies.is_empty()
+                && let Some(rs) = rescheduler.as_deref_mut()
+            {
+                let (ids, running): (Vec<u64>, Vec<(crate::model::Pod, crate::cluster::Placement)>) =
+                    s.running().map(|(id, p, at)| (id, (p.clone(), at))).unzip();
+                let max_moves = (cfg.max_moves_share * running.len() as f64).floor() as usize;
+                if max_moves > 0 {
+                    r.reschedule_plans += 1;
+                    let mut moves = rs.plan_for(s.cluster(), &running, max_moves, &anomalies);
+                    // A move that needs room a later one frees waits a pass.
+                    loop {
+                        let before = moves.len();
+                        moves.retain(|&(i, to)| match s.migrate(ids[i], to) {
+                            Ok(at) => {
+                                r.migrations += 1;
+                                tracker.update(&s.cluster().nodes()[running[i].1.node as usize], workload);
+                                tracker.update(&s.cluster().nodes()[at.node as usize], workload);
+                                false
+                            }
+                            Err(_) => true,
+                        });
+                        if moves.is_empty() || moves.len() == before {
+                            break;
+                        }
+                    }
                 }
             }
             for z in &zones {

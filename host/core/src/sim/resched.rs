@@ -19,6 +19,20 @@ pub trait Rescheduler {
     /// turn comes is retried after the others; one that never fits is
     /// skipped.
     fn plan(&mut self, cluster: &Cluster, running: &[(Pod, Placement)], max_moves: usize) -> Vec<(usize, Placement)>;
+
+    /// Moves answering what the detectors found (`anomalies`, at or above
+    /// the threshold): by default a global plan; a planner may move pods
+    /// only off the flagged nodes.
+    fn plan_for(
+        &mut self,
+        cluster: &Cluster,
+        running: &[(Pod, Placement)],
+        max_moves: usize,
+        anomalies: &[crate::telemetry::Detection],
+    ) -> Vec<(usize, Placement)> {
+        let _ = anomalies;
+        self.plan(cluster, running, max_moves)
+    }
 }
 
 impl<'p, P: Placer> Simulator<'p, P> {

@@ -71,12 +71,10 @@ pub fn repack(
 ) -> Result<Vec<Move>, MilpError> {
     let Limits { max_moves, max_binaries, time_limit } = limits;
     let in_set: BTreeMap<NodeId, usize> = nodes.iter().enumerate().map(|(k, &n)| (n, k)).collect();
-    let pods: Vec<usize> = (0..running.len())
-        .filter(|&i| {
-            let (p, at) = &running[i];
-            in_set.contains_key(&at.node) && p.tier != Tier::Hard && p.gpu_count == 1 && p.gpu_milli < GPU_MILLI
-        })
-        .collect();
+    let candidate = |i: usize| {
+        let (p, at) = &running[i];
+        in_set.contains_key(&at.node) && p.tier != Tier::Hard && p.gpu_count == 1 && p.gpu_milli < GPU_MILLI
+    };
     let mut gpus: Vec<Gpu> = Vec::new();
     let mut cpu_free: Vec<u64> = Vec::new();
     let mut mem_free: Vec<u64> = Vec::new();
@@ -93,15 +91,18 @@ pub fn repack(
     let gpu_at = |gpus: &[Gpu], node: NodeId, index: usize| {
         gpus.iter().position(|g| g.node == node && usize::from(g.index) == index)
     };
-    let mut home: Vec<usize> = Vec::with_capacity(pods.len());
-    for &i in &pods {
+    // Candidates and their GPUs; a pod on a GPU that has since failed (or
+    // a node no longer ready) stays where it is.
+    let mut pods: Vec<usize> = Vec::new();
+    let mut home: Vec<usize> = Vec::new();
+    for i in (0..running.len()).filter(|&i| candidate(i)) {
         let (p, at) = &running[i];
+        let Some(g) = at.gpus.indices().next().and_then(|gi| gpu_at(&gpus, at.node, gi)) else { continue };
         let k = in_set[&at.node];
         cpu_free[k] += p.requests.cpu_milli;
         mem_free[k] += p.requests.memory_mib;
-        let gi = at.gpus.indices().next().expect("a sharing pod holds one GPU");
-        let g = gpu_at(&gpus, at.node, gi).expect("its GPU is usable");
         gpus[g].base_free += p.gpu_milli;
+        pods.push(i);
         home.push(g);
     }
 

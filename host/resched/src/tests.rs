@@ -445,3 +445,22 @@ fn plans_for_anomalies_move_pods_off_the_flagged_nodes_only() {
     let all = sp.plan(&c, &running, 10);
     assert!(all.iter().any(|&(i, _)| running[i].1.node != 4), "{all:?}");
 }
+
+/// Pods on a GPU that failed after they were placed, or on a node that is
+/// no longer ready, are left where they are; planning never panics on them.
+#[test]
+fn failed_gpus_and_unready_nodes_under_running_pods_are_tolerated() {
+    let (mut c, running) = build(
+        (0..4).map(|i| node(i, 2)).collect(),
+        (0..8).map(|i| (pod(&format!("p{i}"), 300), (i / 2) as NodeId, i % 2)).collect(),
+    );
+    c.update_node(0, |n| n.gpus[1].health = tessera_core::model::GpuHealth::Failed);
+    c.update_node(1, |n| n.ready = false);
+    for milp_max_nodes in [0, 8] {
+        let cfg = PlannerConfig { milp_max_nodes, ..PlannerConfig::default() };
+        let p = Planner::new(cfg).plan(&c, &running, &whole_gpu_workload(), 8, None);
+        let after = plan::validate(&c, &running, &p.moves).unwrap();
+        assert!(p.moves.iter().all(|m| m.to.node != 1), "nothing lands on the unready node");
+        assert!(plan::whole_free_gpus(&after) >= plan::whole_free_gpus(&c));
+    }
+}

@@ -44,6 +44,11 @@ pub struct QualityRun {
     /// The offline bound: no placement of the same arrived pods, with or
     /// without migrations, leaves fewer GPUs unallocated, %.
     pub offline_bound_unallocated: f64,
+    /// With rescheduling: no re-packing that keeps every pod this run
+    /// admitted (no eviction) leaves fewer GPUs unallocated, % (GPU
+    /// packing only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repacking_bound_unallocated: Option<f64>,
     /// Migrations made.
     pub migrations: u64,
     /// Pods placed.
@@ -122,6 +127,7 @@ pub fn run(opts: &QualityOptions) -> Result<QualityReport> {
                 .and_then(|s| s.get(&130))
                 .map(|a| 100.0 - a),
             offline_bound_unallocated: (100.0 - o.file.bound_allocation_pct.unwrap_or(100.0)).max(0.0),
+            repacking_bound_unallocated: o.file.repacking_bound_allocation_pct.map(|b| (100.0 - b).max(0.0)),
             migrations: r.migrations,
             placed_pods: r.placed,
             placement_only_unallocated_at_130: o.file.placement_only.as_ref().map(|f| f.unallocated_pct),
@@ -146,7 +152,7 @@ impl QualityReport {
         }
         let mean = |v: &[f64]| if v.is_empty() { f64::NAN } else { v.iter().sum::<f64>() / v.len() as f64 };
         let mut out = format!(
-            "policy {}{}\n{:<28} {:>5} {:>10} {:>11} {:>8} {:>9} {:>8} {:>11} {:>9}\n",
+            "policy {}{}\n{:<28} {:>5} {:>10} {:>11} {:>8} {:>9} {:>8} {:>9} {:>11} {:>9}\n",
             self.policy,
             self.max_migrations_pct
                 .map(|p| format!(", rescheduling with migrations ≤ {p}% of placed"))
@@ -158,6 +164,7 @@ impl QualityReport {
             "FGD pub",
             "ours/FGD",
             "bound",
+            "repack≥",
             "migrations",
             "placed"
         );
@@ -166,6 +173,7 @@ impl QualityReport {
             let alone = runs.iter().filter_map(|r| r.placement_only_unallocated_at_130).collect::<Vec<_>>();
             let fgd = runs.iter().filter_map(|r| r.fgd_published_unallocated_at_130).collect::<Vec<_>>();
             let bound = mean(&runs.iter().map(|r| r.offline_bound_unallocated).collect::<Vec<_>>());
+            let repack = runs.iter().filter_map(|r| r.repacking_bound_unallocated).collect::<Vec<_>>();
             let migrations = mean(&runs.iter().map(|r| r.migrations as f64).collect::<Vec<_>>());
             let placed = mean(&runs.iter().map(|r| r.placed_pods as f64).collect::<Vec<_>>());
             let (placement, resched) = if alone.is_empty() {
@@ -175,7 +183,7 @@ impl QualityReport {
             };
             let fgd_mean = mean(&fgd);
             out += &format!(
-                "{:<28} {:>5} {:>10} {:>11} {:>8} {:>9} {:>8} {:>11.1} {:>9.0}\n",
+                "{:<28} {:>5} {:>10} {:>11} {:>8} {:>9} {:>8} {:>9} {:>11.1} {:>9.0}\n",
                 w,
                 runs.len(),
                 placement,
@@ -183,6 +191,7 @@ impl QualityReport {
                 if fgd.is_empty() { "-".into() } else { format!("{fgd_mean:.2}%") },
                 if fgd.is_empty() { "-".into() } else { format!("{:.3}", ours / fgd_mean) },
                 format!("{bound:.2}%"),
+                if repack.is_empty() { "-".into() } else { format!("{:.2}%", mean(&repack)) },
                 migrations,
                 placed
             );

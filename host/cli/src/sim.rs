@@ -147,6 +147,11 @@ pub struct RunFile {
     /// offline LP (`--bound`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bound_allocation_pct: Option<f64>,
+    /// With rescheduling and `--bound`: upper bound on GPU allocation by
+    /// any re-packing that keeps every pod the run admitted (GPU packing
+    /// only; no eviction, no overcommit), %.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repacking_bound_allocation_pct: Option<f64>,
     /// With rescheduling: the same run with placement alone.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub placement_only: Option<Figures>,
@@ -392,7 +397,7 @@ pub fn run_with(rt: &Runtime, opts: &SimOptions) -> Result<SimOutcome> {
 
     let started = Instant::now();
     let n_nodes = nodes.len();
-    let (mut placement_only, mut plans, mut execution) = (None, None, None);
+    let (mut placement_only, mut plans, mut execution, mut repacking) = (None, None, None, None);
     let report = if opts.time_replay {
         let rows = rows.as_ref().context("time replay needs a pod list with creation times (--pods FILE)")?;
         let arrivals = trace_arrivals(rows);
@@ -408,12 +413,20 @@ pub fn run_with(rt: &Runtime, opts: &SimOptions) -> Result<SimOutcome> {
                 let planner =
                     SimPlanner::new(tessera_resched::Planner::new(doc.rescheduling.clone()), workload.clone());
                 let mut exec = ExecutingRescheduler::new(planner, doc.movement.clone(), opts.actuator);
-                let r = Simulator::new(nodes, workload, &mut policy)
+                let (r, cluster, running) = Simulator::new(nodes, workload, &mut policy)
                     .with_rescheduling(cap)
                     .with_planner(&mut exec, opts.reschedule_every)
-                    .run_submissions(&submissions);
+                    .run_submissions_keep(&submissions);
                 plans = Some(exec.planner().totals().clone());
                 execution = Some(exec.totals().clone());
+                if opts.bound {
+                    let waiting: Vec<Pod> = r.failed_pods.iter().map(|&i| submissions[i].clone()).collect();
+                    repacking = Some(
+                        tessera_resched::bound::repacking_bound(&cluster, &running, &waiting)
+                            .context("re-packing bound")?
+                            .allocation_pct,
+                    );
+                }
                 r
             }
             None => Simulator::new(nodes, workload, &mut policy).run_submissions(&submissions),
@@ -429,6 +442,7 @@ pub fn run_with(rt: &Runtime, opts: &SimOptions) -> Result<SimOutcome> {
             protocol: if opts.time_replay { "time-replay" } else { "submissions" },
             report,
             bound_allocation_pct: bound,
+            repacking_bound_allocation_pct: repacking,
             placement_only,
             plans,
             execution,
@@ -462,6 +476,12 @@ pub fn summary(o: &SimOutcome) -> String {
     }
     rows.push(("GPU allocation (end)".into(), format!("{:.2}%", r.last.allocation)));
     rows.push(("unallocated GPUs (end)".into(), format!("{:.2}%", 100.0 - r.last.allocation)));
+    if let Some(b) = o.file.repacking_bound_allocation_pct {
+        rows.push((
+            "re-packing bound (admitted)".into(),
+            format!("allocation ≤ {b:.2}%, unallocated ≥ {:.2}%", (100.0 - b).max(0.0)),
+        ));
+    }
     if let Some(b) = o.file.bound_allocation_pct {
         rows.push((
             "offline bound (LP)".into(),

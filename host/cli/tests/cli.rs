@@ -289,6 +289,7 @@ fn sim_reschedule_migrates_within_its_cap() {
         "global plans",
         "moves executed",
         "peak unavailable / workload",
+        "re-packing bound (admitted)",
         "offline bound (LP)",
     ] {
         assert!(stdout.contains(row), "{row}: {stdout}");
@@ -307,8 +308,10 @@ fn sim_reschedule_migrates_within_its_cap() {
     assert_eq!(x["lost"], 0, "{x}");
     assert!(v["placement_only"]["unallocated_pct"].as_f64().is_some());
     let bound = v["bound_allocation_pct"].as_f64().unwrap();
+    let repack = v["repacking_bound_allocation_pct"].as_f64().unwrap();
     let reached = r["last"]["allocation"].as_f64().unwrap();
     assert!(bound + 1e-9 >= reached && bound <= 100.0 + 1e-9, "bound {bound} vs reached {reached}");
+    assert!(repack + 1e-9 >= reached, "re-packing bound {repack} vs reached {reached}");
     let (ok, _, err) = tessera(&["sim", "--node-count", "10", "--time-replay", "--reschedule"]);
     assert!(!ok && err.contains("cannot be used with"), "{err}");
     let (ok, _, err) = tessera(&["sim", "--node-count", "10", "--reschedule", "--max-migrations-pct", "150"]);
@@ -432,6 +435,9 @@ fn quality_bench_prints_the_documented_json() {
         let ours = r["unallocated_at_130"].as_f64().unwrap();
         let fgd = r["fgd_published_unallocated_at_130"].as_f64().unwrap();
         let bound = r["offline_bound_unallocated"].as_f64().unwrap();
+        // Keeping every admitted pod, no re-packing does better than this.
+        let repack = r["repacking_bound_unallocated"].as_f64().unwrap();
+        assert!(repack <= ours + 1e-9, "re-packing bound {repack} vs ours {ours}");
         let (migrations, placed) = (r["migrations"].as_u64().unwrap(), r["placed_pods"].as_u64().unwrap());
         assert!(bound <= ours + 1e-9, "the bound bounds: {bound} vs {ours}");
         assert!(ours < fgd + 0.5, "FGD with rescheduling stays near or under FGD's published {fgd}: {ours}");

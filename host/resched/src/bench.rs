@@ -244,7 +244,7 @@ pub fn configuration_lp_bins(items: &[u32]) -> u64 {
         let duals: Vec<f64> = y.iter().map(|&v| sol.value(v).max(0.0)).collect();
         let value = sol.eval(&objective);
         // Pricing: the packing of one GPU of greatest dual value.
-        let (worth, packing) = best_packing(&sizes, &counts, &duals);
+        let (worth, packing) = crate::bound::best_packing(&sizes, &counts, &duals);
         best = best.max(value / worth.max(1.0));
         if worth <= 1.0 + 1e-9 || patterns.contains(&packing) {
             break;
@@ -252,31 +252,6 @@ pub fn configuration_lp_bins(items: &[u32]) -> u64 {
         patterns.push(packing);
     }
     (best - 1e-6).ceil().max(0.0) as u64
-}
-
-/// The packing of one GPU (at most `counts[c]` of share `sizes[c]`) of
-/// greatest total `values`: a bounded knapsack DP over the capacity.
-fn best_packing(sizes: &[u32], counts: &[u64], values: &[f64]) -> (f64, Vec<u64>) {
-    let cap = GPU_MILLI as usize;
-    // best[c] and the packing reaching it, items added one class at a time.
-    let mut best = vec![0.0f64; cap + 1];
-    let mut take: Vec<Vec<u64>> = vec![vec![0; sizes.len()]; cap + 1];
-    for (c, (&s, &n)) in sizes.iter().zip(counts).enumerate() {
-        let s = s as usize;
-        let most = (cap / s).min(n as usize);
-        for _ in 0..most {
-            for w in (s..=cap).rev() {
-                let with = best[w - s] + values[c];
-                if with > best[w] + 1e-12 && take[w - s][c] < n {
-                    best[w] = with;
-                    take[w] = take[w - s].clone();
-                    take[w][c] += 1;
-                }
-            }
-        }
-    }
-    let w = (0..=cap).max_by(|&a, &b| best[a].total_cmp(&best[b])).unwrap_or(0);
-    (best[w], take[w].clone())
 }
 
 /// Martello and Toth's L2 lower bound on the bins of capacity 1000 that

@@ -306,8 +306,16 @@ pub fn inject_workload(doc: &mut PolicyDocument, workload: &TargetWorkload) {
         })
         .collect();
     for entry in &mut doc.plugins {
-        if entry.source == tessera_policy::Source::Builtin("fgd".into()) && entry.config.is_null() {
+        if entry.source != tessera_policy::Source::Builtin("fgd".into()) {
+            continue;
+        }
+        // The trace's shapes, unless the policy names its own workload.
+        if entry.config.is_null() {
             entry.config = serde_json::json!({ "workload": shapes });
+        } else if let Some(obj) = entry.config.as_object_mut()
+            && !obj.contains_key("workload")
+        {
+            obj.insert("workload".into(), serde_json::Value::Array(shapes.clone()));
         }
     }
 }

@@ -189,3 +189,43 @@ fn sigmoid_score_matches_the_formula() {
         assert_eq!(crate::fgd::sigmoid_score(&thresholds, x), direct, "x = {x}");
     }
 }
+
+/// With `spare_gpu_nodes`, FGD's ties go: CPU-only pods to the node with the
+/// least GPU share free; whole-GPU pods (with `balance_cpu`) to the node whose
+/// CPU left per GPU left is closest to the workload's. The published scores
+/// stay the primary key.
+#[test]
+fn fgd_breaks_its_ties_to_spare_gpu_nodes_and_balance_cpu() {
+    let cfg = |extra: &str| {
+        format!(r#"{{"workload": [{{"cpu_milli": 8000, "gpu_count": 1, "gpu_milli": 1000, "weight": 1.0}}]{extra}}}"#)
+    };
+    // Node 0: all 4 GPUs free; node 1: 1 of 4 free; both with CPU to spare.
+    let nodes = || [node(0, 60_000, "V", &[1000, 1000, 1000, 1000]), node(1, 60_000, "V", &[0, 0, 0, 1000])];
+    let mut plain = ScorerHarness::<Fgd>::new(&cfg("")).unwrap();
+    plain.apply(nodes()).unwrap();
+    let mut spare = ScorerHarness::<Fgd>::new(&cfg(r#", "spare_gpu_nodes": true, "balance_cpu": true"#)).unwrap();
+    spare.apply(nodes()).unwrap();
+    let cpu_only = pod(2_000, 0, 0);
+    let (v, _) = scores(&mut plain, &cpu_only, &[0, 1]);
+    assert_eq!(v[0], v[1], "FGD alone ties: {v:?}");
+    let (v, _) = scores(&mut spare, &cpu_only, &[0, 1]);
+    assert_eq!(best(&v), 1, "to the node with fewer GPUs free: {v:?}");
+    // Whole-GPU pod of 8 cores: on node 0, 52 cores for 3 GPUs left (17 per
+    // GPU); on node 1, 52 cores for none. The workload wants 8 per GPU:
+    // node 0 is closer... but FGD itself already prefers node 1 (it fills
+    // the lone free GPU). The primary key wins.
+    let whole = pod(8_000, 1, 1000);
+    let (p, _) = scores(&mut plain, &whole, &[0, 1]);
+    let (s, _) = scores(&mut spare, &whole, &[0, 1]);
+    assert_eq!(best(&p), best(&s), "{p:?} vs {s:?}");
+    // Two nodes FGD cannot tell apart (each 2 GPUs free), one with 16 cores
+    // left and one with 60: 8 per GPU is the workload's, so 16 cores wins.
+    let mut spare = ScorerHarness::<Fgd>::new(&cfg(r#", "spare_gpu_nodes": true, "balance_cpu": true"#)).unwrap();
+    spare.apply([node(0, 24_000, "V", &[1000, 1000, 0, 0]), node(1, 68_000, "V", &[1000, 1000, 0, 0])]).unwrap();
+    let mut plain = ScorerHarness::<Fgd>::new(&cfg("")).unwrap();
+    plain.apply([node(0, 24_000, "V", &[1000, 1000, 0, 0]), node(1, 68_000, "V", &[1000, 1000, 0, 0])]).unwrap();
+    let (p, _) = scores(&mut plain, &whole, &[0, 1]);
+    assert_eq!(p[0], p[1], "{p:?}");
+    let (s, _) = scores(&mut spare, &whole, &[0, 1]);
+    assert_eq!(best(&s), 0, "{s:?}");
+}

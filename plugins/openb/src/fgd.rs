@@ -16,9 +16,11 @@
 //! a sharing pod the best over its fitting GPUs (lowest index on ties); the
 //! coarse integer scores tie often, and ties are the host's to break —
 //! unless `spare_gpu_nodes` (and `balance_cpu`) break them here: CPU-only
-//! pods to the nodes with the least GPU share free, whole-GPU pods to the
-//! nodes whose CPU left per GPU left stays closest to the workload's. On
-//! the openb traces this beats the published FGD on every workload.
+//! pods to the nodes with the least GPU share free (with `balance_cpu`:
+//! the most CPU to spare beyond what the free GPUs will need), whole-GPU
+//! pods to the nodes whose CPU left per GPU left stays closest to the
+//! workload's. On the openb traces this beats the published FGD on every
+//! workload.
 
 use serde::Deserialize;
 use tessera_sdk::{Node, NodeTable, Pod, Score, Scorer, Sym};
@@ -57,7 +59,8 @@ pub struct FgdConfig {
     /// With `spare_gpu_nodes`, among nodes FGD scores alike a whole-GPU pod
     /// goes where the CPU left per GPU share left is closest to the target
     /// workload's (so no node runs out of CPU with GPUs free, or the other
-    /// way round).
+    /// way round), and a CPU-only pod where the CPU left most exceeds what
+    /// the free GPU share will need.
     #[serde(default)]
     pub balance_cpu: bool,
 }
@@ -415,7 +418,12 @@ impl Fgd {
         let s = score(self.weighted(&agg, cpu_after, node.gpu_model, mask));
         if self.spare_gpu_nodes {
             // 999 on a node with no GPU share free, 0 with all of it free.
-            let tie = if pod.gpu_count == 0 && !frees.is_empty() {
+            let tie = if pod.gpu_count == 0 && !frees.is_empty() && self.balance_cpu {
+                // Where the CPU left most exceeds what the free GPUs need.
+                let surplus = f64::from(cpu_after) - self.cpu_per_gpu_milli() * f64::from(agg.total);
+                let cap = f64::from(node.capacity.cpu_milli.max(1));
+                (500.0 + 499.0 * surplus / cap).clamp(0.0, 999.0) as i64
+            } else if pod.gpu_count == 0 && !frees.is_empty() {
                 let total = 1000 * frees.len() as i64;
                 999 * (total - i64::from(agg.total)) / total
             } else if pod.gpu_count > 0 && pod.gpu_milli >= 1000 && self.balance_cpu && agg.total > 0 {

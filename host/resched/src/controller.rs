@@ -159,13 +159,7 @@ impl Planner {
         max_moves: usize,
         focus: &[NodeId],
     ) -> Plan {
-        let mut f = vec![false; cluster.nodes().len()];
-        for &n in focus {
-            if let Some(x) = f.get_mut(n as usize) {
-                *x = true;
-            }
-        }
-        self.plan_with(cluster, running, workload, max_moves, None, Some(f))
+        self.plan_with(cluster, running, workload, max_moves, None, Some(focus))
     }
 
     /// Re-plans after a change: keeps the moves of `previous` that still
@@ -181,13 +175,7 @@ impl Planner {
         previous: &Plan,
         changed: &[NodeId],
     ) -> Plan {
-        let mut focus = vec![false; cluster.nodes().len()];
-        for &n in changed {
-            if let Some(f) = focus.get_mut(n as usize) {
-                *f = true;
-            }
-        }
-        self.plan_with(cluster, running, workload, max_moves, Some(previous), Some(focus))
+        self.plan_with(cluster, running, workload, max_moves, Some(previous), Some(changed))
     }
 
     fn plan_with(
@@ -197,14 +185,23 @@ impl Planner {
         workload: &TargetWorkload,
         max_moves: usize,
         warm: Option<&Plan>,
-        focus: Option<Vec<bool>>,
+        focus: Option<&[NodeId]>,
     ) -> Plan {
         let started = Instant::now();
         let deadline = started + Duration::from_millis(self.cfg.time_limit_ms);
         // A pod moves at most once per plan.
         let budget = max_moves.min(self.cfg.max_moves).min(running.len());
         let mut s = Scratch::new(cluster, running, workload, self.cfg.cost, Some(deadline));
-        s.focus = focus;
+        // Only these nodes are sources of moves.
+        s.focus = focus.map(|nodes| {
+            let mut mask = vec![false; cluster.nodes().len()];
+            for &n in nodes {
+                if let Some(m) = mask.get_mut(n as usize) {
+                    *m = true;
+                }
+            }
+            mask
+        });
         let mut loads: Vec<f64> = cluster.nodes().iter().map(balance::load).collect();
         let mut out = Plan {
             fragmentation_before: s.frag.iter().sum(),

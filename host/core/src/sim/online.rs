@@ -246,23 +246,16 @@ pub fn run_online_with(
                 let max_moves = (cfg.max_moves_share * running.len() as f64).floor() as usize;
                 if max_moves > 0 {
                     r.reschedule_plans += 1;
-                    let mut moves = rs.plan_for(s.cluster(), &running, max_moves, &anomalies);
-                    // A move that needs room a later one frees waits a pass.
-                    loop {
-                        let before = moves.len();
-                        moves.retain(|&(i, to)| match s.migrate(ids[i], to) {
-                            Ok(at) => {
-                                r.migrations += 1;
-                                tracker.update(&s.cluster().nodes()[running[i].1.node as usize], workload);
-                                tracker.update(&s.cluster().nodes()[at.node as usize], workload);
-                                false
-                            }
-                            Err(_) => true,
-                        });
-                        if moves.is_empty() || moves.len() == before {
-                            break;
+                    let moves = rs.plan_for(s.cluster(), &running, max_moves, &anomalies);
+                    super::resched::apply_in_passes(moves, |i, to| match s.migrate(ids[i], to) {
+                        Ok(at) => {
+                            r.migrations += 1;
+                            tracker.update(&s.cluster().nodes()[running[i].1.node as usize], workload);
+                            tracker.update(&s.cluster().nodes()[at.node as usize], workload);
+                            true
                         }
-                    }
+                        Err(_) => false,
+                    });
                 }
             }
             for z in &zones {

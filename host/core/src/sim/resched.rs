@@ -8,6 +8,19 @@ use super::{MAX_MOVES_PER_POD, Placer, Simulator};
 use crate::cluster::{Cluster, Placement};
 use crate::model::Pod;
 
+/// Carries out `moves` in order with `apply` (true: done, or never to be
+/// done); a move that does not fit yet, because it needs room a later move
+/// frees, is tried again after the others, until a pass makes no progress.
+pub(crate) fn apply_in_passes(mut moves: Vec<(usize, Placement)>, mut apply: impl FnMut(usize, Placement) -> bool) {
+    loop {
+        let before = moves.len();
+        moves.retain(|&(i, to)| !apply(i, to));
+        if moves.is_empty() || moves.len() == before {
+            return;
+        }
+    }
+}
+
 /// Least submissions between a global plan and one for a failed pod.
 pub const MIN_PLAN_GAP: u64 = 25;
 
@@ -133,36 +146,28 @@ impl<'p, P: Placer> Simulator<'p, P> {
         moves.truncate(left);
         self.report.reschedule_plans += 1;
         let mut made = false;
-        // In order; a move that does not fit yet (it needs room another
-        // frees) is tried again after the others, until a pass makes none.
-        loop {
-            let before = moves.len();
-            moves.retain(|&(i, to)| {
-                let Some((p, from)) = self.running.get(i).cloned() else { return false };
-                if from == to {
-                    return false;
-                }
-                self.cluster.unbind(&from, &p);
-                match self.cluster.bind(to.node, &p, to.gpus) {
-                    Ok(at) => {
-                        self.running[i].1 = at;
-                        self.node_changed(from.node);
-                        self.node_changed(at.node);
-                        self.report.migrations += 1;
-                        self.report.planned_migrations += 1;
-                        made = true;
-                        false
-                    }
-                    Err(_) => {
-                        self.cluster.bind(from.node, &p, from.gpus).expect("the pod was just there");
-                        true
-                    }
-                }
-            });
-            if moves.is_empty() || moves.len() == before {
-                break;
+        apply_in_passes(moves, |i, to| {
+            let Some((p, from)) = self.running.get(i).cloned() else { return true };
+            if from == to {
+                return true;
             }
-        }
+            self.cluster.unbind(&from, &p);
+            match self.cluster.bind(to.node, &p, to.gpus) {
+                Ok(at) => {
+                    self.running[i].1 = at;
+                    self.node_changed(from.node);
+                    self.node_changed(at.node);
+                    self.report.migrations += 1;
+                    self.report.planned_migrations += 1;
+                    made = true;
+                    true
+                }
+                Err(_) => {
+                    self.cluster.bind(from.node, &p, from.gpus).expect("the pod was just there");
+                    false
+                }
+            }
+        });
         self.planner_idle = !made;
         made
     }

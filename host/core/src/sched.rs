@@ -159,6 +159,22 @@ pub enum Event {
     },
 }
 
+/// One decision attempt as the loop saw it, for explaining and tracing
+/// decisions (see [`Scheduler::record_attempts`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attempt {
+    /// Pod.
+    pub pod: PodId,
+    /// Nodes the host's hard filter rejected, by reason (in
+    /// [`FilterReason::ALL`] order).
+    pub host_rejected: [u32; 5],
+    /// Nodes that passed the hard filter and went to the placer.
+    pub candidates: usize,
+    /// Whether the placer was asked (it is not when no node passed the
+    /// hard filter): the placer's decisions pair with these in order.
+    pub placer_called: bool,
+}
+
 /// Counters of the loop.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SchedStats {
@@ -212,6 +228,8 @@ pub struct Scheduler {
     next_start: usize,
     candidates: Vec<NodeId>,
     stats: SchedStats,
+    last_rejected: [u32; 5],
+    attempts: Option<Vec<Attempt>>,
 }
 
 impl Scheduler {
@@ -229,7 +247,26 @@ impl Scheduler {
             next_start: 0,
             candidates: Vec::new(),
             stats: SchedStats::default(),
+            last_rejected: [0; 5],
+            attempts: None,
         }
+    }
+
+    /// The placer was replaced (a new policy): every node is told to it
+    /// again before the next decision.
+    pub fn resync(&mut self) {
+        self.all_dirty = true;
+    }
+
+    /// Keeps a record of every decision attempt from now on (or stops),
+    /// for [`Scheduler::take_attempts`].
+    pub fn record_attempts(&mut self, on: bool) {
+        self.attempts = on.then(Vec::new);
+    }
+
+    /// The attempts recorded since the last call, in the order they ran.
+    pub fn take_attempts(&mut self) -> Vec<Attempt> {
+        self.attempts.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     /// The cluster as it stands.
@@ -412,7 +449,17 @@ impl Scheduler {
             }
             let pod = e.pod.clone();
             self.stats.attempts += 1;
-            match self.try_place(&pod, placer) {
+            let placed = self.try_place(&pod, placer);
+            if let Some(log) = self.attempts.as_mut() {
+                let candidates = self.candidates.len();
+                log.push(Attempt {
+                    pod: id,
+                    host_rejected: self.last_rejected,
+                    candidates,
+                    placer_called: candidates > 0,
+                });
+            }
+            match placed {
                 Ok((placement, candidates)) => {
                     let waited = self.bound(id, placement, now, p.level);
                     events.push(Event::Bound { pod: id, placement, waited, candidates });
@@ -456,6 +503,7 @@ impl Scheduler {
         let mut rejected = [0u32; 5];
         let want = self.cfg.sampling.nodes_to_find(self.cluster.nodes().len());
         self.next_start = self.cluster.feasible_from(pod, self.next_start, want, &mut self.candidates, &mut rejected);
+        self.last_rejected = rejected;
         if self.candidates.is_empty() {
             return Err(Why::Filter(FilterReason::main(&rejected)));
         }

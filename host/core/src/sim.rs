@@ -188,7 +188,9 @@ pub const MAX_MOVES_PER_POD: usize = 6;
 /// allocated.
 pub const HOTSPOT_PERMILLE: u64 = 900;
 
-fn is_hot(n: &Node) -> bool {
+/// Whether a node is a hotspot: GPU, CPU or memory at least
+/// [`HOTSPOT_PERMILLE`] allocated.
+pub fn is_hot(n: &Node) -> bool {
     let frac = |cap: u64, free: u64| cap > 0 && (cap - free.min(cap)) * 1000 >= HOTSPOT_PERMILLE * cap;
     let gpu_cap = n.gpus.len() as u64 * u64::from(GPU_MILLI);
     frac(gpu_cap, crate::metrics::free_gpu_milli(n))

@@ -68,6 +68,35 @@ pub struct DetectionFrame {
     pub stranded_gpu_milli: Vec<u32>,
 }
 
+impl DetectionFrame {
+    /// The frame of one interval's node samples; `stranded` gives each
+    /// node's stranded GPU share (milli-GPU).
+    pub fn from_samples(
+        seq: u64,
+        samples: &[(crate::model::NodeId, NodeSample)],
+        stranded: impl Fn(crate::model::NodeId) -> u32,
+    ) -> Self {
+        Self {
+            seq,
+            nodes: samples.iter().map(|(id, _)| *id).collect(),
+            gpu_util_permille: samples
+                .iter()
+                .map(|(_, s)| {
+                    let g = &s.gpu_util_permille;
+                    if g.is_empty() {
+                        0
+                    } else {
+                        (g.iter().map(|&u| u32::from(u)).sum::<u32>() / g.len() as u32) as u16
+                    }
+                })
+                .collect(),
+            memory_free_permille: samples.iter().map(|(_, s)| 1000 - s.memory_util_permille.min(1000)).collect(),
+            cpu_util_permille: samples.iter().map(|(_, s)| s.cpu_util_permille).collect(),
+            stranded_gpu_milli: samples.iter().map(|(id, _)| stranded(*id)).collect(),
+        }
+    }
+}
+
 /// An anomaly a detector reported.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Detection {

@@ -239,6 +239,7 @@ impl Planner {
                 }
                 let share = (((left_at_start as f64) * w / total_w).floor() as usize).saturating_add(carry);
                 let share = share.min(budget - s.moves.len());
+                let phase_start = started.elapsed();
                 let used = match st {
                     Strategy::LoadBalance => balance::run(&mut s, share, self.cfg.load_threshold, &mut loads),
                     Strategy::Consolidation => consolidate::run(&mut s, share, self.cfg.low_load_threshold),
@@ -261,6 +262,12 @@ impl Planner {
                     }
                 };
                 carry = share - used;
+                out.phases.0.push(plan::Phase {
+                    name: st.name(),
+                    start: phase_start,
+                    took: started.elapsed() - phase_start,
+                    moves: used,
+                });
             }
         }
         out.timed_out = s.timed_out;
@@ -282,7 +289,15 @@ impl Planner {
             let nodes: Vec<NodeId> = cluster.nodes().iter().map(|n| n.id).collect();
             let left = deadline.saturating_duration_since(Instant::now());
             let limits = milp::Limits { max_moves: budget, max_binaries: self.cfg.milp_max_binaries, time_limit: left };
-            match milp::repack(cluster, running, &nodes, &self.cfg.cost, limits, &out.moves) {
+            let phase_start = started.elapsed();
+            let solved = milp::repack(cluster, running, &nodes, &self.cfg.cost, limits, &out.moves);
+            out.phases.0.push(plan::Phase {
+                name: "milp",
+                start: phase_start,
+                took: started.elapsed() - phase_start,
+                moves: solved.as_ref().map_or(0, Vec::len),
+            });
+            match solved {
                 Ok(moves) => {
                     let score = |moves: &[plan::Move]| {
                         let after = plan::validate(cluster, running, moves).expect("checked moves");

@@ -97,6 +97,34 @@ pub struct Plan {
     pub warm_moves: usize,
     /// Dropped because its net gain was under the minimum.
     pub dropped_below_min_gain: bool,
+    /// How long each phase of planning took (for traces; not part of the
+    /// plan's identity nor of its serialized form).
+    #[serde(skip)]
+    pub phases: Phases,
+}
+
+/// One phase of planning: a strategy or the exact solver.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Phase {
+    /// `load-balance`, `consolidation`, `fragment-merge`, `milp`.
+    pub name: &'static str,
+    /// Start, from the start of planning.
+    pub start: std::time::Duration,
+    /// Duration.
+    pub took: std::time::Duration,
+    /// Moves it contributed (the exact solver: the moves of its plan).
+    pub moves: usize,
+}
+
+/// The phases of a plan, in order. Equal whatever the timings: two plans
+/// with the same moves are the same plan however long they took.
+#[derive(Debug, Clone, Default)]
+pub struct Phases(pub Vec<Phase>);
+
+impl PartialEq for Phases {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 impl Plan {

@@ -35,6 +35,10 @@ pub struct PluginOutcome {
     pub scores: Vec<i64>,
     /// Why it abstained, if it did.
     pub error: Option<CallError>,
+    /// When its scoring call started, from the start of the decision.
+    pub started: std::time::Duration,
+    /// How long its scoring call took.
+    pub elapsed: std::time::Duration,
 }
 
 /// A filter rejection.
@@ -69,6 +73,10 @@ pub struct Decision {
     /// The decision deadline passed before every scorer had answered: the
     /// choice was made on the scores gathered so far.
     pub deadline_hit: bool,
+    /// How long the filter phase took (every filtering plugin).
+    pub filter_elapsed: std::time::Duration,
+    /// How long the whole decision took.
+    pub elapsed: std::time::Duration,
 }
 
 /// A running policy.
@@ -252,7 +260,9 @@ impl Policy {
         }
         d.feasible = candidates.iter().zip(&ok).filter(|(_, ok)| **ok).map(|(id, _)| *id).collect();
         d.totals = vec![0.0; d.feasible.len()];
+        d.filter_elapsed = started.elapsed();
         if d.feasible.is_empty() {
+            d.elapsed = d.filter_elapsed;
             return d;
         }
 
@@ -265,11 +275,13 @@ impl Policy {
                 return None;
             }
             let version = m.slot.current();
-            Some((m.slot.call(|v| v.score(&self.feed, &wit_pod, feasible)), version))
+            let at = started.elapsed();
+            let answered = m.slot.call(|v| v.score(&self.feed, &wit_pod, feasible));
+            Some((answered, version, at, started.elapsed() - at))
         });
         let mut hints: Option<(f64, Vec<u8>)> = None;
         for (m, answer) in scoring.iter().zip(answers) {
-            let Some((answered, version)) = answer else {
+            let Some((answered, version, at, took)) = answer else {
                 d.deadline_hit = true;
                 continue;
             };
@@ -279,6 +291,8 @@ impl Policy {
                 weight: m.weight,
                 scores: Vec::new(),
                 error: None,
+                started: at,
+                elapsed: took,
             };
             match answered {
                 Ok(out) => {
@@ -299,6 +313,7 @@ impl Policy {
             d.chosen = Some(d.feasible[i]);
             d.gpu_hint = hints.and_then(|(_, h)| h.get(i).copied()).filter(|&g| g != u8::MAX);
         }
+        d.elapsed = started.elapsed();
         d
     }
 }

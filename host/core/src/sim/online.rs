@@ -195,30 +195,9 @@ pub fn run_online_with(
             drop(by_node);
             let mut anomalies: Vec<crate::telemetry::Detection> = Vec::new();
             if r.intervals.is_multiple_of(cfg.detection.detection_interval.max(1)) {
-                let frame = crate::telemetry::DetectionFrame {
-                    seq: r.detection_rounds,
-                    nodes: samples.iter().map(|(id, _)| *id).collect(),
-                    gpu_util_permille: samples
-                        .iter()
-                        .map(|(_, s)| {
-                            let g = &s.gpu_util_permille;
-                            if g.is_empty() {
-                                0
-                            } else {
-                                (g.iter().map(|&u| u32::from(u)).sum::<u32>() / g.len() as u32) as u16
-                            }
-                        })
-                        .collect(),
-                    memory_free_permille: samples
-                        .iter()
-                        .map(|(_, s)| 1000 - s.memory_util_permille.min(1000))
-                        .collect(),
-                    cpu_util_permille: samples.iter().map(|(_, s)| s.cpu_util_permille).collect(),
-                    stranded_gpu_milli: samples
-                        .iter()
-                        .map(|(id, _)| tracker.node(*id as usize).round() as u32)
-                        .collect(),
-                };
+                let frame = crate::telemetry::DetectionFrame::from_samples(r.detection_rounds, &samples, |id| {
+                    tracker.node(id as usize).round() as u32
+                });
                 for d in placer.detect(&frame) {
                     if d.severity >= cfg.detection.anomaly_threshold {
                         *r.anomalies.entry(d.kind.clone()).or_insert(0) += 1;

@@ -119,6 +119,11 @@ pub enum StepState {
 }
 
 impl StepState {
+    /// Whether the step is over (done, failed, rolled back or dropped).
+    pub fn is_terminal(&self) -> bool {
+        self.terminal()
+    }
+
     pub(crate) fn terminal(&self) -> bool {
         matches!(
             self,

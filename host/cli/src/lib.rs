@@ -11,5 +11,6 @@ pub mod online;
 pub mod plan;
 pub mod plot;
 pub mod quality;
+pub mod serve;
 pub mod sim;
 pub mod throughput;

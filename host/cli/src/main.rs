@@ -87,6 +87,23 @@ enum Command {
         #[arg(long, value_enum, default_value = "table")]
         format: Format,
     },
+    /// Run the service: the scheduling loop, the rescheduling cycle and the
+    /// Movement Manager on the embedded simulator, with the explain API,
+    /// OpenMetrics on /metrics and OTLP traces (endpoint and sampling from
+    /// the configuration or the OTEL_* environment). Stops on SIGINT or
+    /// SIGTERM after the pass under way.
+    Serve {
+        /// Address of the API (default 127.0.0.1:8080).
+        #[arg(long)]
+        listen: Option<std::net::SocketAddr>,
+        /// Configuration file (YAML; see deploy/serve.yaml).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// `default`, a built-in plugin name, or a policy file (overrides
+        /// the configuration).
+        #[arg(long)]
+        policy: Option<String>,
+    },
     /// Benchmarks against published results.
     #[command(subcommand)]
     Bench(BenchCmd),
@@ -385,6 +402,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 tessera::plot::allocation_svg(&path, "GPU allocation by arrived demand", &[curve])?;
                 println!("{:<30} {}", "plot written to", path.display());
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Serve { listen, config, policy } => {
+            tessera::serve::run(&tessera::serve::ServeOptions { listen, config, policy })?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(BenchCmd::Throughput { nodes, pods, policy, seed, workers, format }) => {

@@ -205,7 +205,8 @@ pub struct SimOutcome {
     pub wall_s: f64,
 }
 
-fn node_of(i: usize, row: &NodeRow) -> Node {
+/// A simulator node from an openb node row (`i` is its id).
+pub fn node_of(i: usize, row: &NodeRow) -> Node {
     let cap = Resources { cpu_milli: row.cpu_milli, memory_mib: row.memory_mib };
     Node::new(i as u32, row.name.clone(), cap, row.gpus as usize, &row.model)
 }

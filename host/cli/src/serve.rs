@@ -1,0 +1,158 @@
+//! `tessera serve`: the configuration from a file, the environment and the
+//! command line; the simulator backend; the loader that turns policy
+//! documents and uploaded components into running plugins; and the
+//! service's lifetime (bind, serve, stop on SIGINT or SIGTERM).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use tessera_core::metrics::TargetWorkload;
+use tessera_core::model::Node;
+use tessera_core::sim::synthetic;
+use tessera_policy::{PluginEntry, PolicyDocument};
+use tessera_server::{Loader, ServeConfig, Server, SimBackend};
+use tessera_wasm::{PluginVersion, Policy, Runtime, RuntimeConfig};
+
+/// Pods of the built-in workload the target workload is measured on.
+const WORKLOAD_SAMPLE: usize = 8_000;
+
+/// What the command line may set over the configuration file.
+#[derive(Debug, Default, Clone)]
+pub struct ServeOptions {
+    /// `--listen`.
+    pub listen: Option<SocketAddr>,
+    /// `--config`.
+    pub config: Option<PathBuf>,
+    /// `--policy`.
+    pub policy: Option<String>,
+}
+
+/// The configuration: the file (or defaults), then the environment for what
+/// it leaves unset, then the command line; validated.
+pub fn config(opts: &ServeOptions, env: impl Fn(&str) -> Option<String>) -> Result<ServeConfig> {
+    let mut cfg = match &opts.config {
+        Some(path) => ServeConfig::load(path)?,
+        None => ServeConfig::default(),
+    }
+    .with_env(env)?;
+    if let Some(l) = opts.listen {
+        cfg.listen = l;
+    }
+    if let Some(p) = &opts.policy {
+        cfg.policy.clone_from(p);
+    }
+    cfg.validate("options")?;
+    Ok(cfg)
+}
+
+/// The simulator backend `cfg` names and its policy document (the
+/// built-in `fgd` plugin gets the backend's target workload).
+pub fn backend(cfg: &ServeConfig) -> Result<(SimBackend, PolicyDocument)> {
+    let seed = cfg.sim.seed;
+    let nodes: Vec<Node> = match &cfg.sim.nodes {
+        None => synthetic::cluster(cfg.sim.node_count, seed),
+        Some(p) => {
+            let file = std::fs::File::open(p).with_context(|| format!("cannot open {}", p.display()))?;
+            tessera_trace::read_nodes(std::io::BufReader::new(file), &p.display().to_string())?
+                .iter()
+                .enumerate()
+                .map(|(i, r)| crate::sim::node_of(i, r))
+                .collect()
+        }
+    };
+    let mut models: Vec<String> = nodes.iter().map(|n| n.gpu_model.clone()).filter(|m| !m.is_empty()).collect();
+    models.sort();
+    models.dedup();
+    let workload = TargetWorkload::from_pods(&synthetic::pods(WORKLOAD_SAMPLE, &models, seed), 0.95);
+    let mut doc = crate::sim::policy_document(&cfg.policy, seed)?;
+    crate::sim::inject_workload(&mut doc, &workload);
+    Ok((SimBackend { nodes, workload }, doc))
+}
+
+/// Loads policies and components with one Wasm runtime.
+pub struct CliLoader {
+    rt: Runtime,
+    workload: TargetWorkload,
+}
+
+impl CliLoader {
+    /// A loader with a runtime of its own; documents it loads get
+    /// `workload` as the `fgd` plugin's target workload.
+    pub fn new(workload: TargetWorkload) -> Result<Self> {
+        Ok(Self { rt: Runtime::new(RuntimeConfig::default())?, workload })
+    }
+}
+
+impl Loader for CliLoader {
+    fn load_policy(&self, doc: &PolicyDocument) -> Result<Policy, String> {
+        let mut doc = doc.clone();
+        crate::sim::inject_workload(&mut doc, &self.workload);
+        crate::load::load_policy(&self.rt, &doc).map_err(|e| format!("{e:#}"))
+    }
+
+    fn load_plugin(&self, entry: &PluginEntry, seed: u64, wasm: &[u8]) -> Result<Arc<PluginVersion>, String> {
+        self.rt.load(&crate::load::spec(entry, seed), wasm).map(|(v, _)| v).map_err(|e| e.to_string())
+    }
+}
+
+/// Starts the service on `cfg` and binds its listener. Call inside a Tokio
+/// runtime.
+pub async fn start(cfg: ServeConfig) -> Result<(Server, tokio::net::TcpListener)> {
+    let (backend, doc) = backend(&cfg)?;
+    let loader = Arc::new(CliLoader::new(backend.workload.clone())?);
+    let listener =
+        tokio::net::TcpListener::bind(cfg.listen).await.with_context(|| format!("cannot listen on {}", cfg.listen))?;
+    let server = Server::start(cfg, backend, doc, loader)?;
+    Ok((server, listener))
+}
+
+/// Resolves on SIGINT (Ctrl-C) or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}
+
+/// `tessera serve`: runs until SIGINT or SIGTERM, then stops the loop after
+/// the pass under way (its moves run to the end) and flushes the traces.
+pub fn run(opts: &ServeOptions) -> Result<()> {
+    let cfg = config(opts, |k| std::env::var(k).ok())?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .thread_name("tessera-api")
+        .build()
+        .context("cannot start the async runtime")?;
+    rt.block_on(async {
+        let (server, listener) = start(cfg).await?;
+        let addr = listener.local_addr()?;
+        let c = server.config();
+        eprintln!(
+            "tessera serve: http://{addr} (policy {}, simulator at load {}, traces {}{})",
+            c.policy,
+            c.sim.load,
+            c.otel.endpoint.as_deref().unwrap_or("not exported"),
+            if c.api_token.is_some() { "" } else { "; mutating endpoints disabled: no api_token" },
+        );
+        server.serve(listener, shutdown_signal()).await?;
+        eprintln!("tessera serve: stopped");
+        anyhow::Ok(())
+    })
+}

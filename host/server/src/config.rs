@@ -1,0 +1,344 @@
+//! The service's configuration: one typed document (YAML, unknown fields
+//! refused, ranges checked at load), filled from a file, command-line
+//! options and the OpenTelemetry environment variables.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// File.
+        path: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The YAML does not match the schema.
+    #[error("{path}: {message}")]
+    Parse {
+        /// File.
+        path: String,
+        /// What serde said, with line and column.
+        message: String,
+    },
+    /// A value out of range.
+    #[error("{path}: `{field}` {message}")]
+    Invalid {
+        /// File (or `options`).
+        path: String,
+        /// Dotted field name.
+        field: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Everything `tessera serve` runs with.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServeConfig {
+    /// Address of the HTTP API and `/metrics`.
+    pub listen: SocketAddr,
+    /// The policy: a shipped name (`default`), a built-in plugin or a file.
+    pub policy: String,
+    /// Bearer token the mutating endpoints require; unset, they refuse
+    /// every request. `TESSERA_API_TOKEN` fills it when the file does not.
+    pub api_token: Option<String>,
+    /// The simulator backend.
+    pub sim: SimBackendConfig,
+    /// Trace export.
+    pub otel: OtelConfig,
+    /// How much history the API keeps.
+    pub history: HistoryConfig,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            policy: "default".into(),
+            api_token: None,
+            sim: SimBackendConfig::default(),
+            otel: OtelConfig::default(),
+            history: HistoryConfig::default(),
+        }
+    }
+}
+
+/// The embedded simulator as the backend: a cluster (built-in or an openb
+/// node list) with the built-in workload arriving as a Poisson stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SimBackendConfig {
+    /// Seed of the workload, telemetry and actuator.
+    pub seed: u64,
+    /// An openb node list (`openb_node_list_gpu_node.csv`); unset: the
+    /// built-in cluster.
+    pub nodes: Option<PathBuf>,
+    /// Nodes of the built-in cluster.
+    pub node_count: usize,
+    /// Offered load: GPU demand of the arriving pods over the cluster's GPU
+    /// capacity, in steady state (above 1 the queue grows).
+    pub load: f64,
+    /// Simulated seconds per wall-clock second.
+    pub speed: f64,
+    /// Wall-clock milliseconds between two passes of the loop.
+    pub tick_ms: u64,
+    /// Simulated seconds between telemetry samples (and detection rounds).
+    pub telemetry_interval_s: u64,
+    /// Simulated seconds between periodic rescheduling cycles (0: only on
+    /// anomalies).
+    pub reschedule_every_s: u64,
+    /// Most moves per plan, % of the running pods (0 turns rescheduling
+    /// off).
+    pub max_migrations_pct: f64,
+    /// Probability that one step of a move fails in the simulated actuator.
+    pub move_failure_rate: f64,
+}
+
+impl Default for SimBackendConfig {
+    fn default() -> Self {
+        Self {
+            seed: 42,
+            nodes: None,
+            node_count: 200,
+            load: 0.9,
+            speed: 60.0,
+            tick_ms: 100,
+            telemetry_interval_s: 60,
+            reschedule_every_s: 600,
+            max_migrations_pct: 5.0,
+            move_failure_rate: 0.0,
+        }
+    }
+}
+
+/// How traces leave the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OtlpProtocol {
+    /// OTLP over gRPC (port 4317 by convention).
+    #[serde(rename = "grpc")]
+    Grpc,
+    /// OTLP over HTTP with protobuf bodies (port 4318, `/v1/traces`).
+    #[serde(rename = "http/protobuf")]
+    HttpProtobuf,
+}
+
+/// Trace export and sampling, after the OpenTelemetry conventions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OtelConfig {
+    /// OTLP endpoint (`http://host:4317`); unset: spans are made (their
+    /// trace ids appear in explanations and exemplars) but not exported.
+    pub endpoint: Option<String>,
+    /// Transport (unset: the environment's, else gRPC).
+    pub protocol: Option<OtlpProtocol>,
+    /// Share of decisions traced, 0..=1 (`traceidratio` sampling; unset:
+    /// the environment's, else all).
+    pub sampling_ratio: Option<f64>,
+    /// `service.name` of the resource.
+    pub service_name: String,
+    /// Runners-up recorded per decision.
+    pub top_k: usize,
+}
+
+impl Default for OtelConfig {
+    fn default() -> Self {
+        Self { endpoint: None, protocol: None, sampling_ratio: None, service_name: "tessera".into(), top_k: 5 }
+    }
+}
+
+/// Bounded history behind the API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HistoryConfig {
+    /// Decisions kept for explanation and attribution (oldest dropped).
+    pub decisions: usize,
+    /// Rescheduling plans kept.
+    pub plans: usize,
+}
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        Self { decisions: 200_000, plans: 1_000 }
+    }
+}
+
+impl OtelConfig {
+    /// The transport in effect.
+    pub fn protocol(&self) -> OtlpProtocol {
+        self.protocol.unwrap_or(OtlpProtocol::Grpc)
+    }
+
+    /// The sampling ratio in effect.
+    pub fn ratio(&self) -> f64 {
+        self.sampling_ratio.unwrap_or(1.0)
+    }
+}
+
+impl ServeConfig {
+    /// Reads and validates a file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: shown.clone(), source })?;
+        Self::parse(&text, &shown)
+    }
+
+    /// Parses and validates `text` (from `origin`).
+    pub fn parse(text: &str, origin: &str) -> Result<Self, ConfigError> {
+        let cfg: Self = serde_yaml_ng::from_str(text)
+            .map_err(|e| ConfigError::Parse { path: origin.to_string(), message: e.to_string() })?;
+        cfg.validate(origin)?;
+        Ok(cfg)
+    }
+
+    /// Fills what the file left unset from the environment, as the
+    /// OpenTelemetry SDKs do: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (or
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`), `OTEL_EXPORTER_OTLP_PROTOCOL`,
+    /// `OTEL_TRACES_SAMPLER_ARG` (with `OTEL_TRACES_SAMPLER` naming a ratio
+    /// sampler, or `always_off`), `OTEL_SERVICE_NAME`; and
+    /// `TESSERA_API_TOKEN`. `env` looks a variable up (`std::env::var` in
+    /// the binary).
+    pub fn with_env(mut self, env: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let bad = |field, message: String| ConfigError::Invalid { path: "environment".into(), field, message };
+        if self.otel.endpoint.is_none() {
+            self.otel.endpoint =
+                env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT"));
+        }
+        if self.otel.protocol.is_none()
+            && let Some(p) = env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL").or_else(|| env("OTEL_EXPORTER_OTLP_PROTOCOL"))
+        {
+            self.otel.protocol = Some(match p.as_str() {
+                "grpc" => OtlpProtocol::Grpc,
+                "http/protobuf" => OtlpProtocol::HttpProtobuf,
+                other => {
+                    return Err(bad(
+                        "OTEL_EXPORTER_OTLP_PROTOCOL",
+                        format!("`{other}` is not supported (grpc, http/protobuf)"),
+                    ));
+                }
+            });
+        }
+        if self.otel.sampling_ratio.is_none() {
+            match env("OTEL_TRACES_SAMPLER").as_deref() {
+                Some("always_off" | "parentbased_always_off") => self.otel.sampling_ratio = Some(0.0),
+                Some("always_on" | "parentbased_always_on") => self.otel.sampling_ratio = Some(1.0),
+                Some("traceidratio" | "parentbased_traceidratio") | None => {
+                    if let Some(arg) = env("OTEL_TRACES_SAMPLER_ARG") {
+                        self.otel.sampling_ratio = Some(
+                            arg.parse()
+                                .map_err(|_| bad("OTEL_TRACES_SAMPLER_ARG", format!("`{arg}` is not a number")))?,
+                        );
+                    }
+                }
+                Some(other) => return Err(bad("OTEL_TRACES_SAMPLER", format!("`{other}` is not supported"))),
+            }
+        }
+        if let Some(name) = env("OTEL_SERVICE_NAME") {
+            self.otel.service_name = name;
+        }
+        if self.api_token.is_none() {
+            self.api_token = env("TESSERA_API_TOKEN").filter(|t| !t.is_empty());
+        }
+        self.validate("environment")?;
+        Ok(self)
+    }
+
+    /// Checks every range.
+    pub fn validate(&self, origin: &str) -> Result<(), ConfigError> {
+        let bad = |field, message: &str| {
+            Err(ConfigError::Invalid { path: origin.to_string(), field, message: message.to_string() })
+        };
+        let s = &self.sim;
+        if !(s.load > 0.0 && s.load <= 3.0) {
+            return bad("sim.load", "must be in (0, 3]");
+        }
+        if !(s.speed > 0.0 && s.speed <= 100_000.0) {
+            return bad("sim.speed", "must be in (0, 100000]");
+        }
+        if s.tick_ms == 0 || s.tick_ms > 60_000 {
+            return bad("sim.tick_ms", "must be in 1..=60000");
+        }
+        if s.telemetry_interval_s == 0 {
+            return bad("sim.telemetry_interval_s", "must be at least 1");
+        }
+        if s.nodes.is_none() && s.node_count == 0 {
+            return bad("sim.node_count", "must be at least 1");
+        }
+        if !(0.0..=100.0).contains(&s.max_migrations_pct) {
+            return bad("sim.max_migrations_pct", "must be in 0..=100");
+        }
+        if !(0.0..=1.0).contains(&s.move_failure_rate) {
+            return bad("sim.move_failure_rate", "must be in 0..=1");
+        }
+        if !(0.0..=1.0).contains(&self.otel.ratio()) {
+            return bad("otel.sampling_ratio", "must be in 0..=1");
+        }
+        if self.otel.top_k > 50 {
+            return bad("otel.top_k", "must be at most 50 (attributes stay bounded)");
+        }
+        if let Some(e) = &self.otel.endpoint
+            && !(e.starts_with("http://") || e.starts_with("https://"))
+        {
+            return bad("otel.endpoint", "must be an http:// or https:// URL");
+        }
+        if self.history.decisions == 0 || self.history.plans == 0 {
+            return bad("history", "must keep at least one decision and one plan");
+        }
+        if self.api_token.as_deref().is_some_and(|t| t.len() < 16) {
+            return bad("api_token", "must be at least 16 characters");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_fields_and_bad_ranges_are_named() {
+        let e = ServeConfig::parse("sim:\n  speeed: 3\n", "serve.yaml").unwrap_err().to_string();
+        assert!(e.contains("serve.yaml") && e.contains("speeed") && e.contains("line 2"), "{e}");
+        let e = ServeConfig::parse("sim:\n  load: 0\n", "serve.yaml").unwrap_err().to_string();
+        assert!(e.contains("sim.load"), "{e}");
+        let e = ServeConfig::parse("otel:\n  endpoint: localhost:4317\n", "s.yaml").unwrap_err().to_string();
+        assert!(e.contains("otel.endpoint"), "{e}");
+        let e = ServeConfig::parse("api_token: short\n", "s.yaml").unwrap_err().to_string();
+        assert!(e.contains("api_token"), "{e}");
+        assert_eq!(ServeConfig::parse("{}", "s.yaml").unwrap(), ServeConfig::default());
+    }
+
+    #[test]
+    fn the_environment_fills_what_the_file_leaves_unset() {
+        let env = |k: &str| match k {
+            "OTEL_EXPORTER_OTLP_ENDPOINT" => Some("http://collector:4318".to_string()),
+            "OTEL_EXPORTER_OTLP_PROTOCOL" => Some("http/protobuf".to_string()),
+            "OTEL_TRACES_SAMPLER" => Some("parentbased_traceidratio".to_string()),
+            "OTEL_TRACES_SAMPLER_ARG" => Some("0.25".to_string()),
+            "OTEL_SERVICE_NAME" => Some("tessera-eu".to_string()),
+            "TESSERA_API_TOKEN" => Some("0123456789abcdef".to_string()),
+            _ => None,
+        };
+        let cfg = ServeConfig::default().with_env(env).unwrap();
+        assert_eq!(cfg.otel.endpoint.as_deref(), Some("http://collector:4318"));
+        assert_eq!(cfg.otel.protocol(), OtlpProtocol::HttpProtobuf);
+        assert_eq!(cfg.otel.ratio(), 0.25);
+        assert_eq!(cfg.otel.service_name, "tessera-eu");
+        assert_eq!(cfg.api_token.as_deref(), Some("0123456789abcdef"));
+        // The file wins over the environment.
+        let file = ServeConfig::parse("otel:\n  endpoint: http://file:4317\n  protocol: grpc\n", "s.yaml").unwrap();
+        let file = file.with_env(env).unwrap();
+        assert_eq!(file.otel.endpoint.as_deref(), Some("http://file:4317"));
+        assert_eq!(file.otel.protocol(), OtlpProtocol::Grpc);
+        let e = ServeConfig::default()
+            .with_env(|k| (k == "OTEL_EXPORTER_OTLP_PROTOCOL").then(|| "http/json".to_string()))
+            .unwrap_err();
+        assert!(e.to_string().contains("http/json"), "{e}");
+    }
+}

@@ -1,0 +1,414 @@
+//! The service's loop on the simulator backend: pods arrive (the built-in
+//! workload as a Poisson stream at the configured load) and leave; every
+//! pass decides the queued pods through the policy; every telemetry
+//! interval the nodes report utilisation and the detectors run; on a
+//! period, or when they report anomalies, a rescheduling cycle plans and
+//! the Movement Manager executes the moves. Each decision and cycle becomes
+//! a trace, metric samples and an entry of the API's logs.
+//!
+//! Backend time runs `speed` times faster than the wall clock. The loop
+//! runs on its own thread (plugin calls are synchronous CPU work) and
+//! answers control messages (policy swaps) between passes.
+
+mod cycle;
+mod decide;
+mod stream;
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant, SystemTime};
+
+use opentelemetry::trace::SpanContext;
+use tessera_core::metrics::{FragmentationTracker, TargetWorkload};
+use tessera_core::model::{Node, NodeId, Pod};
+use tessera_core::sched::{PodId, Scheduler};
+use tessera_core::sim::Placer;
+use tessera_core::telemetry::{Detection, DetectionFrame, TelemetryConfig, TelemetryModel};
+use tessera_policy::PolicyDocument;
+use tessera_wasm::{Decision, Policy};
+
+use crate::config::SimBackendConfig;
+use crate::observe::Tracing;
+use crate::{PolicyView, Shared};
+
+pub use stream::ArrivalStream;
+
+/// What the engine is asked to do between passes.
+pub enum Control {
+    /// Replace the running policy (already loaded and checked).
+    SwapPolicy {
+        /// The new policy.
+        policy: Policy,
+        /// Its document.
+        doc: Box<PolicyDocument>,
+        /// Told once the next pass uses it.
+        done: std::sync::mpsc::Sender<()>,
+    },
+    /// Hot-swap one plugin of the running policy to a checked new version.
+    SwapPlugin {
+        /// Plugin name in the policy.
+        name: String,
+        /// The new version.
+        version: Arc<tessera_wasm::PluginVersion>,
+        /// Told the version it replaced (none: no such plugin).
+        done: std::sync::mpsc::Sender<Option<Arc<tessera_wasm::PluginVersion>>>,
+    },
+}
+
+/// One placement decision as the policy made it, with when it ran.
+struct Recorded {
+    wall: SystemTime,
+    decision: Decision,
+    /// When the loop told the placer about the bound node (the bind).
+    bound_after: Option<Duration>,
+    started: Instant,
+}
+
+/// The policy, recording each decision for the explain log and traces.
+struct Recorder {
+    policy: Policy,
+    recorded: Vec<Recorded>,
+    awaiting_bind: bool,
+}
+
+impl Placer for Recorder {
+    fn nodes_changed(&mut self, nodes: &[&Node]) {
+        if std::mem::take(&mut self.awaiting_bind)
+            && let Some(r) = self.recorded.last_mut()
+        {
+            r.bound_after = Some(r.started.elapsed());
+        }
+        Placer::nodes_changed(&mut self.policy, nodes);
+    }
+
+    fn prime(&mut self) {
+        Placer::prime(&mut self.policy);
+    }
+
+    fn zone_carbon(&mut self, zone: &str, g_per_kwh: u32) {
+        self.policy.set_zone_carbon(zone, g_per_kwh);
+    }
+
+    fn set_weights(&mut self, weights: &[f64]) {
+        Placer::set_weights(&mut self.policy, weights);
+    }
+
+    fn detect(&mut self, frame: &DetectionFrame) -> Vec<Detection> {
+        Placer::detect(&mut self.policy, frame)
+    }
+
+    fn place(&mut self, pod: &Pod, candidates: &[NodeId]) -> tessera_core::sim::Choice {
+        let (wall, started) = (SystemTime::now(), Instant::now());
+        let decision = self.policy.decide(pod, candidates);
+        let choice = tessera_core::sim::Choice {
+            node: decision.chosen,
+            gpu_hint: decision.gpu_hint,
+            plugin_errors: decision.errors.len() as u32,
+            deadline_hit: decision.deadline_hit,
+            filtered: if decision.feasible.is_empty() {
+                tessera_core::score::most_common(decision.rejections.iter().map(|r| r.reason.as_str()))
+            } else {
+                None
+            },
+        };
+        self.recorded.push(Recorded { wall, decision, bound_after: None, started });
+        self.awaiting_bind = choice.node.is_some();
+        choice
+    }
+}
+
+/// What the engine keeps per live pod.
+struct PodMeta {
+    name: String,
+    workload: String,
+    /// The root span of its latest placement decision (moves link to it).
+    placed_by: Option<SpanContext>,
+}
+
+/// The loop's state.
+pub struct Engine {
+    cfg: SimBackendConfig,
+    top_k: usize,
+    sched: Scheduler,
+    placer: Recorder,
+    doc: PolicyDocument,
+    policy_label: String,
+    workload: TargetWorkload,
+    tracker: FragmentationTracker,
+    telemetry: TelemetryModel,
+    stream: ArrivalStream,
+    departures: BinaryHeap<Reverse<(u64, PodId)>>,
+    pods: HashMap<PodId, PodMeta>,
+    planner: tessera_resched::Planner,
+    exec_clock: u64,
+    exec_history: BTreeMap<u64, u64>,
+    plan_seq: u64,
+    backend_ms: f64,
+    next_telemetry_s: u64,
+    next_reschedule_s: u64,
+    intervals: u64,
+    tracing: Tracing,
+    shared: Arc<Shared>,
+}
+
+impl Engine {
+    /// An engine over the backend's cluster running `policy` (from `doc`).
+    pub fn new(
+        backend: crate::SimBackend,
+        policy: Policy,
+        doc: PolicyDocument,
+        cfg: SimBackendConfig,
+        top_k: usize,
+        tracing: Tracing,
+        shared: Arc<Shared>,
+    ) -> Self {
+        let crate::SimBackend { nodes, workload } = backend;
+        let stream = ArrivalStream::new(&nodes, cfg.load, cfg.seed);
+        let tracker = FragmentationTracker::new(&nodes, &workload);
+        let mut sched = Scheduler::new(nodes, doc.scheduling);
+        sched.record_attempts(true);
+        shared.metrics.gpus.set(sched.cluster().total_gpus() as i64);
+        let telemetry = TelemetryModel::new(
+            TelemetryConfig { interval_s: cfg.telemetry_interval_s, ..TelemetryConfig::default() },
+            cfg.seed,
+        );
+        let planner = tessera_resched::Planner::new(doc.rescheduling.clone());
+        let mut e = Self {
+            next_reschedule_s: cfg.reschedule_every_s,
+            cfg,
+            top_k,
+            sched,
+            placer: Recorder { policy, recorded: Vec::new(), awaiting_bind: false },
+            policy_label: String::new(),
+            doc,
+            workload,
+            tracker,
+            telemetry,
+            stream,
+            departures: BinaryHeap::new(),
+            pods: HashMap::new(),
+            planner,
+            exec_clock: 0,
+            exec_history: BTreeMap::new(),
+            plan_seq: 0,
+            backend_ms: 0.0,
+            next_telemetry_s: 0,
+            intervals: 0,
+            tracing,
+            shared,
+        };
+        e.publish_policy();
+        e
+    }
+
+    /// Backend time, seconds.
+    fn now_s(&self) -> u64 {
+        (self.backend_ms / 1000.0) as u64
+    }
+
+    /// Runs passes every `tick_ms` until `shared.stopping` is set; the pass
+    /// under way finishes first (its moves run to the end), so nothing is
+    /// left half done.
+    pub fn run(mut self, control: Receiver<Control>) {
+        // Mirror the whole cluster into the plugins before reporting ready.
+        self.placer.prime();
+        self.shared.ready.store(true, Ordering::SeqCst);
+        let tick = Duration::from_millis(self.cfg.tick_ms);
+        let mut next = Instant::now();
+        while !self.shared.stopping.load(Ordering::SeqCst) {
+            self.step(tick);
+            next += tick;
+            // Sleep until the next pass, waking for control messages.
+            loop {
+                let left = next.saturating_duration_since(Instant::now());
+                match control.recv_timeout(left) {
+                    Ok(c) => self.control(c),
+                    Err(RecvTimeoutError::Timeout) => break,
+                    Err(RecvTimeoutError::Disconnected) => {
+                        std::thread::sleep(left);
+                        break;
+                    }
+                }
+                if self.shared.stopping.load(Ordering::SeqCst) {
+                    break;
+                }
+            }
+            // A pass that overran does not trigger a burst of catch-up passes.
+            next = next.max(Instant::now() - tick);
+        }
+        self.shared.ready.store(false, Ordering::SeqCst);
+        self.tracing.flush();
+    }
+
+    fn control(&mut self, c: Control) {
+        match c {
+            Control::SwapPolicy { policy, doc, done } => {
+                self.placer.policy = policy;
+                self.planner = tessera_resched::Planner::new(doc.rescheduling.clone());
+                self.doc = *doc;
+                self.sched.resync();
+                self.publish_policy();
+                let _ = done.send(());
+            }
+            Control::SwapPlugin { name, version, done } => {
+                let old = self.placer.policy.swap(&name, version);
+                if old.is_some() {
+                    // Bring the new version's mirror up to date now, not on
+                    // the next decision.
+                    self.placer.prime();
+                    self.publish_policy();
+                }
+                let _ = done.send(old);
+            }
+        }
+    }
+
+    fn publish_policy(&mut self) {
+        let members: Vec<tessera_wasm::Member> =
+            self.placer.policy.scorers().iter().chain(self.placer.policy.detectors()).cloned().collect();
+        let versions: Vec<String> =
+            members.iter().map(|m| format!("{}@{}", m.name, m.slot.current().version())).collect();
+        self.policy_label = format!("{}: {}", self.doc.name, versions.join(", "));
+        *self.shared.policy.write().unwrap_or_else(|p| p.into_inner()) =
+            PolicyView { name: self.doc.name.clone(), doc: self.doc.clone(), members };
+    }
+
+    /// One pass: `tick` of wall time is `speed × tick` of backend time.
+    pub fn step(&mut self, tick: Duration) {
+        self.backend_ms += tick.as_secs_f64() * 1000.0 * self.cfg.speed;
+        let now = self.now_s();
+        self.arrivals_and_departures(now);
+        let anomalies = self.telemetry_until(now);
+        let pass_wall = SystemTime::now();
+        let pass_start = Instant::now();
+        let events = self.sched.schedule(&mut self.placer, now);
+        let pass = pass_start.elapsed();
+        let attempts = self.sched.take_attempts();
+        let recorded = std::mem::take(&mut self.placer.recorded);
+        self.record_pass(now, pass_wall, pass, events, attempts, recorded);
+        let periodic = self.cfg.reschedule_every_s > 0 && now >= self.next_reschedule_s;
+        if periodic {
+            self.next_reschedule_s = now + self.cfg.reschedule_every_s;
+        }
+        if self.cfg.max_migrations_pct > 0.0 && (periodic || anomalies.is_some()) {
+            self.reschedule(now, anomalies);
+        }
+        self.gauges();
+    }
+
+    fn arrivals_and_departures(&mut self, now: u64) {
+        while let Some(&Reverse((at, id))) = self.departures.peek() {
+            if at > now {
+                break;
+            }
+            self.departures.pop();
+            if let Some(p) = self.sched.placement(id) {
+                self.sched.remove(id);
+                self.tracker.update(&self.sched.cluster().nodes()[p.node as usize], &self.workload);
+            } else {
+                self.sched.remove(id);
+            }
+            self.pods.remove(&id);
+        }
+        for (id, pod, leaves_at) in self.stream.until(now) {
+            self.pods.insert(id, PodMeta { name: pod.name.clone(), workload: pod.workload.clone(), placed_by: None });
+            self.sched.submit(id, pod, now).expect("stream ids are unique");
+            self.departures.push(Reverse((leaves_at, id)));
+        }
+    }
+
+    /// Telemetry intervals up to `now`; the anomalies of the last detection
+    /// round (with when it ran) if it found any.
+    fn telemetry_until(&mut self, now: u64) -> Option<cycle::Detected> {
+        let mut found = None;
+        while self.next_telemetry_s <= now {
+            let t = self.next_telemetry_s;
+            let n = self.sched.cluster().nodes().len();
+            let mut by_node: Vec<Vec<(&Pod, tessera_core::cluster::Placement)>> = vec![Vec::new(); n];
+            for (_, pod, at) in self.sched.running() {
+                by_node[at.node as usize].push((pod, at));
+            }
+            let samples: Vec<(NodeId, tessera_core::telemetry::NodeSample)> = by_node
+                .iter()
+                .enumerate()
+                .map(|(i, pods)| {
+                    (i as NodeId, self.telemetry.sample(&self.sched.cluster().nodes()[i], pods.iter().copied(), t))
+                })
+                .collect();
+            drop(by_node);
+            let every = self.doc.detection.detection_interval.max(1);
+            if self.intervals.is_multiple_of(every) {
+                let (wall, started) = (SystemTime::now(), Instant::now());
+                let frame = DetectionFrame::from_samples(self.intervals / every, &samples, |id| {
+                    self.tracker.node(id as usize).round() as u32
+                });
+                let findings: Vec<Detection> = self
+                    .placer
+                    .detect(&frame)
+                    .into_iter()
+                    .filter(|d| d.severity >= self.doc.detection.anomaly_threshold)
+                    .collect();
+                let took = started.elapsed();
+                self.shared
+                    .metrics
+                    .policy_execution
+                    .get_or_create(&crate::metrics::PhaseLabel { phase: "detect".into() })
+                    .observe(took.as_secs_f64(), None, None);
+                for d in &findings {
+                    self.shared
+                        .metrics
+                        .anomalies
+                        .get_or_create(&crate::metrics::CodeLabel { code: d.kind.clone() })
+                        .inc();
+                }
+                found = (!findings.is_empty()).then_some(cycle::Detected { wall, took, findings });
+            }
+            for (id, sample) in samples {
+                self.sched.observe_node(id, |n| sample.apply(n));
+            }
+            for zone in self.zones() {
+                let g = self.telemetry.carbon(&zone, t);
+                self.placer.zone_carbon(&zone, g);
+            }
+            self.intervals += 1;
+            self.next_telemetry_s += self.cfg.telemetry_interval_s;
+        }
+        found
+    }
+
+    fn zones(&self) -> Vec<String> {
+        let mut zones: Vec<String> = self.sched.cluster().nodes().iter().map(|n| n.zone.clone()).collect();
+        zones.sort();
+        zones.dedup();
+        zones
+    }
+
+    fn gauges(&self) {
+        let m = &self.shared.metrics;
+        for (level, depth) in self.sched.queue_depths().into_iter().enumerate() {
+            m.queue_depth.get_or_create(&crate::metrics::LevelLabel { level: level.to_string() }).set(depth as i64);
+        }
+        m.parked.set(self.sched.parked() as i64);
+        m.running.set(self.sched.running().count() as i64);
+        let reading = self.tracker.reading();
+        m.gpu_allocation.set(reading.allocation / 100.0);
+        m.gpu_fragmentation.set(reading.fragmentation_rate / 100.0);
+        let nodes = self.sched.cluster().nodes();
+        let hot = nodes.iter().filter(|n| tessera_core::sim::is_hot(n)).count();
+        m.hotspot_ratio.set(hot as f64 / nodes.len().max(1) as f64);
+        for member in self.placer.policy.scorers().iter().chain(self.placer.policy.detectors()) {
+            let q = member.slot.stats().quarantined;
+            m.plugin_quarantined
+                .get_or_create(&crate::metrics::PluginLabel { plugin: member.name.clone() })
+                .set(i64::from(q));
+        }
+        let mut status = self.shared.status.write().unwrap_or_else(|p| p.into_inner());
+        status.backend_time_s = self.now_s();
+        status.nodes = nodes.len();
+        status.pods_running = self.sched.running().count();
+        status.pods_waiting = self.sched.waiting().count();
+    }
+}

@@ -1,0 +1,211 @@
+//! `tessera serve`: the scheduling loop, the rescheduling cycle and the
+//! Movement Manager running on a backend (the embedded simulator; the
+//! Kubernetes backend comes behind the same loop), observed through
+//! OpenTelemetry traces and OpenMetrics with exemplars, and explained by an
+//! HTTP API.
+//!
+//! Shaped like Kubewarden's policy server: [`Server::start`] builds
+//! everything from one typed [`ServeConfig`]; [`Server::router`] is the
+//! axum router (tests drive it without a socket); [`Server::serve`] runs it
+//! on a listener until a shutdown signal, then stops the loop after the pass
+//! under way and flushes the traces.
+
+pub mod api;
+pub mod attribution;
+pub mod config;
+pub mod engine;
+pub mod metrics;
+pub mod observe;
+pub mod openapi;
+pub mod record;
+
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, RwLock};
+
+use tessera_core::metrics::TargetWorkload;
+use tessera_core::model::Node;
+use tessera_policy::{PluginEntry, PolicyDocument};
+use tessera_wasm::{Member, PluginVersion, Policy};
+
+pub use config::{ConfigError, ServeConfig};
+pub use observe::Tracing;
+
+use crate::metrics::Metrics;
+use crate::record::{DecisionLog, PlanLog};
+
+/// Turns policy documents and plugin components into running code. The
+/// binary supplies it (it knows the built-in plugins and owns the Wasm
+/// runtime); the service only asks.
+pub trait Loader: Send + Sync + 'static {
+    /// Loads every plugin of `doc` (all or nothing).
+    fn load_policy(&self, doc: &PolicyDocument) -> Result<Policy, String>;
+    /// Loads and checks a new component for `entry`.
+    fn load_plugin(&self, entry: &PluginEntry, seed: u64, wasm: &[u8]) -> Result<Arc<PluginVersion>, String>;
+}
+
+/// The policy in force, as the API shows it.
+#[derive(Debug, Clone)]
+pub struct PolicyView {
+    /// Name.
+    pub name: String,
+    /// Its document.
+    pub doc: PolicyDocument,
+    /// Its plugins (scorers, then detectors), each in its swappable slot.
+    pub members: Vec<Member>,
+}
+
+/// A summary of the backend, refreshed every pass.
+#[derive(Debug, Clone, Default, serde::Serialize, utoipa::ToSchema)]
+pub struct Status {
+    /// Backend time, seconds.
+    pub backend_time_s: u64,
+    /// Nodes.
+    pub nodes: usize,
+    /// Pods running.
+    pub pods_running: usize,
+    /// Pods queued or parked.
+    pub pods_waiting: usize,
+}
+
+/// State shared by the loop and the API.
+#[derive(Debug)]
+pub struct Shared {
+    /// Recent decisions.
+    pub decisions: RwLock<DecisionLog>,
+    /// Recent plans.
+    pub plans: RwLock<PlanLog>,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// The policy in force.
+    pub policy: RwLock<PolicyView>,
+    /// The backend at the last pass.
+    pub status: RwLock<Status>,
+    /// The loop mirrored the cluster into the plugins and runs.
+    pub ready: AtomicBool,
+    /// Shutdown asked.
+    pub stopping: AtomicBool,
+}
+
+/// The simulator backend's cluster and the workload fragmentation is
+/// measured against.
+#[derive(Debug, Clone)]
+pub struct SimBackend {
+    /// Nodes.
+    pub nodes: Vec<Node>,
+    /// Target workload.
+    pub workload: TargetWorkload,
+}
+
+/// The service could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// Trace export.
+    #[error(transparent)]
+    Observe(#[from] observe::ObserveError),
+    /// The policy.
+    #[error("policy {name}: {message}")]
+    Policy {
+        /// Its name.
+        name: String,
+        /// What failed.
+        message: String,
+    },
+    /// The loop's thread.
+    #[error("cannot start the scheduling loop: {0}")]
+    Thread(std::io::Error),
+}
+
+/// A running service.
+pub struct Server {
+    cfg: ServeConfig,
+    shared: Arc<Shared>,
+    control: Mutex<std::sync::mpsc::Sender<engine::Control>>,
+    loader: Arc<dyn Loader>,
+    tracing: Tracing,
+    engine: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Server {
+    /// Loads `doc`'s policy and starts the loop on `backend`. Call inside a
+    /// Tokio runtime (trace export runs on it).
+    pub fn start(
+        cfg: ServeConfig,
+        backend: SimBackend,
+        doc: PolicyDocument,
+        loader: Arc<dyn Loader>,
+    ) -> Result<Self, ServeError> {
+        let tracing = Tracing::new(&cfg.otel)?;
+        let policy =
+            loader.load_policy(&doc).map_err(|message| ServeError::Policy { name: doc.name.clone(), message })?;
+        let shared = Arc::new(Shared {
+            decisions: RwLock::new(DecisionLog::new(cfg.history.decisions)),
+            plans: RwLock::new(PlanLog::new(cfg.history.plans)),
+            metrics: Metrics::new(),
+            policy: RwLock::new(PolicyView { name: doc.name.clone(), doc: doc.clone(), members: Vec::new() }),
+            status: RwLock::new(Status::default()),
+            ready: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
+        });
+        shared.metrics.zero_known_series(&doc);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let e =
+            engine::Engine::new(backend, policy, doc, cfg.sim.clone(), cfg.otel.top_k, tracing.clone(), shared.clone());
+        let handle = std::thread::Builder::new()
+            .name("tessera-loop".into())
+            .spawn(move || e.run(rx))
+            .map_err(ServeError::Thread)?;
+        Ok(Self { cfg, shared, control: Mutex::new(tx), loader, tracing, engine: Some(handle) })
+    }
+
+    /// State shared with the loop.
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ServeConfig {
+        &self.cfg
+    }
+
+    /// The HTTP API.
+    pub fn router(&self) -> axum::Router {
+        api::router(api::AppState {
+            shared: self.shared.clone(),
+            control: Arc::new(self.control.lock().unwrap_or_else(|p| p.into_inner()).clone()),
+            loader: self.loader.clone(),
+            token: self.cfg.api_token.clone().map(Arc::from),
+            seed: self.cfg.sim.seed,
+        })
+    }
+
+    /// Serves the API on `listener` until `shutdown` completes, then stops.
+    pub async fn serve(
+        mut self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let app = self.router();
+        let served = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
+        tokio::task::spawn_blocking(move || self.stop()).await.map_err(std::io::Error::other)?;
+        served
+    }
+
+    /// Stops the loop after the pass under way (its moves finish) and
+    /// flushes the traces. Idempotent.
+    pub fn stop(&mut self) {
+        self.shared.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(h) = self.engine.take() {
+            let _ = h.join();
+        }
+        self.tracing.shutdown();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.shared.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(h) = self.engine.take() {
+            let _ = h.join();
+        }
+    }
+}

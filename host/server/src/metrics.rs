@@ -1,0 +1,329 @@
+//! The service's metrics, served on `/metrics` in the OpenMetrics text
+//! format. Latency histograms and failure counters carry the trace id of
+//! the decision or cycle behind their latest sample as an exemplar, so a
+//! spike on a dashboard leads to the traces that made it.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::exemplar::{CounterWithExemplar, HistogramWithExemplars};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::exponential_buckets;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+/// The exemplar's label set: the W3C trace id, as Grafana expects it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TraceLabel {
+    /// 32 hex digits.
+    pub trace_id: String,
+}
+
+impl TraceLabel {
+    /// The label for a sampled trace; none for an unsampled one (its trace
+    /// would lead nowhere).
+    pub fn of(trace_id: &str, sampled: bool) -> Option<Self> {
+        sampled.then(|| Self { trace_id: trace_id.to_string() })
+    }
+}
+
+/// `outcome` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    /// bound, preempted, unschedulable.
+    pub outcome: String,
+}
+
+/// `code` label: a stable reason code.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CodeLabel {
+    /// e.g. `SCHED-GPU-INSUFFICIENT`.
+    pub code: String,
+}
+
+/// `plugin` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginLabel {
+    /// Plugin name in the policy.
+    pub plugin: String,
+}
+
+/// `plugin` and `code` labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginCodeLabel {
+    /// Plugin name.
+    pub plugin: String,
+    /// Fault code (`PLUGIN-TIMEOUT`, …).
+    pub code: String,
+}
+
+/// `level` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LevelLabel {
+    /// Queue level, 0 first.
+    pub level: String,
+}
+
+/// `strategy` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StrategyLabel {
+    /// Rescheduling strategy.
+    pub strategy: String,
+}
+
+/// `phase` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabel {
+    /// detect, plan, execute.
+    pub phase: String,
+}
+
+/// `trigger` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TriggerLabel {
+    /// periodic, anomalies.
+    pub trigger: String,
+}
+
+/// Fault codes a plugin call can end with (`tessera_wasm::FaultKind`).
+pub const PLUGIN_FAULT_CODES: [&str; 10] = [
+    "PLUGIN-TIMEOUT",
+    "PLUGIN-MEMORY",
+    "PLUGIN-FUEL",
+    "PLUGIN-TRAP",
+    "PLUGIN-WRONG-LENGTH",
+    "PLUGIN-OVERSIZED",
+    "PLUGIN-BAD-REASON",
+    "PLUGIN-ERROR",
+    "PLUGIN-QUARANTINED",
+    "PLUGIN-INSTANTIATE",
+];
+
+/// Codes of moves that did not end done.
+pub const MOVE_FAILURE_CODES: [&str; 3] = ["MOVE-FAILED", "MOVE-ROLLED-BACK", "MOVE-DROPPED"];
+
+type Hist = HistogramWithExemplars<TraceLabel>;
+type HistFamily<L> = Family<L, Hist, fn() -> Hist>;
+
+fn decision_hist() -> Hist {
+    // 50 µs … 1.6 s: decisions of a few plugins over thousands of nodes.
+    HistogramWithExemplars::new(exponential_buckets(0.000_05, 2.0, 16))
+}
+
+fn plugin_hist() -> Hist {
+    // 10 µs … 0.33 s.
+    HistogramWithExemplars::new(exponential_buckets(0.000_01, 2.0, 16))
+}
+
+fn policy_hist() -> Hist {
+    // 1 ms … 33 s: detection, planning and executing a plan.
+    HistogramWithExemplars::new(exponential_buckets(0.001, 2.0, 16))
+}
+
+/// Every metric, registered once.
+pub struct Metrics {
+    registry: Registry,
+    /// Decisions by outcome.
+    pub decisions: Family<OutcomeLabel, CounterWithExemplar<TraceLabel>>,
+    /// Failed decisions by reason code.
+    pub failures: Family<CodeLabel, CounterWithExemplar<TraceLabel>>,
+    /// Decision latency.
+    pub decision_latency: Hist,
+    /// Per-plugin scoring call latency.
+    pub plugin_latency: HistFamily<PluginLabel>,
+    /// Plugin faults and errors by plugin and code.
+    pub plugin_faults: Family<PluginCodeLabel, CounterWithExemplar<TraceLabel>>,
+    /// Plugins quarantined now (1) or not (0).
+    pub plugin_quarantined: Family<PluginLabel, Gauge>,
+    /// Pods queued per level.
+    pub queue_depth: Family<LevelLabel, Gauge>,
+    /// Pods parked as unschedulable.
+    pub parked: Gauge,
+    /// Pods running.
+    pub running: Gauge,
+    /// Rescheduling cycles by trigger.
+    pub reschedule_attempts: Family<TriggerLabel, CounterWithExemplar<TraceLabel>>,
+    /// Pods moved, by strategy.
+    pub migrations: Family<StrategyLabel, CounterWithExemplar<TraceLabel>>,
+    /// Moves that failed, were rolled back or dropped, by code.
+    pub migration_failures: Family<CodeLabel, CounterWithExemplar<TraceLabel>>,
+    /// Rescheduling time by phase.
+    pub policy_execution: HistFamily<PhaseLabel>,
+    /// GPU allocation, 0..1.
+    pub gpu_allocation: Gauge<f64, AtomicU64>,
+    /// Fragmentation rate: share of free GPU capacity the workload cannot
+    /// use, 0..1.
+    pub gpu_fragmentation: Gauge<f64, AtomicU64>,
+    /// GPUs in the cluster.
+    pub gpus: Gauge,
+    /// Share of nodes at or above 90% of a resource, 0..1.
+    pub hotspot_ratio: Gauge<f64, AtomicU64>,
+    /// Anomalies found by the detectors, by kind.
+    pub anomalies: Family<CodeLabel, Counter>,
+    /// API requests by route and status class.
+    pub api_requests: Family<Vec<(String, String)>, Counter>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every metric under the `tessera_` prefix.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("tessera");
+        let m = Self {
+            decisions: Family::default(),
+            failures: Family::default(),
+            decision_latency: decision_hist(),
+            plugin_latency: Family::new_with_constructor(plugin_hist),
+            plugin_faults: Family::default(),
+            plugin_quarantined: Family::default(),
+            queue_depth: Family::default(),
+            parked: Gauge::default(),
+            running: Gauge::default(),
+            reschedule_attempts: Family::default(),
+            migrations: Family::default(),
+            migration_failures: Family::default(),
+            policy_execution: Family::new_with_constructor(policy_hist),
+            gpu_allocation: Gauge::default(),
+            gpu_fragmentation: Gauge::default(),
+            gpus: Gauge::default(),
+            hotspot_ratio: Gauge::default(),
+            anomalies: Family::default(),
+            api_requests: Family::default(),
+            registry: Registry::default(),
+        };
+        registry.register("decisions", "Placement decisions by outcome", m.decisions.clone());
+        registry.register(
+            "scheduling_failures",
+            "Decisions that placed nothing, by stable reason code",
+            m.failures.clone(),
+        );
+        registry.register_with_unit(
+            "decision_latency",
+            "Wall time of one placement decision (filter, score, select, bind)",
+            prometheus_client::registry::Unit::Seconds,
+            m.decision_latency.clone(),
+        );
+        registry.register_with_unit(
+            "plugin_call_latency",
+            "Wall time of one plugin's scoring call",
+            prometheus_client::registry::Unit::Seconds,
+            m.plugin_latency.clone(),
+        );
+        registry.register(
+            "plugin_faults",
+            "Plugin faults and guest errors by plugin and code",
+            m.plugin_faults.clone(),
+        );
+        registry.register("plugin_quarantined", "1 while a plugin is quarantined", m.plugin_quarantined.clone());
+        registry.register("queue_depth", "Pods queued per MLFQ level", m.queue_depth.clone());
+        registry.register("pods_parked", "Pods parked as unschedulable", m.parked.clone());
+        registry.register("pods_running", "Pods running", m.running.clone());
+        registry.register("reschedule_attempts", "Rescheduling cycles by trigger", m.reschedule_attempts.clone());
+        registry.register("migrations", "Pods moved by the rescheduler, by strategy", m.migrations.clone());
+        registry.register(
+            "migration_failures",
+            "Moves that failed, were rolled back or dropped, by code",
+            m.migration_failures.clone(),
+        );
+        registry.register_with_unit(
+            "policy_execution",
+            "Wall time of a rescheduling phase (detect, plan, execute)",
+            prometheus_client::registry::Unit::Seconds,
+            m.policy_execution.clone(),
+        );
+        registry.register("gpu_allocation_ratio", "Allocated share of GPU capacity", m.gpu_allocation.clone());
+        registry.register(
+            "gpu_fragmentation_ratio",
+            "Share of free GPU capacity the target workload cannot use",
+            m.gpu_fragmentation.clone(),
+        );
+        registry.register("gpus", "GPUs in the cluster", m.gpus.clone());
+        registry.register("hotspot_ratio", "Share of nodes at or above 90% of a resource", m.hotspot_ratio.clone());
+        registry.register("anomalies", "Anomalies the detectors reported, by kind", m.anomalies.clone());
+        registry.register("api_requests", "API requests by route and status class", m.api_requests.clone());
+        Self { registry, ..m }
+    }
+
+    /// Creates every series the loop can later touch at zero, so that rate
+    /// and ratio queries over them return data (a zero rate, not nothing)
+    /// from the first scrape on, and so that alerts on them can resolve.
+    pub fn zero_known_series(&self, doc: &tessera_policy::PolicyDocument) {
+        for outcome in ["bound", "preempted", "unschedulable"] {
+            let _ = self.decisions.get_or_create(&OutcomeLabel { outcome: outcome.into() });
+        }
+        for reason in tessera_core::cluster::FilterReason::ALL {
+            let _ = self.failures.get_or_create(&CodeLabel { code: reason.code().into() });
+        }
+        for p in &doc.plugins {
+            let plugin = PluginLabel { plugin: p.name.clone() };
+            let _ = self.plugin_quarantined.get_or_create(&plugin);
+            if matches!(p.role, tessera_policy::Role::Scorer) {
+                let _ = self.plugin_latency.get_or_create(&plugin);
+            }
+            for code in PLUGIN_FAULT_CODES {
+                let _ =
+                    self.plugin_faults.get_or_create(&PluginCodeLabel { plugin: p.name.clone(), code: code.into() });
+            }
+        }
+        for trigger in ["periodic", "anomalies"] {
+            let _ = self.reschedule_attempts.get_or_create(&TriggerLabel { trigger: trigger.into() });
+        }
+        for s in tessera_resched::Strategy::ALL {
+            let _ = self.migrations.get_or_create(&StrategyLabel { strategy: s.name().into() });
+        }
+        for code in MOVE_FAILURE_CODES {
+            let _ = self.migration_failures.get_or_create(&CodeLabel { code: code.into() });
+        }
+        for phase in ["detect", "plan", "execute"] {
+            let _ = self.policy_execution.get_or_create(&PhaseLabel { phase: phase.into() });
+        }
+    }
+
+    /// The OpenMetrics text exposition (ends with `# EOF`).
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String cannot fail");
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exemplars_carry_the_trace_id_in_openmetrics_text() {
+        let m = Metrics::new();
+        let t = "0af7651916cd43dd8448eb211c80319c";
+        m.decision_latency.observe(0.0012, TraceLabel::of(t, true), None);
+        m.failures.get_or_create(&CodeLabel { code: "SCHED-GPU-INSUFFICIENT".into() }).inc_by(
+            1,
+            TraceLabel::of(t, true),
+            None,
+        );
+        // An unsampled trace is counted without an exemplar.
+        m.decision_latency.observe(0.5, TraceLabel::of("ff", false), None);
+        let text = m.encode();
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        assert!(text.contains("# TYPE tessera_decision_latency_seconds histogram"), "{text}");
+        assert!(text.contains(&format!("# {{trace_id=\"{t}\"}} 0.0012")), "{text}");
+        assert!(
+            text.contains(&format!(
+                "tessera_scheduling_failures_total{{code=\"SCHED-GPU-INSUFFICIENT\"}} 1 # {{trace_id=\"{t}\"}} 1.0"
+            )),
+            "{text}"
+        );
+        assert!(!text.contains("trace_id=\"ff\""), "{text}");
+    }
+}

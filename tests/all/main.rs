@@ -6,6 +6,7 @@ mod containment;
 mod detector;
 mod reload;
 mod scoring;
+mod serve;
 
 use std::sync::{Arc, OnceLock};
 
@@ -16,10 +17,13 @@ use tessera_wasm::{Member, PluginSlot, PluginSpec, PluginVersion, Policy, Runtim
 /// A runtime with default settings, sharing one precompiled cache across
 /// the tests of this process (compiling each component once).
 pub fn runtime() -> Runtime {
+    Runtime::new(RuntimeConfig { cache_dir: Some(cache_dir()), ..RuntimeConfig::default() }).expect("runtime")
+}
+
+/// The precompiled-component cache shared by the tests of this process.
+pub fn cache_dir() -> std::path::PathBuf {
     static CACHE: OnceLock<tempfile::TempDir> = OnceLock::new();
-    let dir = CACHE.get_or_init(|| tempfile::tempdir().expect("cache dir"));
-    Runtime::new(RuntimeConfig { cache_dir: Some(dir.path().to_path_buf()), ..RuntimeConfig::default() })
-        .expect("runtime")
+    CACHE.get_or_init(|| tempfile::tempdir().expect("cache dir")).path().to_path_buf()
 }
 
 /// Loads `artifact` under `name` with JSON `config`, with a 2 s deadline:

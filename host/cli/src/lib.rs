@@ -2,6 +2,7 @@
 //! between the policy document, the built-in plugins and the runtime.
 
 pub mod bench;
+pub mod bench_api;
 pub mod check;
 pub mod execute;
 pub mod fidelity;

@@ -274,6 +274,22 @@ enum BenchCmd {
         #[arg(long, value_enum, default_value = "table")]
         format: Format,
     },
+    /// Explain requests (GET /v1/decisions/{pod}) at a fixed rate against
+    /// `tessera serve` on loopback while its scheduling loop runs: answers,
+    /// errors and latency.
+    Api {
+        /// Requests per second.
+        #[arg(long, default_value_t = 1000)]
+        rate: u32,
+        /// Seconds of load.
+        #[arg(long, default_value_t = 10.0)]
+        duration: f64,
+        /// Service configuration (default: the built-in simulator).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[arg(long, value_enum, default_value = "table")]
+        format: Format,
+    },
     /// The published protocol on every workload and seed in DIR, with one
     /// policy (optionally with rescheduling), beside FGD's published
     /// result and the offline bound.
@@ -445,6 +461,19 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 Format::Json => println!("{}", serde_json::to_string(&r)?),
             }
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(BenchCmd::Api { rate, duration, config, format }) => {
+            if !(duration > 0.0 && duration <= 3600.0) {
+                anyhow::bail!("--duration must be within (0, 3600] seconds, not {duration}");
+            }
+            let opts = tessera::serve::ServeOptions { config, ..Default::default() };
+            let cfg = tessera::serve::config(&opts, |k| std::env::var(k).ok())?;
+            let r = tessera::bench_api::run(cfg, rate, std::time::Duration::from_secs_f64(duration))?;
+            match format {
+                Format::Table => print!("{}", r.to_table()),
+                Format::Json => println!("{}", serde_json::to_string(&r)?),
+            }
+            Ok(if r.errors == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
         Command::Bench(BenchCmd::Quality {
             traces,

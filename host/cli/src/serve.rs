@@ -80,8 +80,8 @@ pub struct CliLoader {
 impl CliLoader {
     /// A loader with a runtime of its own; documents it loads get
     /// `workload` as the `fgd` plugin's target workload.
-    pub fn new(workload: TargetWorkload) -> Result<Self> {
-        Ok(Self { rt: Runtime::new(RuntimeConfig::default())?, workload })
+    pub fn new(workload: TargetWorkload, cache_dir: Option<PathBuf>) -> Result<Self> {
+        Ok(Self { rt: Runtime::new(RuntimeConfig { cache_dir, ..RuntimeConfig::default() })?, workload })
     }
 }
 
@@ -101,7 +101,7 @@ impl Loader for CliLoader {
 /// runtime.
 pub async fn start(cfg: ServeConfig) -> Result<(Server, tokio::net::TcpListener)> {
     let (backend, doc) = backend(&cfg)?;
-    let loader = Arc::new(CliLoader::new(backend.workload.clone())?);
+    let loader = Arc::new(CliLoader::new(backend.workload.clone(), cfg.cache_dir.clone())?);
     let listener =
         tokio::net::TcpListener::bind(cfg.listen).await.with_context(|| format!("cannot listen on {}", cfg.listen))?;
     let server = Server::start(cfg, backend, doc, loader)?;

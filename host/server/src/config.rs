@@ -55,6 +55,10 @@ pub struct ServeConfig {
     pub otel: OtelConfig,
     /// How much history the API keeps.
     pub history: HistoryConfig,
+    /// Directory of the precompiled-component cache (unset: components
+    /// are compiled at every start). `TESSERA_CACHE_DIR` fills it when the
+    /// file does not.
+    pub cache_dir: Option<PathBuf>,
 }
 
 impl Default for ServeConfig {
@@ -66,6 +70,7 @@ impl Default for ServeConfig {
             sim: SimBackendConfig::default(),
             otel: OtelConfig::default(),
             history: HistoryConfig::default(),
+            cache_dir: None,
         }
     }
 }
@@ -241,6 +246,9 @@ impl ServeConfig {
         }
         if let Some(name) = env("OTEL_SERVICE_NAME") {
             self.otel.service_name = name;
+        }
+        if self.cache_dir.is_none() {
+            self.cache_dir = env("TESSERA_CACHE_DIR").filter(|d| !d.is_empty()).map(PathBuf::from);
         }
         if self.api_token.is_none() {
             self.api_token = env("TESSERA_API_TOKEN").filter(|t| !t.is_empty());

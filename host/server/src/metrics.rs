@@ -290,6 +290,14 @@ impl Metrics {
         }
     }
 
+    /// Decisions counted so far, every outcome.
+    pub fn decisions_total(&self) -> u64 {
+        ["bound", "preempted", "unschedulable"]
+            .iter()
+            .map(|o| self.decisions.get_or_create(&OutcomeLabel { outcome: (*o).into() }).get().0)
+            .sum()
+    }
+
     /// The OpenMetrics text exposition (ends with `# EOF`).
     pub fn encode(&self) -> String {
         let mut out = String::new();

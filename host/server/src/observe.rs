@@ -18,6 +18,9 @@ use crate::config::{OtelConfig, OtlpProtocol};
 /// boundary; OTel backends reject or truncate huge attributes anyway).
 pub const MAX_ATTRIBUTE_LEN: usize = 1024;
 
+/// Spans buffered for export at most (beyond, new spans are dropped).
+pub const MAX_QUEUED_SPANS: usize = 65_536;
+
 /// Trace export could not be set up.
 #[derive(Debug, thiserror::Error)]
 #[error("OTLP exporter for {endpoint}: {source}")]
@@ -71,7 +74,17 @@ impl Tracing {
                         .map_err(err)?
                 }
             };
-            builder = builder.with_batch_exporter(exporter);
+            // Every decision is a trace of several spans: a queue of the
+            // SDK's default 2,048 spans drops some in a burst of
+            // arrivals. `OTEL_BSP_*` still override.
+            let mut batch = opentelemetry_sdk::trace::BatchConfigBuilder::default();
+            if std::env::var_os("OTEL_BSP_MAX_QUEUE_SIZE").is_none() {
+                batch = batch.with_max_queue_size(MAX_QUEUED_SPANS);
+            }
+            let processor = opentelemetry_sdk::trace::BatchSpanProcessor::builder(exporter)
+                .with_batch_config(batch.build())
+                .build();
+            builder = builder.with_span_processor(processor);
         }
         let provider = builder.build();
         let tracer = provider.tracer("tessera");

@@ -1,0 +1,220 @@
+//! The HTTP API over loopback: explain a decision made moments ago,
+//! errors with stable codes, the token on mutations, hot swaps.
+
+use std::time::{Duration, SystemTime};
+
+use reqwest::StatusCode;
+use serde_json::Value;
+use tessera_plugins::{NOT_A_POLICY, TOPOLOGY_SPREAD};
+
+use super::{Running, TOKEN, config};
+
+async fn json(r: reqwest::Response) -> (StatusCode, Value) {
+    let status = r.status();
+    let text = r.text().await.unwrap();
+    (status, serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}")))
+}
+
+/// Asserts an error answer: status, stable code, and a message.
+async fn error(r: reqwest::Response, status: StatusCode, code: &str) -> String {
+    let (s, body) = json(r).await;
+    assert_eq!(s, status, "{body}");
+    assert_eq!(body["code"], code, "{body}");
+    let message = body["message"].as_str().unwrap().to_string();
+    assert!(!message.is_empty(), "{body}");
+    message
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_explains_recent_decisions_and_guards_its_mutations() {
+    let svc = Running::start(config(None)).await;
+    let http = reqwest::Client::new();
+    svc.wait("a bound decision among three", Duration::from_secs(60), |s| {
+        let log = s.decisions.read().unwrap();
+        log.len() >= 3 && log.newest_first().any(|d| d.node.is_some())
+    })
+    .await;
+
+    // Explain: a decision made moments ago, by pod name.
+    let rec = svc.shared.decisions.read().unwrap().newest_first().find(|d| d.node.is_some()).unwrap().clone();
+    let (s, d) = json(http.get(svc.url(&format!("/v1/decisions/{}", rec.pod))).send().await.unwrap()).await;
+    assert_eq!(s, StatusCode::OK, "{d}");
+    assert_eq!(d["pod"], rec.pod);
+    assert_eq!(d["node"], rec.node.clone().unwrap());
+    assert_eq!(d["trace_id"].as_str().unwrap().len(), 32);
+    assert!(d["candidates"].as_u64().unwrap() > 0 && d["feasible"].as_u64().unwrap() > 0, "{d}");
+    let plugins: Vec<&str> = d["plugins"].as_array().unwrap().iter().map(|p| p["plugin"].as_str().unwrap()).collect();
+    assert_eq!(plugins, ["fgd", "topology-spread"], "the default policy's scorers, in order");
+    assert!(d["plugins"][0]["winner_score"].is_i64(), "{d}");
+    assert!(d["policy"].as_str().unwrap().starts_with("default: fgd@"), "{d}");
+    let age = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_millis() as u64
+        - d["at_unix_ms"].as_u64().unwrap();
+    assert!(age < 60_000, "decided {age} ms ago");
+    let (s, list) = json(http.get(svc.url("/v1/decisions?limit=3")).send().await.unwrap()).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(list.as_array().unwrap().len(), 3);
+
+    // Not found, malformed path and query: JSON with a stable code.
+    error(
+        http.get(svc.url("/v1/decisions/no-such-pod")).send().await.unwrap(),
+        StatusCode::NOT_FOUND,
+        "DECISION-NOT-FOUND",
+    )
+    .await;
+    error(http.get(svc.url("/v1/plans/seven")).send().await.unwrap(), StatusCode::BAD_REQUEST, "API-BAD-PATH").await;
+    error(http.get(svc.url("/v1/plans/999999")).send().await.unwrap(), StatusCode::NOT_FOUND, "PLAN-NOT-FOUND").await;
+    let m = error(
+        http.get(svc.url("/v1/decisions?limit=0")).send().await.unwrap(),
+        StatusCode::BAD_REQUEST,
+        "API-BAD-QUERY",
+    )
+    .await;
+    assert!(m.contains("limit 0"), "{m}");
+    error(http.get(svc.url("/v1/plans?bogus=1")).send().await.unwrap(), StatusCode::BAD_REQUEST, "API-BAD-QUERY").await;
+    error(http.get(svc.url("/v2/everything")).send().await.unwrap(), StatusCode::NOT_FOUND, "API-NOT-FOUND").await;
+    error(
+        http.delete(svc.url("/v1/plans")).send().await.unwrap(),
+        StatusCode::METHOD_NOT_ALLOWED,
+        "API-METHOD-NOT-ALLOWED",
+    )
+    .await;
+
+    // Attribution: the decisions and plugins behind a metric's window.
+    let m = error(
+        http.get(svc.url("/v1/attribution?metric=tessera_cpu_seconds")).send().await.unwrap(),
+        StatusCode::BAD_REQUEST,
+        "ATTRIBUTION-UNKNOWN-METRIC",
+    )
+    .await;
+    assert!(m.contains("tessera_decision_latency_seconds"), "the message lists the known metrics: {m}");
+    error(
+        http.get(svc.url("/v1/attribution?metric=decisions&from=200&to=100")).send().await.unwrap(),
+        StatusCode::BAD_REQUEST,
+        "ATTRIBUTION-BAD-WINDOW",
+    )
+    .await;
+    let (s, a) =
+        json(http.get(svc.url("/v1/attribution?metric=tessera_decision_latency_seconds_bucket")).send().await.unwrap())
+            .await;
+    assert_eq!(s, StatusCode::OK, "{a}");
+    assert!(a["matched"].as_u64().unwrap() > 0, "{a}");
+    let slowest = &a["decisions"][0];
+    assert_eq!(slowest["trace_id"].as_str().unwrap().len(), 32, "{a}");
+    let lat: Vec<u64> = a["decisions"].as_array().unwrap().iter().map(|d| d["latency_us"].as_u64().unwrap()).collect();
+    assert!(lat.windows(2).all(|w| w[0] >= w[1]), "slowest first: {lat:?}");
+    assert!(a["plugins"].as_array().unwrap().iter().any(|p| p["plugin"] == "fgd"), "{a}");
+
+    // Mutations need the token; without it: 401 with a challenge.
+    let policy = "name: packer\nplugins:\n  - name: binpack\n    source: builtin:binpack\n";
+    let r = http.post(svc.url("/v1/policies")).body(policy).send().await.unwrap();
+    assert_eq!(r.headers()["www-authenticate"], "Bearer realm=\"tessera\"");
+    error(r, StatusCode::UNAUTHORIZED, "API-UNAUTHORIZED").await;
+    let r = http.post(svc.url("/v1/policies")).bearer_auth("wrong-token-0123456789").body(policy).send().await.unwrap();
+    error(r, StatusCode::UNAUTHORIZED, "API-UNAUTHORIZED").await;
+    let r = http.post(svc.url("/v1/plugins?name=topology-spread")).body(TOPOLOGY_SPREAD.bytes).send().await.unwrap();
+    error(r, StatusCode::UNAUTHORIZED, "API-UNAUTHORIZED").await;
+
+    // Malformed bodies: 400 with the reason.
+    let post = |path: &str, body: Vec<u8>| http.post(svc.url(path)).bearer_auth(TOKEN).body(body).send();
+    let m = error(
+        post("/v1/policies", b"name: x\nplugins: [".to_vec()).await.unwrap(),
+        StatusCode::BAD_REQUEST,
+        "POLICY-INVALID",
+    )
+    .await;
+    assert!(m.contains("request body"), "{m}");
+    let m = error(
+        post("/v1/policies", format!("{policy}colour: blue\n").into_bytes()).await.unwrap(),
+        StatusCode::BAD_REQUEST,
+        "POLICY-INVALID",
+    )
+    .await;
+    assert!(m.contains("colour"), "names the unknown field: {m}");
+    error(post("/v1/policies", vec![0xff, 0xfe]).await.unwrap(), StatusCode::BAD_REQUEST, "API-BAD-BODY").await;
+    let m = error(
+        post("/v1/plugins?name=topology-spread", b"hello".to_vec()).await.unwrap(),
+        StatusCode::BAD_REQUEST,
+        "API-BAD-BODY",
+    )
+    .await;
+    assert!(m.contains("not WebAssembly"), "{m}");
+    error(post("/v1/plugins", TOPOLOGY_SPREAD.bytes.to_vec()).await.unwrap(), StatusCode::BAD_REQUEST, "API-BAD-QUERY")
+        .await;
+    let r = http
+        .post(svc.url("/v1/plugins?name=topology-spread"))
+        .bearer_auth(TOKEN)
+        .header("content-type", "text/html")
+        .body(TOPOLOGY_SPREAD.bytes)
+        .send()
+        .await
+        .unwrap();
+    error(r, StatusCode::UNSUPPORTED_MEDIA_TYPE, "API-UNSUPPORTED-MEDIA-TYPE").await;
+    error(
+        post("/v1/plugins?name=nope", TOPOLOGY_SPREAD.bytes.to_vec()).await.unwrap(),
+        StatusCode::NOT_FOUND,
+        "PLUGIN-NOT-FOUND",
+    )
+    .await;
+    // A component that is not a policy fails its checks; nothing changes.
+    error(
+        post("/v1/plugins?name=topology-spread", NOT_A_POLICY.bytes.to_vec()).await.unwrap(),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "PLUGIN-REJECTED",
+    )
+    .await;
+
+    // A good component swaps into its slot.
+    let (s, loaded) = json(
+        http.post(svc.url("/v1/plugins?name=topology-spread"))
+            .bearer_auth(TOKEN)
+            .header("content-type", "application/wasm")
+            .body(TOPOLOGY_SPREAD.bytes)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{loaded}");
+    assert_eq!(loaded["plugin"]["versions_loaded"], 2, "{loaded}");
+    let (_, plugins) = json(http.get(svc.url("/v1/plugins")).send().await.unwrap()).await;
+    let ts = plugins.as_array().unwrap().iter().find(|p| p["name"] == "topology-spread").unwrap();
+    assert_eq!(ts["versions_loaded"], 2, "{plugins}");
+    assert_eq!(ts["kind"], "scorer");
+    assert!(plugins.as_array().unwrap().iter().any(|p| p["name"] == "overload" && p["kind"] == "detector"));
+
+    // A new policy: the next decisions are made by it.
+    let (s, info) = json(
+        http.post(svc.url("/v1/policies"))
+            .bearer_auth(TOKEN)
+            .header("content-type", "application/yaml")
+            .body(policy)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{info}");
+    assert_eq!(info["name"], "packer");
+    assert_eq!(info["plugins"][0]["name"], "binpack");
+    svc.wait("a decision by the new policy", Duration::from_secs(60), |s| {
+        s.decisions.read().unwrap().last().is_some_and(|d| d.policy.starts_with("packer: binpack@"))
+    })
+    .await;
+
+    // Health, readiness, metrics, the OpenAPI document.
+    let r = http.get(svc.url("/healthz")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let (s, ready) = json(http.get(svc.url("/readyz")).send().await.unwrap()).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(ready["nodes"], 60);
+    let r = http.get(svc.url("/metrics")).send().await.unwrap();
+    assert!(r.headers()["content-type"].to_str().unwrap().starts_with("application/openmetrics-text; version=1.0.0"));
+    let text = r.text().await.unwrap();
+    assert!(text.ends_with("# EOF\n"));
+    assert!(text.contains("tessera_api_requests_total{route=\"/v1/decisions/{pod}\",status=\"2xx\"}"), "{text}");
+    let (s, doc) = json(http.get(svc.url("/openapi.json")).send().await.unwrap()).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(doc["paths"]["/v1/attribution"]["get"].is_object());
+
+    svc.stop().await;
+}

@@ -307,3 +307,128 @@ pub fn attribute(metric: Metric, from: u64, to: u64, decisions: &DecisionLog, pl
     out.decisions = matched.iter().take(MAX_LISTED).map(|d| DecisionRef::from(*d)).collect();
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{MoveRecord, PluginPart, PluginRejections};
+
+    fn decision(pod: &str, at: u64, latency_us: u64, reason: Option<&str>, fault: Option<&str>) -> DecisionRecord {
+        let part = |plugin: &str, us: u64, code: Option<&str>| PluginPart {
+            plugin: plugin.into(),
+            version: "0.1.0".into(),
+            weight: 1.0,
+            winner_score: None,
+            latency_us: us,
+            error_code: code.map(str::to_string),
+            error: code.map(|c| format!("{c}: it broke")),
+        };
+        let bound = reason.is_none();
+        DecisionRecord {
+            outcome: if bound { Outcome::Bound } else { Outcome::Unschedulable },
+            node: bound.then(|| "n1".to_string()),
+            reason: reason.map(str::to_string),
+            candidates: 3,
+            host_filter: [("SCHED-GPU-INSUFFICIENT".to_string(), 2)].into_iter().collect(),
+            plugin_filter: vec![PluginRejections {
+                plugin: "spread".into(),
+                reason: "SCHED-ZONE-SPREAD".into(),
+                nodes: 1,
+            }],
+            plugins: vec![part("fgd", latency_us * 3 / 4, None), part("spread", latency_us / 4, fault)],
+            latency_us,
+            trace_id: format!("{pod:0>32}"),
+            ..crate::record::sample_decision(pod, at)
+        }
+    }
+
+    fn logs() -> (DecisionLog, PlanLog) {
+        let mut d = DecisionLog::new(100);
+        d.push(decision("a", 1_000, 100, None, None));
+        d.push(decision("b", 2_000, 9_000, None, Some("PLUGIN-TIMEOUT")));
+        d.push(decision("c", 3_000, 400, Some("SCHED-GPU-INSUFFICIENT"), None));
+        d.push(decision("d", 9_000, 50_000, None, None));
+        let mut p = PlanLog::new(10);
+        let mv = |state: &str| MoveRecord {
+            pod: "a".into(),
+            from: "n1".into(),
+            to: "n2".into(),
+            strategy: "fragment-merge".into(),
+            cost: 1.0,
+            state: state.into(),
+            reason: None,
+        };
+        p.upsert(PlanRecord {
+            id: 1,
+            at_unix_ms: 2_500,
+            backend_time_s: 0,
+            trigger: "anomalies: low-load=2".into(),
+            anomalies: 2,
+            solver: "greedy".into(),
+            timed_out: false,
+            plan_ms: 1.0,
+            fragmentation_before: 0.0,
+            fragmentation_after: 0.0,
+            whole_free_before: 0,
+            whole_free_after: 0,
+            gain: 0.0,
+            cost: 0.0,
+            state: "executed".into(),
+            moves: vec![mv("done"), mv("rolled_back"), mv("done")],
+            trace_id: "t".into(),
+        });
+        (d, p)
+    }
+
+    #[test]
+    fn metric_names_parse_as_promql_writes_them() {
+        for n in ["tessera_decision_latency_seconds_bucket", "decision_latency", "tessera_decision_latency_seconds"] {
+            assert_eq!(Metric::parse(n), Some(Metric::DecisionLatency), "{n}");
+        }
+        assert_eq!(Metric::parse("tessera_scheduling_failures_total"), Some(Metric::SchedulingFailures));
+        assert_eq!(Metric::parse("tessera_migrations_total"), Some(Metric::Migrations));
+        assert_eq!(Metric::parse("tessera_gpus"), None);
+    }
+
+    #[test]
+    fn latency_lists_the_slowest_decisions_of_the_window_and_each_plugins_share() {
+        let (d, p) = logs();
+        let a = attribute(Metric::DecisionLatency, 0, 5_000, &d, &p);
+        assert_eq!((a.in_window, a.matched), (3, 3), "d is outside the window");
+        let pods: Vec<&str> = a.decisions.iter().map(|d| d.pod.as_str()).collect();
+        assert_eq!(pods, ["b", "c", "a"], "slowest first");
+        assert_eq!(a.plugins[0].plugin, "fgd");
+        assert_eq!(a.plugins[0].latency_us_sum, 75 + 6_750 + 300);
+        assert!((a.plugins[0].latency_share - 7_125.0 / 9_500.0).abs() < 1e-9);
+        assert_eq!(a.plugins[1].faults["PLUGIN-TIMEOUT"], 1);
+        assert_eq!(a.host_rejections["SCHED-GPU-INSUFFICIENT"], 6);
+    }
+
+    #[test]
+    fn failures_and_faults_match_only_their_decisions() {
+        let (d, p) = logs();
+        let f = attribute(Metric::SchedulingFailures, 0, 10_000, &d, &p);
+        assert_eq!(f.matched, 1);
+        assert_eq!(f.decisions[0].pod, "c");
+        assert_eq!(f.by_code["SCHED-GPU-INSUFFICIENT"], 1);
+        assert_eq!(f.plugins[0].plugin, "spread", "the plugin whose filter rejected comes first");
+        let f = attribute(Metric::PluginFaults, 0, 10_000, &d, &p);
+        assert_eq!(f.matched, 1);
+        assert_eq!(f.decisions[0].pod, "b");
+        assert_eq!(f.by_code["PLUGIN-TIMEOUT"], 1);
+    }
+
+    #[test]
+    fn migration_metrics_read_the_plans() {
+        let (d, p) = logs();
+        let m = attribute(Metric::Migrations, 0, 10_000, &d, &p);
+        assert_eq!(m.by_code["fragment-merge"], 2);
+        assert_eq!(m.plans[0].done, 2);
+        let f = attribute(Metric::MigrationFailures, 0, 10_000, &d, &p);
+        assert_eq!(f.by_code["rolled_back"], 1);
+        assert_eq!(f.plans[0].failed, 1);
+        let r = attribute(Metric::RescheduleAttempts, 0, 10_000, &d, &p);
+        assert_eq!(r.by_code["anomalies"], 1);
+        assert_eq!(attribute(Metric::Migrations, 3_000, 10_000, &d, &p).matched, 0);
+    }
+}

@@ -294,34 +294,41 @@ impl PlanLog {
     }
 }
 
+/// A bound decision about `pod` at `at` with nothing else to tell, for
+/// tests to adjust.
+#[cfg(test)]
+pub(crate) fn sample_decision(pod: &str, at: u64) -> DecisionRecord {
+    DecisionRecord {
+        pod: pod.into(),
+        workload: String::new(),
+        at_unix_ms: at,
+        backend_time_s: 0,
+        policy: "p".into(),
+        outcome: Outcome::Bound,
+        node: Some("n".into()),
+        gpus: vec![],
+        reason: None,
+        candidates: 1,
+        feasible: 1,
+        host_filter: BTreeMap::new(),
+        plugin_filter: vec![],
+        plugins: vec![],
+        winner_total: None,
+        runners_up: vec![],
+        victims: vec![],
+        latency_us: 1,
+        trace_id: String::new(),
+        span_id: String::new(),
+        sampled: true,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn rec(pod: &str, at: u64) -> DecisionRecord {
-        DecisionRecord {
-            pod: pod.into(),
-            workload: String::new(),
-            at_unix_ms: at,
-            backend_time_s: 0,
-            policy: "p".into(),
-            outcome: Outcome::Bound,
-            node: Some("n".into()),
-            gpus: vec![],
-            reason: None,
-            candidates: 1,
-            feasible: 1,
-            host_filter: BTreeMap::new(),
-            plugin_filter: vec![],
-            plugins: vec![],
-            winner_total: None,
-            runners_up: vec![],
-            victims: vec![],
-            latency_us: 1,
-            trace_id: String::new(),
-            span_id: String::new(),
-            sampled: true,
-        }
+        sample_decision(pod, at)
     }
 
     #[test]

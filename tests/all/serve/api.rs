@@ -218,3 +218,10 @@ async fn the_api_explains_recent_decisions_and_guards_its_mutations() {
 
     svc.stop().await;
 }
+
+#[test]
+fn the_shipped_serve_config_lists_the_defaults() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/serve.yaml");
+    let cfg = tessera_server::ServeConfig::load(&path).unwrap();
+    assert_eq!(cfg, tessera_server::ServeConfig::default());
+}

@@ -158,6 +158,14 @@ async fn run(protocol: OtlpProtocol) {
     let missing = decisions.newest_first().filter(|d| !traces.contains(d.trace_id.as_str())).count();
     assert_eq!(missing, 0, "{missing} of {} decision traces were not exported", decisions.len());
     let plans = shared.plans.read().unwrap();
+    // Shutdown finished the pass under way: no move is left half done.
+    for p in plans.newest_first() {
+        for m in &p.moves {
+            let settled = ["done", "failed", "rolled_back", "dropped"].contains(&m.state.as_str())
+                || (m.state == "planned" && p.state == "refused");
+            assert!(settled, "plan {} ({}) left the move of {} {}", p.id, p.state, m.pod, m.state);
+        }
+    }
     let p = plans.newest_first().find(|p| p.moves.iter().any(|m| m.state == "done")).unwrap();
     check_cycle(&spans, p);
 }

@@ -12,7 +12,7 @@ use tessera_core::metrics::TargetWorkload;
 use tessera_core::model::Node;
 use tessera_core::sim::synthetic;
 use tessera_policy::{PluginEntry, PolicyDocument};
-use tessera_server::{Loader, ServeConfig, Server, SimBackend};
+use tessera_server::{Backend, Loader, ServeConfig, Server, SimBackend};
 use tessera_wasm::{PluginVersion, Policy, Runtime, RuntimeConfig};
 
 /// Pods of the built-in workload the target workload is measured on.
@@ -68,7 +68,7 @@ pub fn backend(cfg: &ServeConfig) -> Result<(SimBackend, PolicyDocument)> {
     let workload = TargetWorkload::from_pods(&synthetic::pods(WORKLOAD_SAMPLE, &models, seed), 0.95);
     let mut doc = crate::sim::policy_document(&cfg.policy, seed)?;
     crate::sim::inject_workload(&mut doc, &workload);
-    Ok((SimBackend { nodes, workload }, doc))
+    Ok((SimBackend::new(nodes, workload, cfg.sim.clone(), cfg.engine.telemetry_interval_s), doc))
 }
 
 /// Loads policies and components with one Wasm runtime.
@@ -101,10 +101,10 @@ impl Loader for CliLoader {
 /// runtime.
 pub async fn start(cfg: ServeConfig) -> Result<(Server, tokio::net::TcpListener)> {
     let (backend, doc) = backend(&cfg)?;
-    let loader = Arc::new(CliLoader::new(backend.workload.clone(), cfg.cache_dir.clone())?);
+    let loader = Arc::new(CliLoader::new(backend.workload().clone(), cfg.cache_dir.clone())?);
     let listener =
         tokio::net::TcpListener::bind(cfg.listen).await.with_context(|| format!("cannot listen on {}", cfg.listen))?;
-    let server = Server::start(cfg, backend, doc, loader)?;
+    let server = Server::start(cfg, Box::new(backend), doc, loader)?;
     Ok((server, listener))
 }
 

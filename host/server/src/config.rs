@@ -49,6 +49,8 @@ pub struct ServeConfig {
     /// Bearer token the mutating endpoints require; unset, they refuse
     /// every request. `TESSERA_API_TOKEN` fills it when the file does not.
     pub api_token: Option<String>,
+    /// The scheduling loop and its rescheduling cycle, on any backend.
+    pub engine: EngineConfig,
     /// The simulator backend.
     pub sim: SimBackendConfig,
     /// Trace export.
@@ -67,11 +69,35 @@ impl Default for ServeConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             policy: "default".into(),
             api_token: None,
+            engine: EngineConfig::default(),
             sim: SimBackendConfig::default(),
             otel: OtelConfig::default(),
             history: HistoryConfig::default(),
             cache_dir: None,
         }
+    }
+}
+
+/// The loop: how often it passes, when telemetry and detection run, when
+/// and how much it reschedules.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EngineConfig {
+    /// Wall-clock milliseconds between two passes of the loop.
+    pub tick_ms: u64,
+    /// Backend seconds between telemetry samples (and detection rounds).
+    pub telemetry_interval_s: u64,
+    /// Backend seconds between periodic rescheduling cycles (0: only on
+    /// anomalies).
+    pub reschedule_every_s: u64,
+    /// Most moves per plan, % of the running pods (0 turns rescheduling
+    /// off).
+    pub max_migrations_pct: f64,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self { tick_ms: 100, telemetry_interval_s: 60, reschedule_every_s: 600, max_migrations_pct: 5.0 }
     }
 }
 
@@ -92,34 +118,13 @@ pub struct SimBackendConfig {
     pub load: f64,
     /// Simulated seconds per wall-clock second.
     pub speed: f64,
-    /// Wall-clock milliseconds between two passes of the loop.
-    pub tick_ms: u64,
-    /// Simulated seconds between telemetry samples (and detection rounds).
-    pub telemetry_interval_s: u64,
-    /// Simulated seconds between periodic rescheduling cycles (0: only on
-    /// anomalies).
-    pub reschedule_every_s: u64,
-    /// Most moves per plan, % of the running pods (0 turns rescheduling
-    /// off).
-    pub max_migrations_pct: f64,
     /// Probability that one step of a move fails in the simulated actuator.
     pub move_failure_rate: f64,
 }
 
 impl Default for SimBackendConfig {
     fn default() -> Self {
-        Self {
-            seed: 42,
-            nodes: None,
-            node_count: 200,
-            load: 0.9,
-            speed: 60.0,
-            tick_ms: 100,
-            telemetry_interval_s: 60,
-            reschedule_every_s: 600,
-            max_migrations_pct: 5.0,
-            move_failure_rate: 0.0,
-        }
+        Self { seed: 42, nodes: None, node_count: 200, load: 0.9, speed: 60.0, move_failure_rate: 0.0 }
     }
 }
 
@@ -269,17 +274,18 @@ impl ServeConfig {
         if !(s.speed > 0.0 && s.speed <= 100_000.0) {
             return bad("sim.speed", "must be in (0, 100000]");
         }
-        if s.tick_ms == 0 || s.tick_ms > 60_000 {
-            return bad("sim.tick_ms", "must be in 1..=60000");
+        let e = &self.engine;
+        if e.tick_ms == 0 || e.tick_ms > 60_000 {
+            return bad("engine.tick_ms", "must be in 1..=60000");
         }
-        if s.telemetry_interval_s == 0 {
-            return bad("sim.telemetry_interval_s", "must be at least 1");
+        if e.telemetry_interval_s == 0 {
+            return bad("engine.telemetry_interval_s", "must be at least 1");
         }
         if s.nodes.is_none() && s.node_count == 0 {
             return bad("sim.node_count", "must be at least 1");
         }
-        if !(0.0..=100.0).contains(&s.max_migrations_pct) {
-            return bad("sim.max_migrations_pct", "must be in 0..=100");
+        if !(0.0..=100.0).contains(&e.max_migrations_pct) {
+            return bad("engine.max_migrations_pct", "must be in 0..=100");
         }
         if !(0.0..=1.0).contains(&s.move_failure_rate) {
             return bad("sim.move_failure_rate", "must be in 0..=1");
@@ -315,6 +321,8 @@ mod tests {
         assert!(e.contains("serve.yaml") && e.contains("speeed") && e.contains("line 2"), "{e}");
         let e = ServeConfig::parse("sim:\n  load: 0\n", "serve.yaml").unwrap_err().to_string();
         assert!(e.contains("sim.load"), "{e}");
+        let e = ServeConfig::parse("engine:\n  tick_ms: 0\n", "serve.yaml").unwrap_err().to_string();
+        assert!(e.contains("engine.tick_ms"), "{e}");
         let e = ServeConfig::parse("otel:\n  endpoint: localhost:4317\n", "s.yaml").unwrap_err().to_string();
         assert!(e.contains("otel.endpoint"), "{e}");
         let e = ServeConfig::parse("api_token: short\n", "s.yaml").unwrap_err().to_string();

@@ -1,21 +1,19 @@
-//! The service's loop on the simulator backend: pods arrive (the built-in
-//! workload as a Poisson stream at the configured load) and leave; every
-//! pass decides the queued pods through the policy; every telemetry
+//! The service's loop on a [`Backend`]: pods arrive and leave as the
+//! backend reports; every pass decides the queued pods through the policy
+//! and has the backend carry out the binds and evictions; every telemetry
 //! interval the nodes report utilisation and the detectors run; on a
 //! period, or when they report anomalies, a rescheduling cycle plans and
-//! the Movement Manager executes the moves. Each decision and cycle becomes
-//! a trace, metric samples and an entry of the API's logs.
+//! the Movement Manager executes the moves on the backend's actuator. Each
+//! decision and cycle becomes a trace, metric samples and an entry of the
+//! API's logs.
 //!
-//! Backend time runs `speed` times faster than the wall clock. The loop
-//! runs on its own thread (plugin calls are synchronous CPU work) and
-//! answers control messages (policy swaps) between passes.
+//! The loop runs on its own thread (plugin calls are synchronous CPU work)
+//! and answers control messages (policy and plugin swaps) between passes.
 
 mod cycle;
 mod decide;
-mod stream;
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -26,15 +24,14 @@ use tessera_core::metrics::{FragmentationTracker, TargetWorkload};
 use tessera_core::model::{Node, NodeId, Pod};
 use tessera_core::sched::{PodId, Scheduler};
 use tessera_core::sim::Placer;
-use tessera_core::telemetry::{Detection, DetectionFrame, TelemetryConfig, TelemetryModel};
+use tessera_core::telemetry::{Detection, DetectionFrame};
 use tessera_policy::PolicyDocument;
 use tessera_wasm::{Decision, Policy};
 
-use crate::config::SimBackendConfig;
+use crate::backend::{Backend, ClusterEvent};
+use crate::config::EngineConfig;
 use crate::observe::Tracing;
 use crate::{PolicyView, Shared};
-
-pub use stream::ArrivalStream;
 
 /// What the engine is asked to do between passes.
 pub enum Control {
@@ -130,7 +127,8 @@ struct PodMeta {
 
 /// The loop's state.
 pub struct Engine {
-    cfg: SimBackendConfig,
+    cfg: EngineConfig,
+    backend: Box<dyn Backend>,
     top_k: usize,
     sched: Scheduler,
     placer: Recorder,
@@ -138,15 +136,12 @@ pub struct Engine {
     policy_label: String,
     workload: TargetWorkload,
     tracker: FragmentationTracker,
-    telemetry: TelemetryModel,
-    stream: ArrivalStream,
-    departures: BinaryHeap<Reverse<(u64, PodId)>>,
     pods: HashMap<PodId, PodMeta>,
     planner: tessera_resched::Planner,
     exec_clock: u64,
     exec_history: BTreeMap<u64, u64>,
     plan_seq: u64,
-    backend_ms: f64,
+    now_s: u64,
     next_telemetry_s: u64,
     next_reschedule_s: u64,
     intervals: u64,
@@ -157,28 +152,24 @@ pub struct Engine {
 impl Engine {
     /// An engine over the backend's cluster running `policy` (from `doc`).
     pub fn new(
-        backend: crate::SimBackend,
+        backend: Box<dyn Backend>,
         policy: Policy,
         doc: PolicyDocument,
-        cfg: SimBackendConfig,
+        cfg: EngineConfig,
         top_k: usize,
         tracing: Tracing,
         shared: Arc<Shared>,
     ) -> Self {
-        let crate::SimBackend { nodes, workload } = backend;
-        let stream = ArrivalStream::new(&nodes, cfg.load, cfg.seed);
+        let (nodes, workload) = (backend.nodes().to_vec(), backend.workload().clone());
         let tracker = FragmentationTracker::new(&nodes, &workload);
         let mut sched = Scheduler::new(nodes, doc.scheduling);
         sched.record_attempts(true);
         shared.metrics.gpus.set(sched.cluster().total_gpus() as i64);
-        let telemetry = TelemetryModel::new(
-            TelemetryConfig { interval_s: cfg.telemetry_interval_s, ..TelemetryConfig::default() },
-            cfg.seed,
-        );
         let planner = tessera_resched::Planner::new(doc.rescheduling.clone());
         let mut e = Self {
             next_reschedule_s: cfg.reschedule_every_s,
             cfg,
+            backend,
             top_k,
             sched,
             placer: Recorder { policy, recorded: Vec::new(), awaiting_bind: false },
@@ -186,15 +177,12 @@ impl Engine {
             doc,
             workload,
             tracker,
-            telemetry,
-            stream,
-            departures: BinaryHeap::new(),
             pods: HashMap::new(),
             planner,
             exec_clock: 0,
             exec_history: BTreeMap::new(),
             plan_seq: 0,
-            backend_ms: 0.0,
+            now_s: 0,
             next_telemetry_s: 0,
             intervals: 0,
             tracing,
@@ -206,7 +194,7 @@ impl Engine {
 
     /// Backend time, seconds.
     fn now_s(&self) -> u64 {
-        (self.backend_ms / 1000.0) as u64
+        self.now_s
     }
 
     /// Runs passes every `tick_ms` until `shared.stopping` is set; the pass
@@ -276,10 +264,10 @@ impl Engine {
             PolicyView { name: self.doc.name.clone(), doc: self.doc.clone(), members };
     }
 
-    /// One pass: `tick` of wall time is `speed × tick` of backend time.
+    /// One pass after `tick` of wall time.
     pub fn step(&mut self, tick: Duration) {
-        self.backend_ms += tick.as_secs_f64() * 1000.0 * self.cfg.speed;
-        let now = self.now_s();
+        self.now_s = self.backend.advance(tick);
+        let now = self.now_s;
         self.arrivals_and_departures(now);
         let anomalies = self.telemetry_until(now);
         let pass_wall = SystemTime::now();
@@ -287,6 +275,7 @@ impl Engine {
         let events = self.sched.schedule(&mut self.placer, now);
         let pass = pass_start.elapsed();
         let attempts = self.sched.take_attempts();
+        self.carry_out(&events);
         let recorded = std::mem::take(&mut self.placer.recorded);
         self.record_pass(now, pass_wall, pass, events, attempts, recorded);
         let periodic = self.cfg.reschedule_every_s > 0 && now >= self.next_reschedule_s;
@@ -300,24 +289,56 @@ impl Engine {
     }
 
     fn arrivals_and_departures(&mut self, now: u64) {
-        while let Some(&Reverse((at, id))) = self.departures.peek() {
-            if at > now {
-                break;
+        for event in self.backend.events(now) {
+            match event {
+                ClusterEvent::Deleted { id } => {
+                    let at = self.sched.placement(id);
+                    self.sched.remove(id);
+                    if let Some(p) = at {
+                        self.tracker.update(&self.sched.cluster().nodes()[p.node as usize], &self.workload);
+                    }
+                    self.pods.remove(&id);
+                }
+                ClusterEvent::Submitted { id, pod } => {
+                    let meta = PodMeta { name: pod.name.clone(), workload: pod.workload.clone(), placed_by: None };
+                    match self.sched.submit(id, pod, now) {
+                        Ok(()) => {
+                            self.pods.insert(id, meta);
+                        }
+                        Err(e) => {
+                            tracing::warn!(backend = self.backend.name(), "pod {}: {e}; ignored", meta.name);
+                            self.count_backend_error("BACKEND-DUPLICATE-POD");
+                        }
+                    }
+                }
             }
-            self.departures.pop();
-            if let Some(p) = self.sched.placement(id) {
-                self.sched.remove(id);
-                self.tracker.update(&self.sched.cluster().nodes()[p.node as usize], &self.workload);
-            } else {
-                self.sched.remove(id);
+        }
+    }
+
+    /// Has the backend bind what the pass bound and stop what it preempted.
+    fn carry_out(&mut self, events: &[tessera_core::sched::Event]) {
+        use tessera_core::sched::Event;
+        for e in events {
+            let (pod, placement, victims) = match e {
+                Event::Bound { pod, placement, .. } => (*pod, *placement, &[][..]),
+                Event::Preempted { pod, placement, victims, .. } => (*pod, *placement, victims.as_slice()),
+                Event::Unschedulable { .. } => continue,
+            };
+            for &v in victims {
+                if let Err(err) = self.backend.evict(v) {
+                    tracing::warn!(backend = self.backend.name(), "{err}");
+                    self.count_backend_error("BACKEND-EVICT");
+                }
             }
-            self.pods.remove(&id);
+            if let Err(err) = self.backend.bind(pod, placement) {
+                tracing::warn!(backend = self.backend.name(), "{err}");
+                self.count_backend_error("BACKEND-BIND");
+            }
         }
-        for (id, pod, leaves_at) in self.stream.until(now) {
-            self.pods.insert(id, PodMeta { name: pod.name.clone(), workload: pod.workload.clone(), placed_by: None });
-            self.sched.submit(id, pod, now).expect("stream ids are unique");
-            self.departures.push(Reverse((leaves_at, id)));
-        }
+    }
+
+    fn count_backend_error(&self, code: &str) {
+        self.shared.metrics.backend_errors.get_or_create(&crate::metrics::CodeLabel { code: code.into() }).inc();
     }
 
     /// Telemetry intervals up to `now`; the anomalies of the last detection
@@ -334,9 +355,7 @@ impl Engine {
             let samples: Vec<(NodeId, tessera_core::telemetry::NodeSample)> = by_node
                 .iter()
                 .enumerate()
-                .map(|(i, pods)| {
-                    (i as NodeId, self.telemetry.sample(&self.sched.cluster().nodes()[i], pods.iter().copied(), t))
-                })
+                .map(|(i, pods)| (i as NodeId, self.backend.sample(&self.sched.cluster().nodes()[i], pods, t)))
                 .collect();
             drop(by_node);
             let every = self.doc.detection.detection_interval.max(1);
@@ -370,7 +389,7 @@ impl Engine {
                 self.sched.observe_node(id, |n| sample.apply(n));
             }
             for zone in self.zones() {
-                let g = self.telemetry.carbon(&zone, t);
+                let g = self.backend.zone_carbon(&zone, t);
                 self.placer.zone_carbon(&zone, g);
             }
             self.intervals += 1;
@@ -406,6 +425,9 @@ impl Engine {
                 .set(i64::from(q));
         }
         let mut status = self.shared.status.write().unwrap_or_else(|p| p.into_inner());
+        if status.backend.is_empty() {
+            status.backend = self.backend.name().to_string();
+        }
         status.backend_time_s = self.now_s();
         status.nodes = nodes.len();
         status.pods_running = self.sched.running().count();

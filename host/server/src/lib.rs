@@ -12,6 +12,7 @@
 
 pub mod api;
 pub mod attribution;
+pub mod backend;
 pub mod config;
 pub mod engine;
 pub mod metrics;
@@ -22,11 +23,10 @@ pub mod record;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, RwLock};
 
-use tessera_core::metrics::TargetWorkload;
-use tessera_core::model::Node;
 use tessera_policy::{PluginEntry, PolicyDocument};
 use tessera_wasm::{Member, PluginVersion, Policy};
 
+pub use backend::{Backend, SimBackend};
 pub use config::{ConfigError, ServeConfig};
 pub use observe::Tracing;
 
@@ -57,6 +57,8 @@ pub struct PolicyView {
 /// A summary of the backend, refreshed every pass.
 #[derive(Debug, Clone, Default, serde::Serialize, utoipa::ToSchema)]
 pub struct Status {
+    /// The backend (`simulator`, `kubernetes`).
+    pub backend: String,
     /// Backend time, seconds.
     pub backend_time_s: u64,
     /// Nodes.
@@ -84,16 +86,6 @@ pub struct Shared {
     pub ready: AtomicBool,
     /// Shutdown asked.
     pub stopping: AtomicBool,
-}
-
-/// The simulator backend's cluster and the workload fragmentation is
-/// measured against.
-#[derive(Debug, Clone)]
-pub struct SimBackend {
-    /// Nodes.
-    pub nodes: Vec<Node>,
-    /// Target workload.
-    pub workload: TargetWorkload,
 }
 
 /// The service could not start.
@@ -130,7 +122,7 @@ impl Server {
     /// Tokio runtime (trace export runs on it).
     pub fn start(
         cfg: ServeConfig,
-        backend: SimBackend,
+        backend: Box<dyn Backend>,
         doc: PolicyDocument,
         loader: Arc<dyn Loader>,
     ) -> Result<Self, ServeError> {
@@ -148,8 +140,15 @@ impl Server {
         });
         shared.metrics.zero_known_series(&doc);
         let (tx, rx) = std::sync::mpsc::channel();
-        let e =
-            engine::Engine::new(backend, policy, doc, cfg.sim.clone(), cfg.otel.top_k, tracing.clone(), shared.clone());
+        let e = engine::Engine::new(
+            backend,
+            policy,
+            doc,
+            cfg.engine.clone(),
+            cfg.otel.top_k,
+            tracing.clone(),
+            shared.clone(),
+        );
         let handle = std::thread::Builder::new()
             .name("tessera-loop".into())
             .spawn(move || e.run(rx))

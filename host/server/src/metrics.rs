@@ -162,6 +162,8 @@ pub struct Metrics {
     pub anomalies: Family<CodeLabel, Counter>,
     /// API requests by route and status class.
     pub api_requests: Family<Vec<(String, String)>, Counter>,
+    /// Decisions the backend could not carry out, by code.
+    pub backend_errors: Family<CodeLabel, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -200,6 +202,7 @@ impl Metrics {
             hotspot_ratio: Gauge::default(),
             anomalies: Family::default(),
             api_requests: Family::default(),
+            backend_errors: Family::default(),
             registry: Registry::default(),
         };
         registry.register("decisions", "Placement decisions by outcome", m.decisions.clone());
@@ -252,6 +255,11 @@ impl Metrics {
         registry.register("hotspot_ratio", "Share of nodes at or above 90% of a resource", m.hotspot_ratio.clone());
         registry.register("anomalies", "Anomalies the detectors reported, by kind", m.anomalies.clone());
         registry.register("api_requests", "API requests by route and status class", m.api_requests.clone());
+        registry.register(
+            "backend_errors",
+            "Binds and evictions the backend could not carry out, by code",
+            m.backend_errors.clone(),
+        );
         Self { registry, ..m }
     }
 
@@ -284,6 +292,9 @@ impl Metrics {
         }
         for code in MOVE_FAILURE_CODES {
             let _ = self.migration_failures.get_or_create(&CodeLabel { code: code.into() });
+        }
+        for code in ["BACKEND-BIND", "BACKEND-EVICT", "BACKEND-DUPLICATE-POD"] {
+            let _ = self.backend_errors.get_or_create(&CodeLabel { code: code.into() });
         }
         for phase in ["detect", "plan", "execute"] {
             let _ = self.policy_execution.get_or_create(&PhaseLabel { phase: phase.into() });

@@ -4,6 +4,7 @@
 //! the test; metrics scraped by a real Prometheus.
 
 mod api;
+mod backend;
 mod load;
 mod otlp;
 mod prometheus;
@@ -16,7 +17,7 @@ use std::time::{Duration, Instant};
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
-use tessera_server::config::{OtlpProtocol, SimBackendConfig};
+use tessera_server::config::{EngineConfig, OtlpProtocol, SimBackendConfig};
 use tessera_server::{ServeConfig, Shared};
 
 /// The bearer token of the test services.
@@ -30,15 +31,13 @@ pub fn config(otel: Option<(String, OtlpProtocol)>) -> ServeConfig {
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         api_token: Some(TOKEN.into()),
         cache_dir: Some(crate::cache_dir()),
-        sim: SimBackendConfig {
-            node_count: 60,
-            load: 1.0,
-            speed: 120.0,
+        engine: EngineConfig {
             tick_ms: 50,
             telemetry_interval_s: 30,
             reschedule_every_s: 120,
-            ..SimBackendConfig::default()
+            ..EngineConfig::default()
         },
+        sim: SimBackendConfig { node_count: 60, load: 1.0, speed: 120.0, ..SimBackendConfig::default() },
         ..ServeConfig::default()
     };
     if let Some((endpoint, protocol)) = otel {

@@ -1,5 +1,5 @@
 //! A rescheduling cycle: plan on the cluster as it stands, execute the plan
-//! through the Movement Manager on the simulated actuator, apply the moves
+//! through the Movement Manager on the backend's actuator, apply the moves
 //! that ended done. Its trace:
 //!
 //! ```text
@@ -22,7 +22,6 @@ use tessera_core::model::{GPU_MILLI, Pod};
 use tessera_core::telemetry::Detection;
 use tessera_movement::exec::{Executor, StepState};
 use tessera_movement::journal::MemJournal;
-use tessera_movement::sim::{SimActuator, SimActuatorConfig};
 
 use super::Engine;
 use crate::metrics::{CodeLabel, PhaseLabel, StrategyLabel, TraceLabel, TriggerLabel};
@@ -240,17 +239,7 @@ impl Engine {
         let cluster = self.sched.cluster().clone();
         let order = tessera_movement::dag::build(&cluster, &mplan);
         let pods = running.iter().enumerate().map(|(i, (p, at))| (i as u64, p.clone(), *at)).collect();
-        let rate = self.cfg.move_failure_rate;
-        let mut act = SimActuator::new(
-            cluster,
-            pods,
-            SimActuatorConfig {
-                evict_failure: rate,
-                start_failure: rate,
-                seed: self.cfg.seed ^ self.plan_seq,
-                ..SimActuatorConfig::default()
-            },
-        );
+        let mut act = self.backend.actuator(&cluster, pods, self.plan_seq);
         let mut journal = MemJournal::default();
         let exec_cx = observe::start(&tracer, "tessera.movement.execute", root, exec_wall, Vec::new(), Vec::new());
         let Ok(ex) = Executor::start(self.doc.movement.clone(), &mplan, order, &mut journal) else {
@@ -267,7 +256,7 @@ impl Engine {
         let begin = clock;
         while !ex.finished() && clock - begin < MAX_EXEC_TICKS * EXEC_TICK_S {
             let tick_at = started.elapsed();
-            if ex.tick(&mut act, &mut journal, clock).is_err() {
+            if ex.tick(act.as_mut(), &mut journal, clock).is_err() {
                 break;
             }
             let after = started.elapsed();

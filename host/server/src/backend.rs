@@ -1,0 +1,104 @@
+//! The cluster the service schedules, behind one trait: the embedded
+//! simulator ([`SimBackend`]) now, Kubernetes through the same trait later.
+//!
+//! The loop owns the scheduling state (queue, cluster model, decisions);
+//! a backend tells it what happened in the cluster (pods submitted and
+//! gone), reports node telemetry, carries out the loop's decisions (binds,
+//! evictions of preemption victims) and hands the Movement Manager an
+//! actuator for rescheduling moves.
+
+mod sim;
+mod stream;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tessera_core::cluster::{Cluster, Placement};
+use tessera_core::metrics::TargetWorkload;
+use tessera_core::model::{Node, Pod};
+use tessera_core::sched::PodId;
+use tessera_core::telemetry::NodeSample;
+use tessera_movement::exec::Actuator;
+
+pub use sim::SimBackend;
+pub use stream::ArrivalStream;
+
+/// What happened in the cluster since the last pass.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClusterEvent {
+    /// A pod asks to be scheduled (its name is how the API finds it).
+    Submitted {
+        /// Backend-assigned identity, unique for the backend's lifetime.
+        id: PodId,
+        /// The pod.
+        pod: Pod,
+    },
+    /// A pod ended or was deleted, wherever it was (queued or running).
+    Deleted {
+        /// Its identity.
+        id: PodId,
+    },
+}
+
+/// The backend could not carry out a decision. The loop counts it and
+/// carries on; the pod stays as the loop placed it until the backend says
+/// otherwise.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{op} of pod {pod}: {reason}")]
+pub struct BackendError {
+    /// `bind` or `evict`.
+    pub op: &'static str,
+    /// The pod.
+    pub pod: PodId,
+    /// Why.
+    pub reason: String,
+}
+
+/// An actuator for one plan's moves that can tell, once the plan is over,
+/// where each pod ended up (node and GPUs) so the loop can follow.
+pub trait MoveActuator: Actuator + Send {
+    /// Where every pod it was given runs now (`None`: nowhere).
+    fn placements(&self) -> BTreeMap<PodId, Option<Placement>>;
+}
+
+impl MoveActuator for tessera_movement::sim::SimActuator {
+    fn placements(&self) -> BTreeMap<PodId, Option<Placement>> {
+        tessera_movement::sim::SimActuator::placements(self)
+    }
+}
+
+/// A cluster to schedule.
+pub trait Backend: Send + 'static {
+    /// Short name (`simulator`, `kubernetes`), for status and logs.
+    fn name(&self) -> &'static str;
+
+    /// The nodes at start.
+    fn nodes(&self) -> &[Node];
+
+    /// The workload fragmentation is measured against.
+    fn workload(&self) -> &TargetWorkload;
+
+    /// Advances the backend's clock by one pass of `tick` wall time and
+    /// returns its time now, in seconds (the simulator runs faster than the
+    /// wall clock; a real cluster reads it).
+    fn advance(&mut self, tick: Duration) -> u64;
+
+    /// What happened up to `now`, in order.
+    fn events(&mut self, now: u64) -> Vec<ClusterEvent>;
+
+    /// The telemetry interval ending at `t` for `node`, which runs `pods`.
+    fn sample(&mut self, node: &Node, pods: &[(&Pod, Placement)], t: u64) -> NodeSample;
+
+    /// Carbon intensity of `zone` at `t`, gCO₂/kWh.
+    fn zone_carbon(&mut self, zone: &str, t: u64) -> u32;
+
+    /// The loop bound pod `id` at `at`: make it so.
+    fn bind(&mut self, id: PodId, at: Placement) -> Result<(), BackendError>;
+
+    /// The loop preempted pod `id` (it goes back to the queue): stop it.
+    fn evict(&mut self, id: PodId) -> Result<(), BackendError>;
+
+    /// An actuator executing plan `plan`'s moves over the pods running now
+    /// on `cluster`.
+    fn actuator(&mut self, cluster: &Cluster, pods: Vec<(PodId, Pod, Placement)>, plan: u64) -> Box<dyn MoveActuator>;
+}

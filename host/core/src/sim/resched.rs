@@ -11,7 +11,7 @@ use crate::model::Pod;
 /// Carries out `moves` in order with `apply` (true: done, or never to be
 /// done); a move that does not fit yet, because it needs room a later move
 /// frees, is tried again after the others, until a pass makes no progress.
-pub(crate) fn apply_in_passes(mut moves: Vec<(usize, Placement)>, mut apply: impl FnMut(usize, Placement) -> bool) {
+pub fn apply_in_passes(mut moves: Vec<(usize, Placement)>, mut apply: impl FnMut(usize, Placement) -> bool) {
     loop {
         let before = moves.len();
         moves.retain(|&(i, to)| !apply(i, to));

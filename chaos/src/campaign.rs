@@ -32,9 +32,16 @@ pub enum WorkloadSpec {
         /// GPU demand over GPU capacity in steady state.
         load: f64,
     },
-    /// An openb pod list with creation and deletion times (relative to
-    /// the campaign file), replayed by those times.
-    Trace(PathBuf),
+    /// An openb pod list (relative to the campaign file): with `load`, its
+    /// pods arrive as a Poisson stream at that load (each seed draws its
+    /// own times) and run for exponentially distributed times; without,
+    /// they are replayed by their creation and deletion times.
+    Trace {
+        /// The pod list.
+        pods: PathBuf,
+        /// GPU demand over GPU capacity in steady state.
+        load: Option<f64>,
+    },
 }
 
 /// A named set of faults.
@@ -138,7 +145,8 @@ pub struct Campaign {
     /// The twin's cluster (`{builtin: {nodes: 200}}` or `{trace: FILE}`).
     #[serde(with = "serde_yaml_ng::with::singleton_map")]
     pub cluster: ClusterSpec,
-    /// The workload (`{builtin: {pods: 4000, load: 0.9}}` or `{trace: FILE}`).
+    /// The workload (`{builtin: {pods: 4000, load: 0.9}}` or
+    /// `{trace: {pods: FILE, load: 0.9}}`).
     #[serde(with = "serde_yaml_ng::with::singleton_map")]
     pub workload: WorkloadSpec,
     /// The policy to prove: a shipped name, a built-in plugin or a file
@@ -262,6 +270,11 @@ impl Campaign {
             && !(1..=100_000).contains(&nodes)
         {
             return bad("cluster.builtin.nodes", "must be in 1..=100000");
+        }
+        if let WorkloadSpec::Trace { load: Some(load), .. } = self.workload
+            && !(load > 0.0 && load <= 3.0)
+        {
+            return bad("workload.trace.load", "must be in (0, 3]");
         }
         if let WorkloadSpec::Builtin { pods, load } = self.workload {
             if !(1..=1_000_000).contains(&pods) {

@@ -222,7 +222,16 @@ impl FaultSpec {
             }
         };
         if self.kind.targets_nodes() && picked.is_empty() {
-            return Err(FaultError::NoTarget { kind: self.kind.name(), target: format!("{:?}", self.target) });
+            let target = match &self.target {
+                Target::Zone(z) => {
+                    let mut zones: Vec<&str> = nodes.iter().map(|n| n.zone.as_str()).collect();
+                    zones.sort_unstable();
+                    zones.dedup();
+                    format!("zone `{z}` (the cluster's zones: {})", zones.join(", "))
+                }
+                t => format!("{t:?}"),
+            };
+            return Err(FaultError::NoTarget { kind: self.kind.name(), target });
         }
         picked.sort_unstable();
         let mut gpus = Vec::new();

@@ -21,6 +21,10 @@ use tessera_core::telemetry::{DetectionConfig, DetectionFrame, NodeSample, Telem
 
 use crate::fault::{FaultKind, ResolvedFault};
 
+/// Smallest utilisation change (‰) a node's telemetry reports to the
+/// scheduler.
+pub const DEAD_BAND_PERMILLE: u16 = 20;
+
 /// Longest telemetry delay, intervals.
 pub const MAX_DELAY_INTERVALS: usize = 10;
 
@@ -260,6 +264,9 @@ pub fn run(
     let mut loss: Vec<f64> = vec![0.0; n_nodes];
     let mut delay: Vec<usize> = vec![0; n_nodes];
     let mut active: BTreeSet<usize> = BTreeSet::new();
+    // Telemetry faults started so far: from the first one on, samples are
+    // kept for delays and losses.
+    let mut telemetry_faults = 0u32;
     // Displaced pods waiting to run again, by the fault that displaced them.
     let mut displaced: BTreeMap<u64, usize> = BTreeMap::new();
     let mut last_rebind: Vec<u64> = vec![0; faults.len()];
@@ -300,7 +307,13 @@ pub fn run(
             drop(by_node);
             // What reaches the scheduler.
             let mut delivered: Vec<(NodeId, NodeSample)> = Vec::with_capacity(n_nodes);
+            let faulty_feed = telemetry_faults > 0;
             for (i, sample) in truth.into_iter().enumerate() {
+                if !faulty_feed {
+                    // The common case: delivered as measured, nothing kept.
+                    delivered.push((i as NodeId, sample));
+                    continue;
+                }
                 let h = &mut feed.history[i];
                 h.push_back(sample);
                 if h.len() > MAX_DELAY_INTERVALS + 1 {
@@ -321,8 +334,9 @@ pub fn run(
                     }
                 }
             }
+            // Detection only feeds the rescheduler.
             let mut anomalies = Vec::new();
-            if ticks.is_multiple_of(cfg.detection.detection_interval.max(1)) {
+            if rescheduler.is_some() && ticks.is_multiple_of(cfg.detection.detection_interval.max(1)) {
                 let frame =
                     DetectionFrame::from_samples(ticks, &delivered, |id| tracker.node(id as usize).round() as u32);
                 anomalies = placer
@@ -332,7 +346,17 @@ pub fn run(
                     .collect();
             }
             for (id, sample) in delivered {
-                s.observe_node(id, |n| sample.apply(n));
+                // Like a node agent with a dead band, only a change of at
+                // least DEAD_BAND reaches the scheduler and its plugins (a
+                // node delta each); SLA and heat above use the truth.
+                let n = &s.cluster().nodes()[id as usize];
+                let moved = |a: u16, b: u16| a.abs_diff(b) >= DEAD_BAND_PERMILLE;
+                let changed = moved(n.cpu_util_permille, sample.cpu_util_permille)
+                    || moved(n.memory_util_permille, sample.memory_util_permille)
+                    || n.gpus.iter().zip(&sample.gpu_util_permille).any(|(g, &u)| moved(g.util_permille, u));
+                if changed {
+                    s.observe_node(id, |n| sample.apply(n));
+                }
             }
             if !anomalies.is_empty()
                 && let Some(rs) = rescheduler.as_deref_mut()
@@ -423,11 +447,13 @@ pub fn run(
                             }
                         }
                         FaultKind::TelemetryLoss => {
+                            telemetry_faults += 1;
                             for &n in &f.nodes {
                                 loss[n as usize] = loss[n as usize].max(f.intensity);
                             }
                         }
                         FaultKind::TelemetryDelay => {
+                            telemetry_faults += 1;
                             let d = ((f.intensity * MAX_DELAY_INTERVALS as f64).round() as usize).max(1);
                             for &n in &f.nodes {
                                 delay[n as usize] = delay[n as usize].max(d);

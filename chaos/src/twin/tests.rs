@@ -138,9 +138,9 @@ fn telemetry_loss_and_delay_withhold_samples() {
     let n = cluster().len() as u64;
     assert!(o.telemetry_withheld >= n * (50_000 / 300), "{}", o.telemetry_withheld);
     let d = go(&[fault(FaultKind::TelemetryDelay, 0, 50_000, 0.3, Target::All)], &mut Simple::default());
-    // Three intervals late: the first sample (taken as the fault starts)
-    // arrived; the next two have nothing old enough to deliver.
-    assert_eq!(d.telemetry_withheld, 2 * n);
+    // Three intervals late: the first three intervals of the fault have
+    // nothing old enough to deliver.
+    assert_eq!(d.telemetry_withheld, 3 * n);
     balanced(&d);
 }
 

@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod bench_api;
+pub mod chaos;
 pub mod check;
 pub mod execute;
 pub mod fidelity;

@@ -104,6 +104,9 @@ enum Command {
         #[arg(long)]
         policy: Option<String>,
     },
+    /// Chaos verification of a policy before rollout.
+    #[command(subcommand)]
+    Chaos(ChaosCmd),
     /// Benchmarks against published results.
     #[command(subcommand)]
     Bench(BenchCmd),
@@ -319,6 +322,28 @@ enum BenchCmd {
 }
 
 #[derive(Subcommand)]
+enum ChaosCmd {
+    /// Run a campaign: every scenario × seed for the candidate and the
+    /// baseline on the simulated twin, in parallel; print each gate
+    /// (candidate, baseline, threshold, margin) and PROMOTE or BLOCK.
+    /// Exit code 0 only for PROMOTE (2 for BLOCK, 1 for an error).
+    Verify {
+        /// The campaign file (YAML).
+        #[arg(long)]
+        campaign: PathBuf,
+        #[arg(long, value_enum, default_value = "markdown")]
+        format: ReportFormat,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ReportFormat {
+    Json,
+    Markdown,
+    Html,
+}
+
+#[derive(Subcommand)]
 enum PolicyCmd {
     /// Validate a policy document and load (and check) all its plugins.
     Check {
@@ -423,6 +448,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Serve { listen, config, policy } => {
             tessera::serve::run(&tessera::serve::ServeOptions { listen, config, policy })?;
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Chaos(ChaosCmd::Verify { campaign, format }) => {
+            let report = tessera::chaos::verify(&campaign)?;
+            match format {
+                ReportFormat::Json => println!("{}", serde_json::to_string(&report)?),
+                ReportFormat::Markdown => print!("{}", report.to_markdown()),
+                ReportFormat::Html => print!("{}", report.to_html()),
+            }
+            Ok(if report.verdict == tessera_chaos::Verdict::Promote { ExitCode::SUCCESS } else { ExitCode::from(2) })
         }
         Command::Bench(BenchCmd::Throughput { nodes, pods, policy, seed, workers, format }) => {
             let r = throughput::run(&throughput::ThroughputOptions { nodes, pods, policy, seed, workers })?;

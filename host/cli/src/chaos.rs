@@ -1,0 +1,180 @@
+//! `tessera chaos verify`: a campaign's inputs loaded and checked, every
+//! scenario × seed run for the candidate and the baseline on the simulated
+//! twin (in parallel on the available cores, each run on its own loaded
+//! policy), and the runs judged by the campaign's gates.
+
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use tessera_chaos::campaign::{ClusterSpec, WorkloadSpec};
+use tessera_chaos::fault::Start;
+use tessera_chaos::twin::{self, TwinConfig};
+use tessera_chaos::verdict::{self, Report, Run, Side};
+use tessera_chaos::{Campaign, ResolvedFault};
+use tessera_core::metrics::TargetWorkload;
+use tessera_core::model::{Node, Pod};
+use tessera_core::sim::{Arrival, synthetic};
+use tessera_core::telemetry::TelemetryConfig;
+use tessera_policy::PolicyDocument;
+use tessera_wasm::Runtime;
+
+use crate::sim::{node_of, pod_of, trace_arrivals};
+
+/// Seed of the built-in cluster: the twin is one cluster; seeds vary the
+/// workload, the faults' targets and the telemetry.
+const CLUSTER_SEED: u64 = 42;
+
+/// Everything the runs read, loaded once before any runs.
+struct Inputs {
+    nodes: Vec<Node>,
+    /// Per seed (one entry when the workload is a trace).
+    arrivals: Vec<(u64, Vec<Arrival>)>,
+    workload: TargetWorkload,
+    candidate: PolicyDocument,
+    baseline: PolicyDocument,
+}
+
+fn load_inputs(c: &Campaign) -> Result<Inputs> {
+    let nodes: Vec<Node> = match &c.cluster {
+        ClusterSpec::Builtin { nodes } => synthetic::cluster(*nodes, CLUSTER_SEED),
+        ClusterSpec::Trace(p) => {
+            let p = c.resolve(p);
+            let f = std::fs::File::open(&p).with_context(|| format!("cannot open {}", p.display()))?;
+            tessera_trace::read_nodes(std::io::BufReader::new(f), &p.display().to_string())?
+                .iter()
+                .enumerate()
+                .map(|(i, r)| node_of(i, r))
+                .collect()
+        }
+    };
+    let mut models: Vec<String> = nodes.iter().map(|n| n.gpu_model.clone()).filter(|m| !m.is_empty()).collect();
+    models.sort();
+    models.dedup();
+    let total_gpus: u64 = nodes.iter().map(|n| n.gpus.len() as u64).sum();
+    let (arrivals, shapes): (Vec<(u64, Vec<Arrival>)>, Vec<Pod>) = match &c.workload {
+        WorkloadSpec::Builtin { pods, load } => {
+            let shapes = synthetic::pods(*pods, &models, CLUSTER_SEED);
+            let per_seed = c
+                .seeds
+                .iter()
+                .map(|&s| (s, synthetic::arrivals(&synthetic::pods(*pods, &models, s), total_gpus, *load, s)))
+                .collect();
+            (per_seed, shapes)
+        }
+        WorkloadSpec::Trace { pods, load } => {
+            let p = c.resolve(pods);
+            let f = std::fs::File::open(&p).with_context(|| format!("cannot open {}", p.display()))?;
+            let rows = tessera_trace::read_pods(std::io::BufReader::new(f), &p.display().to_string())?;
+            let shapes: Vec<Pod> = rows.iter().map(pod_of).collect();
+            let per_seed = match load {
+                Some(load) => {
+                    c.seeds.iter().map(|&s| (s, synthetic::arrivals(&shapes, total_gpus, *load, s))).collect()
+                }
+                None => {
+                    let arr = trace_arrivals(&rows);
+                    anyhow::ensure!(!arr.is_empty(), "{}: no pod has a creation time to replay", p.display());
+                    c.seeds.iter().map(|&s| (s, arr.clone())).collect()
+                }
+            };
+            (per_seed, shapes)
+        }
+    };
+    let workload = TargetWorkload::from_pods(&shapes, 0.95);
+    let doc = |name: &str| -> Result<PolicyDocument> {
+        let mut d = crate::sim::policy_document(&c.policy_ref(name), CLUSTER_SEED)
+            .with_context(|| format!("campaign {}: policy {name}", c.name))?;
+        crate::sim::inject_workload(&mut d, &workload);
+        Ok(d)
+    };
+    Ok(Inputs { nodes, arrivals, candidate: doc(&c.candidate)?, baseline: doc(&c.baseline)?, workload })
+}
+
+struct Job {
+    scenario: usize,
+    seed: u64,
+    side: Side,
+}
+
+fn run_one(rt: &Runtime, c: &Campaign, inputs: &Inputs, job: &Job) -> Result<Run> {
+    let started = Instant::now();
+    let scenario = &c.scenarios[job.scenario];
+    let arrivals = inputs.arrivals.iter().find(|(s, _)| *s == job.seed).expect("one per seed").1.clone();
+    let t0 = arrivals.iter().map(|a| a.at).min().unwrap_or(0);
+    let faults: Vec<ResolvedFault> = scenario
+        .faults
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let Start::At(at) = f.start;
+            f.resolve(&inputs.nodes, t0 + at, job.seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+                .with_context(|| format!("scenario {}", scenario.name))
+        })
+        .collect::<Result<_>>()?;
+    let doc = match job.side {
+        Side::Candidate => &inputs.candidate,
+        Side::Baseline => &inputs.baseline,
+    };
+    // Deterministic: no per-decision deadline in the twin (slow plugins are
+    // a fault of their own).
+    let mut policy = crate::load::load_policy(rt, doc)?.without_timeout();
+    let cfg = TwinConfig {
+        sched: doc.scheduling,
+        telemetry: TelemetryConfig { interval_s: c.telemetry_interval_s, ..TelemetryConfig::default() },
+        detection: doc.detection,
+        seed: job.seed,
+        max_moves_share: c.max_migrations_pct / 100.0,
+    };
+    let mut exec = (c.max_migrations_pct > 0.0).then(|| {
+        let planner = tessera_resched::SimPlanner::new(
+            tessera_resched::Planner::new(doc.rescheduling.clone()),
+            inputs.workload.clone(),
+        );
+        crate::execute::ExecutingRescheduler::new(
+            planner,
+            doc.movement.clone(),
+            tessera_movement::sim::SimActuatorConfig { seed: job.seed, ..Default::default() },
+        )
+    });
+    let outcome = twin::run(
+        inputs.nodes.clone(),
+        &inputs.workload,
+        arrivals,
+        &faults,
+        &mut policy,
+        exec.as_mut().map(|e| e as &mut dyn tessera_core::sim::Rescheduler),
+        &cfg,
+    );
+    Ok(Run {
+        scenario: scenario.name.clone(),
+        seed: job.seed,
+        side: job.side,
+        outcome,
+        wall_s: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Runs `campaign` (a file) and judges it.
+pub fn verify(path: &Path) -> Result<Report> {
+    let started = Instant::now();
+    let c = Campaign::load(path)?;
+    let inputs = load_inputs(&c)?;
+    // Every fault must land on this cluster before anything runs.
+    for s in &c.scenarios {
+        for f in &s.faults {
+            f.resolve(&inputs.nodes, 0, 0).with_context(|| format!("{}: scenario {}", path.display(), s.name))?;
+        }
+    }
+    let mut jobs = Vec::with_capacity(c.runs());
+    for scenario in 0..c.scenarios.len() {
+        for &seed in &c.seeds {
+            for side in [Side::Candidate, Side::Baseline] {
+                jobs.push(Job { scenario, seed, side });
+            }
+        }
+    }
+    let runs = crate::sim::run_parallel(jobs, |rt, job| run_one(rt, &c, &inputs, &job))?
+        .into_iter()
+        .collect::<Result<Vec<Run>>>()?;
+    Ok(verdict::judge(&c, runs, started.elapsed().as_secs_f64()))
+}

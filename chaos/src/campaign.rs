@@ -19,6 +19,10 @@ pub enum ClusterSpec {
     },
     /// An openb node list (relative to the campaign file).
     Trace(PathBuf),
+    /// A snapshot of a running service (`GET /v1/snapshot` saved to a
+    /// file): its nodes, and its running and waiting pods, which arrive at
+    /// the start of every run and stay (the live load).
+    Snapshot(PathBuf),
 }
 
 /// The workload replayed on it.
@@ -142,7 +146,8 @@ pub struct Campaign {
     /// What it is for.
     #[serde(default)]
     pub description: String,
-    /// The twin's cluster (`{builtin: {nodes: 200}}` or `{trace: FILE}`).
+    /// The twin's cluster (`{builtin: {nodes: 200}}`, `{trace: FILE}` or
+    /// `{snapshot: FILE}`).
     #[serde(with = "serde_yaml_ng::with::singleton_map")]
     pub cluster: ClusterSpec,
     /// The workload (`{builtin: {pods: 4000, load: 0.9}}` or

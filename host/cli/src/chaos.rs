@@ -28,6 +28,8 @@ const CLUSTER_SEED: u64 = 42;
 /// Everything the runs read, loaded once before any runs.
 struct Inputs {
     nodes: Vec<Node>,
+    /// Pods of a snapshot, arriving first in every run.
+    live: Vec<Arrival>,
     /// Per seed (one entry when the workload is a trace).
     arrivals: Vec<(u64, Vec<Arrival>)>,
     workload: TargetWorkload,
@@ -36,8 +38,18 @@ struct Inputs {
 }
 
 fn load_inputs(c: &Campaign) -> Result<Inputs> {
+    let mut live = Vec::new();
     let nodes: Vec<Node> = match &c.cluster {
         ClusterSpec::Builtin { nodes } => synthetic::cluster(*nodes, CLUSTER_SEED),
+        ClusterSpec::Snapshot(p) => {
+            let p = c.resolve(p);
+            let text = std::fs::read_to_string(&p).with_context(|| format!("cannot read {}", p.display()))?;
+            let snap: tessera_core::snapshot::Snapshot = serde_json::from_str(&text)
+                .with_context(|| format!("{}: not a snapshot (GET /v1/snapshot)", p.display()))?;
+            snap.validate().with_context(|| format!("{}", p.display()))?;
+            live = snap.arrivals(0);
+            snap.empty_nodes()
+        }
         ClusterSpec::Trace(p) => {
             let p = c.resolve(p);
             let f = std::fs::File::open(&p).with_context(|| format!("cannot open {}", p.display()))?;
@@ -87,7 +99,7 @@ fn load_inputs(c: &Campaign) -> Result<Inputs> {
         crate::sim::inject_workload(&mut d, &workload);
         Ok(d)
     };
-    Ok(Inputs { nodes, arrivals, candidate: doc(&c.candidate)?, baseline: doc(&c.baseline)?, workload })
+    Ok(Inputs { nodes, live, arrivals, candidate: doc(&c.candidate)?, baseline: doc(&c.baseline)?, workload })
 }
 
 struct Job {
@@ -99,8 +111,10 @@ struct Job {
 fn run_one(rt: &Runtime, c: &Campaign, inputs: &Inputs, job: &Job) -> Result<Run> {
     let started = Instant::now();
     let scenario = &c.scenarios[job.scenario];
-    let arrivals = inputs.arrivals.iter().find(|(s, _)| *s == job.seed).expect("one per seed").1.clone();
-    let t0 = arrivals.iter().map(|a| a.at).min().unwrap_or(0);
+    let workload = &inputs.arrivals.iter().find(|(s, _)| *s == job.seed).expect("one per seed").1;
+    let t0 = workload.iter().map(|a| a.at).min().unwrap_or(0);
+    let arrivals: Vec<Arrival> =
+        inputs.live.iter().map(|a| Arrival { at: t0, ..a.clone() }).chain(workload.iter().cloned()).collect();
     let faults: Vec<ResolvedFault> = scenario
         .faults
         .iter()

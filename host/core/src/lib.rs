@@ -14,6 +14,7 @@ pub mod queue;
 pub mod sched;
 pub mod score;
 pub mod sim;
+pub mod snapshot;
 pub mod telemetry;
 
 pub use model::{Gpu, GpuHealth, Node, NodeId, Pod, Resources, Tier};

@@ -124,6 +124,7 @@ pub fn router(state: AppState) -> axum::Router {
         .route("/v1/plugins", get(plugins).post(load_plugin).layer(DefaultBodyLimit::max(MAX_COMPONENT_BYTES)))
         .route("/v1/policies", get(policy).post(swap_policy).layer(DefaultBodyLimit::max(MAX_POLICY_BYTES)))
         .route("/v1/attribution", get(attribution))
+        .route("/v1/snapshot", get(snapshot))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(state.clone(), count_requests))
@@ -497,6 +498,18 @@ pub async fn attribution(
     let decisions = s.shared.decisions.read().unwrap_or_else(|p| p.into_inner());
     let plans = s.shared.plans.read().unwrap_or_else(|p| p.into_inner());
     Ok(Json(attribution::attribute(metric, from, to, &decisions, &plans)))
+}
+
+/// The cluster now — nodes, running and waiting pods — as a JSON document
+/// a chaos campaign takes as its twin (`cluster: {snapshot: FILE}`).
+#[utoipa::path(get, path = "/v1/snapshot", responses(
+    (status = 200, description = "tessera_core::snapshot::Snapshot", body = Object),
+    (status = 503, body = ApiError),
+))]
+pub async fn snapshot(State(s): State<AppState>) -> Result<Json<tessera_core::snapshot::Snapshot>, ApiError> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    send(&s, Control::Snapshot { done: tx })?;
+    Ok(Json(wait(rx).await?))
 }
 
 /// Checks the bearer token in constant time.

@@ -53,6 +53,11 @@ pub enum Control {
         /// Told the version it replaced (none: no such plugin).
         done: std::sync::mpsc::Sender<Option<Arc<tessera_wasm::PluginVersion>>>,
     },
+    /// The cluster as the loop sees it between passes.
+    Snapshot {
+        /// Told the snapshot.
+        done: std::sync::mpsc::Sender<tessera_core::snapshot::Snapshot>,
+    },
 }
 
 /// One placement decision as the policy made it, with when it ran.
@@ -251,6 +256,27 @@ impl Engine {
                 }
                 let _ = done.send(old);
             }
+            Control::Snapshot { done } => {
+                let _ = done.send(self.snapshot());
+            }
+        }
+    }
+
+    fn snapshot(&self) -> tessera_core::snapshot::Snapshot {
+        use tessera_core::snapshot::{RunningPod, Snapshot};
+        Snapshot {
+            backend: self.backend.name().to_string(),
+            backend_time_s: self.now_s,
+            taken_at_unix_ms: SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            nodes: self.sched.cluster().nodes().to_vec(),
+            running: self
+                .sched
+                .running()
+                .map(|(_, pod, placement)| RunningPod { pod: pod.clone(), placement })
+                .collect(),
+            waiting: self.sched.waiting().map(|(_, pod, _)| pod.clone()).collect(),
         }
     }
 

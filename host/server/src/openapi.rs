@@ -35,6 +35,7 @@ impl Modify for BearerAuth {
         api::policy,
         api::swap_policy,
         api::attribution,
+        api::snapshot,
     ),
     components(schemas(
         api::ApiError,
@@ -73,6 +74,7 @@ mod tests {
             "/v1/plugins",
             "/v1/policies",
             "/v1/attribution",
+            "/v1/snapshot",
         ] {
             assert!(paths.contains_key(p), "{p} is not documented");
         }

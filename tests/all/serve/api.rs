@@ -201,6 +201,15 @@ async fn the_api_explains_recent_decisions_and_guards_its_mutations() {
     })
     .await;
 
+    // A snapshot of the cluster, and a chaos campaign on a twin of it.
+    let (s, snap) = json(http.get(svc.url("/v1/snapshot")).send().await.unwrap()).await;
+    assert_eq!(s, StatusCode::OK, "{snap}");
+    assert_eq!(snap["backend"], "simulator");
+    assert_eq!(snap["nodes"].as_array().unwrap().len(), 60);
+    let running = snap["running"].as_array().unwrap().len();
+    assert!(running > 0, "{snap}");
+    twin_of_the_live_cluster(&snap, running).await;
+
     // Health, readiness, metrics, the OpenAPI document.
     let r = http.get(svc.url("/healthz")).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::OK);
@@ -224,4 +233,25 @@ fn the_shipped_serve_config_lists_the_defaults() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/serve.yaml");
     let cfg = tessera_server::ServeConfig::load(&path).unwrap();
     assert_eq!(cfg, tessera_server::ServeConfig::default());
+}
+
+/// A campaign whose cluster is the service's snapshot runs on the same
+/// nodes, with the live pods arriving first.
+async fn twin_of_the_live_cluster(snap: &Value, running: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("live.json"), snap.to_string()).unwrap();
+    let campaign = dir.path().join("live.yaml");
+    std::fs::write(
+        &campaign,
+        "name: live\ncluster: {snapshot: live.json}\nworkload: {builtin: {pods: 200, load: 0.5}}\n\
+         candidate: binpack\nbaseline: default\nseeds: [1]\nscenarios:\n  - name: crash\n    faults:\n\
+         \x20     - {kind: node-crash, start: {at: 0}, duration_s: 600, target: {count: 3}}\n",
+    )
+    .unwrap();
+    let report = tokio::task::spawn_blocking(move || tessera::chaos::verify(&campaign)).await.unwrap().unwrap();
+    assert_eq!(report.runs.len(), 2);
+    for r in &report.runs {
+        assert_eq!(r.outcome.lost, 0, "{r:?}");
+        assert!(r.outcome.submitted as usize >= 200 + running, "the live pods arrive too: {r:?}");
+    }
 }

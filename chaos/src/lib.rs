@@ -10,6 +10,7 @@
 //! a seed.
 
 pub mod campaign;
+pub mod export;
 pub mod fault;
 pub mod twin;
 pub mod verdict;

@@ -192,3 +192,28 @@ pub fn verify(path: &Path) -> Result<Report> {
         .collect::<Result<Vec<Run>>>()?;
     Ok(verdict::judge(&c, runs, started.elapsed().as_secs_f64()))
 }
+
+/// `tessera chaos export`: the campaign's faults as Chaos Mesh manifests
+/// (targets resolved on its cluster with its first seed).
+pub fn export(path: &Path, opts: &tessera_chaos::export::ExportOptions) -> Result<tessera_chaos::export::Export> {
+    let c = Campaign::load(path)?;
+    let inputs = load_inputs(&c)?;
+    let seed = c.seeds[0];
+    let resolved = c
+        .scenarios
+        .iter()
+        .map(|s| {
+            s.faults
+                .iter()
+                .enumerate()
+                .map(|(i, f)| {
+                    let Start::At(at) = f.start;
+                    f.resolve(&inputs.nodes, at, seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+                        .with_context(|| format!("{}: scenario {}", path.display(), s.name))
+                })
+                .collect::<Result<Vec<_>>>()
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let names: Vec<String> = inputs.nodes.iter().map(|n| n.name.clone()).collect();
+    Ok(tessera_chaos::export::export(&c, &resolved, &names, opts))
+}

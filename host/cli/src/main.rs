@@ -334,6 +334,23 @@ enum ChaosCmd {
         #[arg(long, value_enum, default_value = "markdown")]
         format: ReportFormat,
     },
+    /// Write the campaign's faults as Chaos Mesh manifests (a Workflow per
+    /// scenario, or a Schedule with --schedule) for the faults Chaos Mesh
+    /// has; the others are listed as skipped.
+    Export {
+        /// The campaign file (YAML).
+        #[arg(long)]
+        campaign: PathBuf,
+        /// Namespace of the experiments.
+        #[arg(long, default_value = "chaos-mesh")]
+        namespace: String,
+        /// Namespaces whose pods they hit (repeatable).
+        #[arg(long = "target-namespace", default_value = "default")]
+        target_namespaces: Vec<String>,
+        /// Cron expression: emit Schedules instead of Workflows.
+        #[arg(long)]
+        schedule: Option<String>,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -457,6 +474,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 ReportFormat::Html => print!("{}", report.to_html()),
             }
             Ok(if report.verdict == tessera_chaos::Verdict::Promote { ExitCode::SUCCESS } else { ExitCode::from(2) })
+        }
+        Command::Chaos(ChaosCmd::Export { campaign, namespace, target_namespaces, schedule }) => {
+            let opts = tessera_chaos::export::ExportOptions { namespace, target_namespaces, schedule };
+            let e = tessera::chaos::export(&campaign, &opts)?;
+            for k in &e.skipped {
+                eprintln!("skipped {k}");
+            }
+            print!("{}", tessera_chaos::export::to_yaml(&e, &campaign.display().to_string()));
+            Ok(ExitCode::SUCCESS)
         }
         Command::Bench(BenchCmd::Throughput { nodes, pods, policy, seed, workers, format }) => {
             let r = throughput::run(&throughput::ThroughputOptions { nodes, pods, policy, seed, workers })?;

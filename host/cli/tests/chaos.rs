@@ -81,3 +81,23 @@ fn a_bad_campaign_file_is_refused_before_anything_runs() {
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("atlantis") && err.contains("zone-a, zone-b, zone-c"), "{err}");
 }
+
+#[test]
+fn export_writes_chaos_mesh_workflows_for_the_faults_it_has() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .current_dir(root())
+        .args(["chaos", "export", "--campaign", "chaos/campaigns/sound-candidate.yaml", "--schedule", "0 3 * * 1"])
+        .output()
+        .expect("run tessera");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("skipped gpu-xid: gpu-failure (Chaos Mesh has no GPU faults)"), "{stderr}");
+    let docs: Vec<Value> = stdout.split("---\n").skip(1).map(|d| serde_yaml_ng::from_str(d).unwrap()).collect();
+    let names: Vec<&str> = docs.iter().map(|d| d["metadata"]["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        ["sound-candidate-node-crash", "sound-candidate-zone-partition", "sound-candidate-telemetry-loss"],
+        "scenarios with a Chaos Mesh equivalent"
+    );
+    assert!(docs.iter().all(|d| d["kind"] == "Schedule" && d["spec"]["type"] == "Workflow"));
+}

@@ -51,6 +51,8 @@ pub struct AppState {
     pub token: Option<Arc<str>>,
     /// Seed for plugins loaded through the API.
     pub seed: u64,
+    /// Rollout settings.
+    pub rollout: crate::rollout::RolloutConfig,
 }
 
 /// An API error.
@@ -125,6 +127,7 @@ pub fn router(state: AppState) -> axum::Router {
         .route("/v1/policies", get(policy).post(swap_policy).layer(DefaultBodyLimit::max(MAX_POLICY_BYTES)))
         .route("/v1/attribution", get(attribution))
         .route("/v1/snapshot", get(snapshot))
+        .merge(crate::rollout::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(state.clone(), count_requests))
@@ -513,7 +516,7 @@ pub async fn snapshot(State(s): State<AppState>) -> Result<Json<tessera_core::sn
 }
 
 /// Checks the bearer token in constant time.
-fn authorize(s: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+pub(crate) fn authorize(s: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(token) = &s.token else {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
@@ -542,7 +545,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// A body's content type, when given, must be one of `allowed`.
-fn content_type(headers: &HeaderMap, allowed: &[&str]) -> Result<(), ApiError> {
+pub(crate) fn content_type(headers: &HeaderMap, allowed: &[&str]) -> Result<(), ApiError> {
     let Some(ct) = headers.get(header::CONTENT_TYPE) else { return Ok(()) };
     let essence = ct.to_str().unwrap_or_default().split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
     if allowed.contains(&essence.as_str()) {
@@ -556,7 +559,7 @@ fn content_type(headers: &HeaderMap, allowed: &[&str]) -> Result<(), ApiError> {
     }
 }
 
-fn send(s: &AppState, c: Control) -> Result<(), ApiError> {
+pub(crate) fn send(s: &AppState, c: Control) -> Result<(), ApiError> {
     if s.shared.stopping.load(Ordering::SeqCst) {
         return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "API-NOT-READY", "the service is stopping"));
     }
@@ -565,7 +568,7 @@ fn send(s: &AppState, c: Control) -> Result<(), ApiError> {
         .map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "API-NOT-READY", "the scheduling loop has stopped"))
 }
 
-async fn wait<T: Send + 'static>(rx: std::sync::mpsc::Receiver<T>) -> Result<T, ApiError> {
+pub(crate) async fn wait<T: Send + 'static>(rx: std::sync::mpsc::Receiver<T>) -> Result<T, ApiError> {
     tokio::task::spawn_blocking(move || rx.recv_timeout(SWAP_TIMEOUT))
         .await
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "API-INTERNAL", e.to_string()))?

@@ -57,6 +57,8 @@ pub struct ServeConfig {
     pub otel: OtelConfig,
     /// How much history the API keeps.
     pub history: HistoryConfig,
+    /// Policy rollout.
+    pub rollout: crate::rollout::RolloutConfig,
     /// Directory of the precompiled-component cache (unset: components
     /// are compiled at every start). `TESSERA_CACHE_DIR` fills it when the
     /// file does not.
@@ -73,6 +75,7 @@ impl Default for ServeConfig {
             sim: SimBackendConfig::default(),
             otel: OtelConfig::default(),
             history: HistoryConfig::default(),
+            rollout: crate::rollout::RolloutConfig::default(),
             cache_dir: None,
         }
     }

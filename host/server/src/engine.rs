@@ -12,6 +12,7 @@
 
 mod cycle;
 mod decide;
+mod recorder;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -26,12 +27,13 @@ use tessera_core::sched::{PodId, Scheduler};
 use tessera_core::sim::Placer;
 use tessera_core::telemetry::{Detection, DetectionFrame};
 use tessera_policy::PolicyDocument;
-use tessera_wasm::{Decision, Policy};
+use tessera_wasm::Policy;
 
 use crate::backend::{Backend, ClusterEvent};
 use crate::config::EngineConfig;
 use crate::observe::Tracing;
 use crate::{PolicyView, Shared};
+use recorder::{Recorded, Recorder};
 
 /// What the engine is asked to do between passes.
 pub enum Control {
@@ -53,73 +55,30 @@ pub enum Control {
         /// Told the version it replaced (none: no such plugin).
         done: std::sync::mpsc::Sender<Option<Arc<tessera_wasm::PluginVersion>>>,
     },
+    /// Set (or, with none, drop) the candidate policy; it starts in shadow.
+    SetCandidate {
+        /// The candidate, loaded and checked, and its document.
+        candidate: Option<(Policy, Box<PolicyDocument>)>,
+        /// Told once set.
+        done: std::sync::mpsc::Sender<()>,
+    },
+    /// Move the candidate to another stage.
+    SetStage {
+        /// The stage.
+        stage: crate::rollout::Stage,
+        /// Told once set, or why not.
+        done: std::sync::mpsc::Sender<Result<(), String>>,
+    },
+    /// Make the candidate the active policy.
+    Promote {
+        /// Told once it is, or why not.
+        done: std::sync::mpsc::Sender<Result<(), String>>,
+    },
     /// The cluster as the loop sees it between passes.
     Snapshot {
         /// Told the snapshot.
         done: std::sync::mpsc::Sender<tessera_core::snapshot::Snapshot>,
     },
-}
-
-/// One placement decision as the policy made it, with when it ran.
-struct Recorded {
-    wall: SystemTime,
-    decision: Decision,
-    /// When the loop told the placer about the bound node (the bind).
-    bound_after: Option<Duration>,
-    started: Instant,
-}
-
-/// The policy, recording each decision for the explain log and traces.
-struct Recorder {
-    policy: Policy,
-    recorded: Vec<Recorded>,
-    awaiting_bind: bool,
-}
-
-impl Placer for Recorder {
-    fn nodes_changed(&mut self, nodes: &[&Node]) {
-        if std::mem::take(&mut self.awaiting_bind)
-            && let Some(r) = self.recorded.last_mut()
-        {
-            r.bound_after = Some(r.started.elapsed());
-        }
-        Placer::nodes_changed(&mut self.policy, nodes);
-    }
-
-    fn prime(&mut self) {
-        Placer::prime(&mut self.policy);
-    }
-
-    fn zone_carbon(&mut self, zone: &str, g_per_kwh: u32) {
-        self.policy.set_zone_carbon(zone, g_per_kwh);
-    }
-
-    fn set_weights(&mut self, weights: &[f64]) {
-        Placer::set_weights(&mut self.policy, weights);
-    }
-
-    fn detect(&mut self, frame: &DetectionFrame) -> Vec<Detection> {
-        Placer::detect(&mut self.policy, frame)
-    }
-
-    fn place(&mut self, pod: &Pod, candidates: &[NodeId]) -> tessera_core::sim::Choice {
-        let (wall, started) = (SystemTime::now(), Instant::now());
-        let decision = self.policy.decide(pod, candidates);
-        let choice = tessera_core::sim::Choice {
-            node: decision.chosen,
-            gpu_hint: decision.gpu_hint,
-            plugin_errors: decision.errors.len() as u32,
-            deadline_hit: decision.deadline_hit,
-            filtered: if decision.feasible.is_empty() {
-                tessera_core::score::most_common(decision.rejections.iter().map(|r| r.reason.as_str()))
-            } else {
-                None
-            },
-        };
-        self.recorded.push(Recorded { wall, decision, bound_after: None, started });
-        self.awaiting_bind = choice.node.is_some();
-        choice
-    }
 }
 
 /// What the engine keeps per live pod.
@@ -177,7 +136,7 @@ impl Engine {
             backend,
             top_k,
             sched,
-            placer: Recorder { policy, recorded: Vec::new(), awaiting_bind: false },
+            placer: Recorder::new(policy),
             policy_label: String::new(),
             doc,
             workload,
@@ -240,6 +199,7 @@ impl Engine {
         match c {
             Control::SwapPolicy { policy, doc, done } => {
                 self.placer.policy = policy;
+                self.shared.rollout.write().unwrap_or_else(|p| p.into_inner()).active = doc.name.clone();
                 self.planner = tessera_resched::Planner::new(doc.rescheduling.clone());
                 self.doc = *doc;
                 self.sched.resync();
@@ -256,8 +216,103 @@ impl Engine {
                 }
                 let _ = done.send(old);
             }
+            Control::SetCandidate { candidate, done } => {
+                self.placer.candidate = candidate.map(|(policy, doc)| {
+                    let c = recorder::Candidate { policy, doc: *doc, stage: crate::rollout::Stage::Shadow };
+                    // Mirror the cluster into the candidate's plugins.
+                    let nodes: Vec<&Node> = self.sched.cluster().nodes().iter().collect();
+                    let mut c = c;
+                    Placer::nodes_changed(&mut c.policy, &nodes);
+                    Placer::prime(&mut c.policy);
+                    c
+                });
+                let mut v = self.shared.rollout.write().unwrap_or_else(|p| p.into_inner());
+                let (active, promotions) = (v.active.clone(), v.promotions);
+                *v = crate::rollout::RolloutView {
+                    active,
+                    promotions,
+                    candidate: self.placer.candidate.as_ref().map(|c| c.doc.name.clone()),
+                    stage: self.placer.candidate.as_ref().map(|c| c.stage),
+                    since_unix_ms: unix_ms_now(),
+                    ..Default::default()
+                };
+                let _ = done.send(());
+            }
+            Control::SetStage { stage, done } => {
+                let r = match &mut self.placer.candidate {
+                    Some(c) => {
+                        c.stage = stage;
+                        let mut v = self.shared.rollout.write().unwrap_or_else(|p| p.into_inner());
+                        v.stage = Some(stage);
+                        v.since_unix_ms = unix_ms_now();
+                        Ok(())
+                    }
+                    None => Err("no candidate".to_string()),
+                };
+                let _ = done.send(r);
+            }
+            Control::Promote { done } => {
+                let r = match self.placer.candidate.take() {
+                    Some(c) => {
+                        let (policy, doc) = (c.policy, c.doc);
+                        self.placer.policy = policy;
+                        self.planner = tessera_resched::Planner::new(doc.rescheduling.clone());
+                        self.doc = doc;
+                        self.sched.resync();
+                        self.publish_policy();
+                        let mut v = self.shared.rollout.write().unwrap_or_else(|p| p.into_inner());
+                        *v = crate::rollout::RolloutView {
+                            active: self.doc.name.clone(),
+                            promotions: v.promotions + 1,
+                            since_unix_ms: unix_ms_now(),
+                            ..Default::default()
+                        };
+                        Ok(())
+                    }
+                    None => Err("no candidate".to_string()),
+                };
+                let _ = done.send(r);
+            }
             Control::Snapshot { done } => {
                 let _ = done.send(self.snapshot());
+            }
+        }
+    }
+
+    /// The pass's shadow and canary comparisons into the rollout view.
+    fn fold_comparisons(&mut self) {
+        let compared = std::mem::take(&mut self.placer.compared);
+        if compared.is_empty() {
+            return;
+        }
+        let nodes = self.sched.cluster().nodes();
+        let name = |n: Option<NodeId>| n.and_then(|n| nodes.get(n as usize)).map(|n| n.name.clone());
+        let stage = match self.placer.candidate.as_ref().map(|c| c.stage) {
+            Some(crate::rollout::Stage::Canary { .. }) => "canary",
+            _ => "shadow",
+        };
+        let mut v = self.shared.rollout.write().unwrap_or_else(|p| p.into_inner());
+        for c in compared {
+            v.compared += 1;
+            v.candidate_acted += u64::from(c.candidate_acted);
+            let agreed = c.active == c.candidate;
+            self.shared
+                .metrics
+                .rollout_decisions
+                .get_or_create(&vec![("stage".into(), stage.into()), ("agreed".into(), agreed.to_string())])
+                .inc();
+            if !agreed {
+                v.disagreements += 1;
+                v.recent.push_back(crate::rollout::Disagreement {
+                    pod: c.pod,
+                    active: name(c.active),
+                    candidate: name(c.candidate),
+                    acted: if c.candidate_acted { "candidate" } else { "active" }.into(),
+                    at_unix_ms: unix_ms_now(),
+                });
+                if v.recent.len() > crate::rollout::RECENT {
+                    v.recent.pop_front();
+                }
             }
         }
     }
@@ -283,9 +338,7 @@ impl Engine {
     fn publish_policy(&mut self) {
         let members: Vec<tessera_wasm::Member> =
             self.placer.policy.scorers().iter().chain(self.placer.policy.detectors()).cloned().collect();
-        let versions: Vec<String> =
-            members.iter().map(|m| format!("{}@{}", m.name, m.slot.current().version())).collect();
-        self.policy_label = format!("{}: {}", self.doc.name, versions.join(", "));
+        self.policy_label = Recorder::label(&self.doc.name, &self.placer.policy);
         *self.shared.policy.write().unwrap_or_else(|p| p.into_inner()) =
             PolicyView { name: self.doc.name.clone(), doc: self.doc.clone(), members };
     }
@@ -303,6 +356,7 @@ impl Engine {
         let attempts = self.sched.take_attempts();
         self.carry_out(&events);
         let recorded = std::mem::take(&mut self.placer.recorded);
+        self.fold_comparisons();
         self.record_pass(now, pass_wall, pass, events, attempts, recorded);
         let periodic = self.cfg.reschedule_every_s > 0 && now >= self.next_reschedule_s;
         if periodic {
@@ -459,4 +513,8 @@ impl Engine {
         status.pods_running = self.sched.running().count();
         status.pods_waiting = self.sched.waiting().count();
     }
+}
+
+fn unix_ms_now() -> u64 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }

@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod observe;
 pub mod openapi;
 pub mod record;
+pub mod rollout;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, RwLock};
@@ -82,6 +83,8 @@ pub struct Shared {
     pub policy: RwLock<PolicyView>,
     /// The backend at the last pass.
     pub status: RwLock<Status>,
+    /// The rollout of a candidate policy.
+    pub rollout: RwLock<rollout::RolloutView>,
     /// The loop mirrored the cluster into the plugins and runs.
     pub ready: AtomicBool,
     /// Shutdown asked.
@@ -135,6 +138,7 @@ impl Server {
             metrics: Metrics::new(),
             policy: RwLock::new(PolicyView { name: doc.name.clone(), doc: doc.clone(), members: Vec::new() }),
             status: RwLock::new(Status::default()),
+            rollout: RwLock::new(rollout::RolloutView { active: doc.name.clone(), ..Default::default() }),
             ready: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
         });
@@ -174,6 +178,7 @@ impl Server {
             loader: self.loader.clone(),
             token: self.cfg.api_token.clone().map(Arc::from),
             seed: self.cfg.sim.seed,
+            rollout: self.cfg.rollout,
         })
     }
 

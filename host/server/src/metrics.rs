@@ -164,6 +164,9 @@ pub struct Metrics {
     pub api_requests: Family<Vec<(String, String)>, Counter>,
     /// Decisions the backend could not carry out, by code.
     pub backend_errors: Family<CodeLabel, Counter>,
+    /// Pods a rollout's candidate decided beside the active policy, by
+    /// stage and whether they agreed.
+    pub rollout_decisions: Family<Vec<(String, String)>, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -203,6 +206,7 @@ impl Metrics {
             anomalies: Family::default(),
             api_requests: Family::default(),
             backend_errors: Family::default(),
+            rollout_decisions: Family::default(),
             registry: Registry::default(),
         };
         registry.register("decisions", "Placement decisions by outcome", m.decisions.clone());
@@ -255,6 +259,11 @@ impl Metrics {
         registry.register("hotspot_ratio", "Share of nodes at or above 90% of a resource", m.hotspot_ratio.clone());
         registry.register("anomalies", "Anomalies the detectors reported, by kind", m.anomalies.clone());
         registry.register("api_requests", "API requests by route and status class", m.api_requests.clone());
+        registry.register(
+            "rollout_decisions",
+            "Pods a candidate policy decided beside the active one, by stage and agreement",
+            m.rollout_decisions.clone(),
+        );
         registry.register(
             "backend_errors",
             "Binds and evictions the backend could not carry out, by code",

@@ -36,6 +36,12 @@ impl Modify for BearerAuth {
         api::swap_policy,
         api::attribution,
         api::snapshot,
+        crate::rollout::view,
+        crate::rollout::set_candidate,
+        crate::rollout::set_stage,
+        crate::rollout::record_verdict,
+        crate::rollout::promote,
+        crate::rollout::rollback,
     ),
     components(schemas(
         api::ApiError,
@@ -75,6 +81,8 @@ mod tests {
             "/v1/policies",
             "/v1/attribution",
             "/v1/snapshot",
+            "/v1/rollout",
+            "/v1/rollout/promote",
         ] {
             assert!(paths.contains_key(p), "{p} is not documented");
         }

@@ -8,6 +8,7 @@ mod backend;
 mod load;
 mod otlp;
 mod prometheus;
+mod rollout;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -90,6 +90,11 @@ impl Engine {
             .map(|(r, n)| (r.code().to_string(), n))
             .collect();
         let d = rec.map(|r| &r.decision);
+        // A canary decision is the candidate's.
+        let (policy_name, policy_label) = match (rec.is_some_and(|r| r.by_candidate), &self.placer.candidate) {
+            (true, Some(c)) => (c.doc.name.clone(), super::Recorder::label(&c.doc.name, &c.policy)),
+            _ => (self.doc.name.clone(), self.policy_label.clone()),
+        };
         let mut plugin_filter: BTreeMap<(String, String), u32> = BTreeMap::new();
         for r in d.map(|d| d.rejections.as_slice()).unwrap_or_default() {
             *plugin_filter.entry((r.plugin.clone(), r.reason.clone())).or_insert(0) += 1;
@@ -160,8 +165,8 @@ impl Engine {
         let mut attrs = vec![
             attr("tessera.pod", pod_name.clone()),
             attr("tessera.workload", workload.clone()),
-            attr("tessera.policy", self.doc.name.clone()),
-            attr("tessera.policy.plugins", self.policy_label.clone()),
+            attr("tessera.policy", policy_name.clone()),
+            attr("tessera.policy.plugins", policy_label.clone()),
             KeyValue::new("tessera.candidates", attempt.candidates as i64),
             KeyValue::new("tessera.feasible", d.map_or(0, |d| d.feasible.len()) as i64),
             attr("tessera.outcome", outcome.as_str()),
@@ -268,7 +273,7 @@ impl Engine {
             workload,
             at_unix_ms: unix_ms(start),
             backend_time_s: now,
-            policy: self.policy_label.clone(),
+            policy: policy_label,
             outcome,
             node: placement.map(|p| node_name(p.node)),
             gpus: placement.map(|p| p.gpus.indices().map(|g| g as u8).collect()).unwrap_or_default(),

@@ -308,6 +308,18 @@ impl Campaign {
         }
         for s in &self.scenarios {
             for f in &s.faults {
+                if let crate::fault::Start::BeforePeak { history_s, .. } = f.start
+                    && history_s / self.telemetry_interval_s.max(1) < crate::forecast::MIN_HISTORY as u64
+                {
+                    return bad(
+                        &format!("scenarios.{}.start.before-peak.history_s", s.name),
+                        &format!(
+                            "must span at least {} telemetry intervals ({} s)",
+                            crate::forecast::MIN_HISTORY,
+                            crate::forecast::MIN_HISTORY as u64 * self.telemetry_interval_s
+                        ),
+                    );
+                }
                 f.validate().map_err(|source| CampaignError::Fault {
                     path: origin.into(),
                     scenario: s.name.clone(),

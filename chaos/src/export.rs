@@ -243,7 +243,7 @@ mod tests {
                 s.faults
                     .iter()
                     .map(|f| {
-                        let crate::fault::Start::At(at) = f.start;
+                        let crate::fault::Start::At(at) = f.start else { unreachable!("fixed starts") };
                         f.resolve(&ns, at, 1).unwrap()
                     })
                     .collect()

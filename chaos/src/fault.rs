@@ -106,6 +106,15 @@ pub enum Target {
 pub enum Start {
     /// At this time, seconds after the first arrival.
     At(u64),
+    /// Predictive: `lead_s` before the load peak that a model fitted on the
+    /// first `history_s` of the load predicts (see [`crate::forecast`]); the
+    /// intensity follows the model's error.
+    BeforePeak {
+        /// Seconds ahead of the predicted peak.
+        lead_s: u64,
+        /// Seconds of load history the model is fitted on.
+        history_s: u64,
+    },
 }
 
 /// One fault of a scenario, as a campaign states it.

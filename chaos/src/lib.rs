@@ -12,6 +12,7 @@
 pub mod campaign;
 pub mod export;
 pub mod fault;
+pub mod forecast;
 pub mod twin;
 pub mod verdict;
 

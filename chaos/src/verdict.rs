@@ -29,6 +29,9 @@ pub struct Run {
     pub side: Side,
     /// What happened.
     pub outcome: Outcome,
+    /// The forecasts behind its predictive faults.
+    #[serde(default)]
+    pub forecasts: Vec<crate::forecast::Forecast>,
     /// Wall time of the run, seconds.
     pub wall_s: f64,
 }
@@ -221,6 +224,28 @@ impl Report {
                 o.plugin_faults
             );
         }
+        let forecasts: Vec<(&Run, &crate::forecast::Forecast)> =
+            self.runs.iter().flat_map(|r| r.forecasts.iter().map(move |f| (r, f))).collect();
+        if !forecasts.is_empty() {
+            s += "\n| scenario | seed | policy | model | predicted peak (load, s) | actual peak (load, s) | MAPE % | backtest error | intensity asked → injected |\n|---|---:|---|---|---|---|---:|---:|---|\n";
+            for (r, f) in forecasts {
+                s += &format!(
+                    "| {} | {} | {:?} | {} | {:.2} at {} | {:.2} at {} | {:.1} | {:+.2} | {:.2} → {:.2} |\n",
+                    r.scenario,
+                    r.seed,
+                    r.side,
+                    f.model,
+                    f.predicted_peak,
+                    f.predicted_peak_at_s,
+                    f.actual_peak,
+                    f.actual_peak_at_s,
+                    f.mape_pct,
+                    f.backtest_error,
+                    f.intensity_asked,
+                    f.intensity
+                );
+            }
+        }
         s += &format!("\n**{}**", self.word());
         if !self.failing.is_empty() {
             s += &format!(" — failing gates: {}", self.failing.join(", "));
@@ -267,6 +292,7 @@ mod tests {
             seed: 1,
             side,
             outcome: Outcome { lost, pending_p99_s: p99, mean_allocation_pct: alloc, ..Outcome::default() },
+            forecasts: Vec::new(),
             wall_s: 0.0,
         }
     }

@@ -61,7 +61,7 @@ fn go(faults: &[FaultSpec], placer: &mut Simple) -> Outcome {
     let resolved: Vec<ResolvedFault> = faults
         .iter()
         .map(|f| {
-            let Start::At(at) = f.start;
+            let Start::At(at) = f.start else { unreachable!("fixed starts") };
             f.resolve(&nodes, t0 + at, 11).unwrap()
         })
         .collect();

@@ -102,6 +102,34 @@ fn load_inputs(c: &Campaign) -> Result<Inputs> {
     Ok(Inputs { nodes, live, arrivals, candidate: doc(&c.candidate)?, baseline: doc(&c.baseline)?, workload })
 }
 
+/// A scenario's faults placed in a run: windows (fixed or predicted) and
+/// targets, and the forecasts behind predictive starts.
+fn place_faults(
+    scenario: &tessera_chaos::campaign::Scenario,
+    nodes: &[Node],
+    arrivals: &[Arrival],
+    interval_s: u64,
+    seed: u64,
+) -> Result<(Vec<ResolvedFault>, Vec<tessera_chaos::forecast::Forecast>)> {
+    let t0 = arrivals.iter().map(|a| a.at).min().unwrap_or(0);
+    let mut faults = Vec::with_capacity(scenario.faults.len());
+    let mut forecasts = Vec::new();
+    for (i, f) in scenario.faults.iter().enumerate() {
+        let (r, fc) = tessera_chaos::forecast::place(
+            f,
+            nodes,
+            arrivals,
+            t0,
+            interval_s,
+            seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        )
+        .with_context(|| format!("scenario {}: {}", scenario.name, f.kind.name()))?;
+        faults.push(r);
+        forecasts.extend(fc);
+    }
+    Ok((faults, forecasts))
+}
+
 struct Job {
     scenario: usize,
     seed: u64,
@@ -115,16 +143,8 @@ fn run_one(rt: &Runtime, c: &Campaign, inputs: &Inputs, job: &Job) -> Result<Run
     let t0 = workload.iter().map(|a| a.at).min().unwrap_or(0);
     let arrivals: Vec<Arrival> =
         inputs.live.iter().map(|a| Arrival { at: t0, ..a.clone() }).chain(workload.iter().cloned()).collect();
-    let faults: Vec<ResolvedFault> = scenario
-        .faults
-        .iter()
-        .enumerate()
-        .map(|(i, f)| {
-            let Start::At(at) = f.start;
-            f.resolve(&inputs.nodes, t0 + at, job.seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
-                .with_context(|| format!("scenario {}", scenario.name))
-        })
-        .collect::<Result<_>>()?;
+    let (faults, forecasts) =
+        place_faults(&c.scenarios[job.scenario], &inputs.nodes, &arrivals, c.telemetry_interval_s, job.seed)?;
     let doc = match job.side {
         Side::Candidate => &inputs.candidate,
         Side::Baseline => &inputs.baseline,
@@ -164,6 +184,7 @@ fn run_one(rt: &Runtime, c: &Campaign, inputs: &Inputs, job: &Job) -> Result<Run
         seed: job.seed,
         side: job.side,
         outcome,
+        forecasts,
         wall_s: started.elapsed().as_secs_f64(),
     })
 }
@@ -176,7 +197,8 @@ pub fn verify(path: &Path) -> Result<Report> {
     // Every fault must land on this cluster before anything runs.
     for s in &c.scenarios {
         for f in &s.faults {
-            f.resolve(&inputs.nodes, 0, 0).with_context(|| format!("{}: scenario {}", path.display(), s.name))?;
+            let probe = tessera_chaos::FaultSpec { start: Start::At(0), ..f.clone() };
+            probe.resolve(&inputs.nodes, 0, 0).with_context(|| format!("{}: scenario {}", path.display(), s.name))?;
         }
     }
     let mut jobs = Vec::with_capacity(c.runs());
@@ -199,19 +221,14 @@ pub fn export(path: &Path, opts: &tessera_chaos::export::ExportOptions) -> Resul
     let c = Campaign::load(path)?;
     let inputs = load_inputs(&c)?;
     let seed = c.seeds[0];
+    let arrivals = &inputs.arrivals.iter().find(|(s, _)| *s == seed).expect("one per seed").1;
     let resolved = c
         .scenarios
         .iter()
         .map(|s| {
-            s.faults
-                .iter()
-                .enumerate()
-                .map(|(i, f)| {
-                    let Start::At(at) = f.start;
-                    f.resolve(&inputs.nodes, at, seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
-                        .with_context(|| format!("{}: scenario {}", path.display(), s.name))
-                })
-                .collect::<Result<Vec<_>>>()
+            place_faults(s, &inputs.nodes, arrivals, c.telemetry_interval_s, seed)
+                .map(|(f, _)| f)
+                .with_context(|| format!("{}: scenario {}", path.display(), s.name))
         })
         .collect::<Result<Vec<_>>>()?;
     let names: Vec<String> = inputs.nodes.iter().map(|n| n.name.clone()).collect();

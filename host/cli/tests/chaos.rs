@@ -43,6 +43,20 @@ fn the_sound_candidate_is_promoted() {
     assert!(r["gates"].as_array().unwrap().iter().all(|g| g["pass"] == true), "{}", r["gates"]);
     assert!(r["wall_s"].as_f64().unwrap() > 0.0);
     no_pod_lost(&r);
+    // The load spike is predictive: each of its runs carries its forecast,
+    // and the spike began ahead of the predicted peak.
+    for run in r["runs"].as_array().unwrap().iter().filter(|x| x["scenario"] == "load-spike") {
+        let f = &run["forecasts"][0];
+        assert!(f["model"].as_str().is_some_and(|m| !m.is_empty()), "{run}");
+        assert!(f["mape_pct"].as_f64().unwrap().is_finite(), "{f}");
+        let i = f["intensity"].as_f64().unwrap();
+        assert!((0.05..=1.0).contains(&i), "{f}");
+        let fault = &run["outcome"]["faults"][0];
+        assert_eq!(fault["kind"], "load-spike");
+        let predicted = f["predicted_peak_at_s"].as_u64().unwrap();
+        assert!(fault["start"].as_u64().unwrap() <= predicted + 7200, "{fault} vs {f}");
+        assert!(fault["extra_arrivals"].as_u64().unwrap() > 0, "{fault}");
+    }
 }
 
 #[test]

@@ -189,9 +189,46 @@ fn run_one(rt: &Runtime, c: &Campaign, inputs: &Inputs, job: &Job) -> Result<Run
     })
 }
 
-/// Runs `campaign` (a file) and judges it.
-pub fn verify(path: &Path) -> Result<Report> {
-    let started = Instant::now();
+/// A slice of a campaign's runs: shard `index` of `count` (each
+/// scenario × seed pair, with both policies, goes to one shard).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    /// 0-based.
+    pub index: usize,
+    /// Shards in all.
+    pub count: usize,
+}
+
+impl std::str::FromStr for Shard {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (i, n) = s.split_once('/').ok_or_else(|| format!("shard {s:?} is not INDEX/COUNT"))?;
+        let (index, count): (usize, usize) = (
+            i.parse().map_err(|_| format!("shard index {i:?}"))?,
+            n.parse().map_err(|_| format!("shard count {n:?}"))?,
+        );
+        if count == 0 || index >= count {
+            return Err(format!("shard {index}/{count}: the index must be below the count"));
+        }
+        Ok(Self { index, count })
+    }
+}
+
+/// One shard's runs, as `tessera chaos run` writes them.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct ShardRuns {
+    /// Campaign name.
+    pub campaign: String,
+    /// `INDEX/COUNT`.
+    pub shard: String,
+    /// The runs.
+    pub runs: Vec<Run>,
+    /// Wall time, seconds.
+    pub wall_s: f64,
+}
+
+/// Runs `campaign` (a file), or the slice `shard` of it.
+pub fn run(path: &Path, shard: Option<Shard>) -> Result<(Campaign, Vec<Run>)> {
     let c = Campaign::load(path)?;
     let inputs = load_inputs(&c)?;
     // Every fault must land on this cluster before anything runs.
@@ -202,17 +239,58 @@ pub fn verify(path: &Path) -> Result<Report> {
         }
     }
     let mut jobs = Vec::with_capacity(c.runs());
+    let mut pair = 0;
     for scenario in 0..c.scenarios.len() {
         for &seed in &c.seeds {
-            for side in [Side::Candidate, Side::Baseline] {
-                jobs.push(Job { scenario, seed, side });
+            if shard.is_none_or(|sh| pair % sh.count == sh.index) {
+                for side in [Side::Candidate, Side::Baseline] {
+                    jobs.push(Job { scenario, seed, side });
+                }
             }
+            pair += 1;
         }
     }
     let runs = crate::sim::run_parallel(jobs, |rt, job| run_one(rt, &c, &inputs, &job))?
         .into_iter()
         .collect::<Result<Vec<Run>>>()?;
+    Ok((c, runs))
+}
+
+/// Runs `campaign` (a file) and judges it.
+pub fn verify(path: &Path) -> Result<Report> {
+    let started = Instant::now();
+    let (c, runs) = run(path, None)?;
     Ok(verdict::judge(&c, runs, started.elapsed().as_secs_f64()))
+}
+
+/// Judges the shards' runs of `campaign` together: every scenario × seed ×
+/// policy exactly once, or an error naming what is missing or repeated.
+pub fn merge(path: &Path, shards: &[std::path::PathBuf]) -> Result<Report> {
+    let c = Campaign::load(path)?;
+    let mut runs: Vec<Run> = Vec::new();
+    let mut wall_s: f64 = 0.0;
+    for f in shards {
+        let text = std::fs::read_to_string(f).with_context(|| format!("cannot read {}", f.display()))?;
+        let s: ShardRuns =
+            serde_json::from_str(&text).with_context(|| format!("{}: not a shard's runs", f.display()))?;
+        anyhow::ensure!(s.campaign == c.name, "{}: runs of campaign {}, not {}", f.display(), s.campaign, c.name);
+        wall_s = wall_s.max(s.wall_s);
+        runs.extend(s.runs);
+    }
+    for sc in &c.scenarios {
+        for &seed in &c.seeds {
+            for side in [Side::Candidate, Side::Baseline] {
+                let n = runs.iter().filter(|r| r.scenario == sc.name && r.seed == seed && r.side == side).count();
+                anyhow::ensure!(
+                    n == 1,
+                    "scenario {} seed {seed} {side:?}: {n} runs in the shards, expected 1",
+                    sc.name
+                );
+            }
+        }
+    }
+    anyhow::ensure!(runs.len() == c.runs(), "the shards hold {} runs; the campaign has {}", runs.len(), c.runs());
+    Ok(verdict::judge(&c, runs, wall_s))
 }
 
 /// `tessera chaos export`: the campaign's faults as Chaos Mesh manifests

@@ -9,6 +9,8 @@ use tessera::{bench, check, fidelity, load, plan, quality, sim, throughput};
 use tessera_policy::PolicyDocument;
 use tessera_wasm::{Runtime, RuntimeConfig};
 
+mod chaos_cmd;
+
 #[derive(Parser)]
 #[command(name = "tessera", version, about = "GPU cluster scheduler with sandboxed WebAssembly policies")]
 struct Cli {
@@ -106,7 +108,7 @@ enum Command {
     },
     /// Chaos verification of a policy before rollout.
     #[command(subcommand)]
-    Chaos(ChaosCmd),
+    Chaos(chaos_cmd::ChaosCmd),
     /// Benchmarks against published results.
     #[command(subcommand)]
     Bench(BenchCmd),
@@ -322,45 +324,6 @@ enum BenchCmd {
 }
 
 #[derive(Subcommand)]
-enum ChaosCmd {
-    /// Run a campaign: every scenario × seed for the candidate and the
-    /// baseline on the simulated twin, in parallel; print each gate
-    /// (candidate, baseline, threshold, margin) and PROMOTE or BLOCK.
-    /// Exit code 0 only for PROMOTE (2 for BLOCK, 1 for an error).
-    Verify {
-        /// The campaign file (YAML).
-        #[arg(long)]
-        campaign: PathBuf,
-        #[arg(long, value_enum, default_value = "markdown")]
-        format: ReportFormat,
-    },
-    /// Write the campaign's faults as Chaos Mesh manifests (a Workflow per
-    /// scenario, or a Schedule with --schedule) for the faults Chaos Mesh
-    /// has; the others are listed as skipped.
-    Export {
-        /// The campaign file (YAML).
-        #[arg(long)]
-        campaign: PathBuf,
-        /// Namespace of the experiments.
-        #[arg(long, default_value = "chaos-mesh")]
-        namespace: String,
-        /// Namespaces whose pods they hit (repeatable).
-        #[arg(long = "target-namespace", default_value = "default")]
-        target_namespaces: Vec<String>,
-        /// Cron expression: emit Schedules instead of Workflows.
-        #[arg(long)]
-        schedule: Option<String>,
-    },
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum ReportFormat {
-    Json,
-    Markdown,
-    Html,
-}
-
-#[derive(Subcommand)]
 enum PolicyCmd {
     /// Validate a policy document and load (and check) all its plugins.
     Check {
@@ -466,24 +429,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             tessera::serve::run(&tessera::serve::ServeOptions { listen, config, policy })?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Chaos(ChaosCmd::Verify { campaign, format }) => {
-            let report = tessera::chaos::verify(&campaign)?;
-            match format {
-                ReportFormat::Json => println!("{}", serde_json::to_string(&report)?),
-                ReportFormat::Markdown => print!("{}", report.to_markdown()),
-                ReportFormat::Html => print!("{}", report.to_html()),
-            }
-            Ok(if report.verdict == tessera_chaos::Verdict::Promote { ExitCode::SUCCESS } else { ExitCode::from(2) })
-        }
-        Command::Chaos(ChaosCmd::Export { campaign, namespace, target_namespaces, schedule }) => {
-            let opts = tessera_chaos::export::ExportOptions { namespace, target_namespaces, schedule };
-            let e = tessera::chaos::export(&campaign, &opts)?;
-            for k in &e.skipped {
-                eprintln!("skipped {k}");
-            }
-            print!("{}", tessera_chaos::export::to_yaml(&e, &campaign.display().to_string()));
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Chaos(cmd) => chaos_cmd::run(cmd),
         Command::Bench(BenchCmd::Throughput { nodes, pods, policy, seed, workers, format }) => {
             let r = throughput::run(&throughput::ThroughputOptions { nodes, pods, policy, seed, workers })?;
             match format {

@@ -115,3 +115,73 @@ fn export_writes_chaos_mesh_workflows_for_the_faults_it_has() {
     );
     assert!(docs.iter().all(|d| d["kind"] == "Schedule" && d["spec"]["type"] == "Workflow"));
 }
+
+#[test]
+fn shards_merged_give_the_verdict_of_one_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let campaign = dir.path().join("small.yaml");
+    std::fs::write(
+        &campaign,
+        "name: small\ncluster: {builtin: {nodes: 30}}\nworkload: {builtin: {pods: 300, load: 0.9}}\n\
+         candidate: binpack\nbaseline: default\nseeds: [1, 2, 3]\nscenarios:\n\
+         \x20 - name: crash\n    faults: [{kind: node-crash, start: {at: 3600}, duration_s: 3600, target: {count: 3}}]\n\
+         \x20 - name: control\ngates:\n  pending_p99_s: {max_increase_pct: 25, slack: 300}\n",
+    )
+    .unwrap();
+    let c = campaign.to_str().unwrap();
+    let (_, whole, err) = verify(c, "json");
+    let whole: Value = serde_json::from_str(&whole).unwrap_or_else(|e| panic!("{e}: {err}"));
+    let mut files = Vec::new();
+    for k in 0..4 {
+        let out = dir.path().join(format!("shard-{k}.json"));
+        let r = Command::new(env!("CARGO_BIN_EXE_tessera"))
+            .args(["chaos", "run", "--campaign", c, "--shard", &format!("{k}/4"), "--out", out.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        files.push(out.to_str().unwrap().to_string());
+    }
+    let merge = |files: &[String]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
+            .args(["chaos", "merge", "--campaign", c, "--format", "json"])
+            .args(files)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, merged, err) = merge(&files);
+    assert!(code == Some(0) || code == Some(2), "{err}");
+    let merged: Value = serde_json::from_str(&merged).unwrap();
+    assert_eq!(merged["verdict"], whole["verdict"]);
+    assert_eq!(merged["gates"], whole["gates"], "a twin run is deterministic: shards change nothing");
+    let (code, _, err) = merge(&files[..3]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("expected 1"), "names the missing run: {err}");
+    let bad = Command::new(env!("CARGO_BIN_EXE_tessera"))
+        .args(["chaos", "run", "--campaign", c, "--shard", "4/4", "--out", "x"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("below the count"));
+}
+
+#[test]
+fn the_shipped_chaos_jobs_shard_as_many_ways_as_they_run() {
+    let text = std::fs::read_to_string(root().join("deploy/chaos/campaign-job.yaml")).unwrap();
+    let docs: Vec<Value> = text.split("\n---\n").map(|d| serde_yaml_ng::from_str(d).unwrap()).collect();
+    let shards = &docs[0];
+    assert_eq!((shards["kind"].as_str(), shards["spec"]["completionMode"].as_str()), (Some("Job"), Some("Indexed")));
+    let n = shards["spec"]["completions"].as_u64().unwrap();
+    let args = shards["spec"]["template"]["spec"]["containers"][0]["args"][0].as_str().unwrap();
+    assert!(args.contains(&format!("--shard \"${{JOB_COMPLETION_INDEX}}/{n}\"")), "{args}");
+    let merge = docs[1]["spec"]["template"]["spec"]["containers"][0]["args"][0].as_str().unwrap();
+    assert!(merge.contains("tessera chaos merge") && merge.contains("/runs/shard-*.json"), "{merge}");
+    let cron: Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(root().join("deploy/chaos/cronjob.yaml")).unwrap()).unwrap();
+    assert_eq!(cron["kind"], "CronJob");
+    let cmd = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"][0].as_str().unwrap();
+    assert!(cmd.contains("tessera chaos verify --campaign"), "{cmd}");
+}

@@ -427,8 +427,23 @@ pub async fn swap_policy(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<PolicyInfo> {
-    authorize(&s, &headers)?;
-    content_type(&headers, &["application/yaml", "application/x-yaml", "text/yaml", "application/json", "text/plain"])?;
+    let (loaded, doc) = load_policy_body(&s, &headers, body).await?;
+    s.shared.metrics.zero_known_series(&doc);
+    let (tx, rx) = std::sync::mpsc::channel();
+    send(&s, Control::SwapPolicy { policy: loaded, doc: Box::new(doc), done: tx })?;
+    wait(rx).await?;
+    Ok(policy(State(s)).await)
+}
+
+/// A policy document from a mutating request (token, media type, UTF-8,
+/// schema), with all its plugins loaded and checked.
+pub(crate) async fn load_policy_body(
+    s: &AppState,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(tessera_wasm::Policy, tessera_policy::PolicyDocument), ApiError> {
+    authorize(s, headers)?;
+    content_type(headers, &["application/yaml", "application/x-yaml", "text/yaml", "application/json", "text/plain"])?;
     let body = body?;
     let text = std::str::from_utf8(&body)
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "API-BAD-BODY", format!("the body is not UTF-8: {e}")))?;
@@ -442,11 +457,7 @@ pub async fn swap_policy(
         .map_err(|m| {
             ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "POLICY-LOAD-FAILED", format!("policy {}: {m}", doc.name))
         })?;
-    s.shared.metrics.zero_known_series(&doc);
-    let (tx, rx) = std::sync::mpsc::channel();
-    send(&s, Control::SwapPolicy { policy: loaded, doc: Box::new(doc), done: tx })?;
-    wait(rx).await?;
-    Ok(policy(State(s)).await)
+    Ok((loaded, doc))
 }
 
 /// `?metric=&from=&to=`.

@@ -155,21 +155,7 @@ pub async fn set_candidate(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<RolloutView>, ApiError> {
-    authorize(&s, &headers)?;
-    content_type(&headers, &["application/yaml", "application/x-yaml", "text/yaml", "application/json", "text/plain"])?;
-    let body = body?;
-    let text = std::str::from_utf8(&body)
-        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "API-BAD-BODY", format!("the body is not UTF-8: {e}")))?;
-    let doc = tessera_policy::PolicyDocument::parse(text, "request body")
-        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "POLICY-INVALID", e.to_string()))?;
-    let loader = s.loader.clone();
-    let d = doc.clone();
-    let policy = tokio::task::spawn_blocking(move || loader.load_policy(&d))
-        .await
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "API-INTERNAL", e.to_string()))?
-        .map_err(|m| {
-            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "POLICY-LOAD-FAILED", format!("policy {}: {m}", doc.name))
-        })?;
+    let (policy, doc) = crate::api::load_policy_body(&s, &headers, body).await?;
     let (tx, rx) = std::sync::mpsc::channel();
     send(&s, Control::SetCandidate { candidate: Some((policy, Box::new(doc))), done: tx })?;
     wait(rx).await?;

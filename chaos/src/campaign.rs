@@ -308,6 +308,12 @@ impl Campaign {
         }
         for s in &self.scenarios {
             for f in &s.faults {
+                if f.kind == crate::FaultKind::ActuatorErrors && self.max_migrations_pct == 0.0 {
+                    return bad(
+                        &format!("scenarios.{}", s.name),
+                        "has actuator-errors but the twin does not reschedule: set max_migrations_pct above 0",
+                    );
+                }
                 if let crate::fault::Start::BeforePeak { history_s, .. } = f.start
                     && history_s / self.telemetry_interval_s.max(1) < crate::forecast::MIN_HISTORY as u64
                 {
@@ -393,6 +399,7 @@ gates:
             (GOOD.replace("candidate:", "colour: blue\ncandidate:"), "colour"),
             (GOOD.replace("kind: node-crash", "kind: meteor"), "meteor"),
             (GOOD.replace("{max_increase_pct: 25, slack: 60}", "{slack: 60}"), "sets no bound"),
+            (GOOD.replace("kind: node-crash", "kind: actuator-errors"), "does not reschedule"),
         ];
         for (text, needle) in cases {
             let e = Campaign::parse(&text, "c.yaml").unwrap_err().to_string();

@@ -124,6 +124,7 @@ fn experiment(
         FaultKind::PluginTrap | FaultKind::PluginSlow => {
             Err("a fault inside Tessera's own plugins, proven on the twin")
         }
+        FaultKind::ActuatorErrors => Err("errors of the Kubernetes API itself, which Chaos Mesh does not inject"),
     }
 }
 

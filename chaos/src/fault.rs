@@ -42,11 +42,15 @@ pub enum FaultKind {
     /// A plugin is slow: with probability `intensity` a decision runs out
     /// of its time budget before scoring and falls back likewise.
     PluginSlow,
+    /// API and actuator errors during movement: each eviction or start of
+    /// a rescheduling move fails with probability `intensity` (the
+    /// Movement Manager retries, rolls back or drops it).
+    ActuatorErrors,
 }
 
 impl FaultKind {
     /// Every kind.
-    pub const ALL: [FaultKind; 9] = [
+    pub const ALL: [FaultKind; 10] = [
         FaultKind::NodeCrash,
         FaultKind::ZonePartition,
         FaultKind::GpuFailure,
@@ -56,6 +60,7 @@ impl FaultKind {
         FaultKind::LoadSpike,
         FaultKind::PluginTrap,
         FaultKind::PluginSlow,
+        FaultKind::ActuatorErrors,
     ];
 
     /// Its name in campaign files.
@@ -70,6 +75,7 @@ impl FaultKind {
             FaultKind::LoadSpike => "load-spike",
             FaultKind::PluginTrap => "plugin-trap",
             FaultKind::PluginSlow => "plugin-slow",
+            FaultKind::ActuatorErrors => "actuator-errors",
         }
     }
 
@@ -80,7 +86,10 @@ impl FaultKind {
 
     /// Whether it acts on nodes (and so needs a target).
     pub fn targets_nodes(self) -> bool {
-        !matches!(self, FaultKind::LoadSpike | FaultKind::PluginTrap | FaultKind::PluginSlow)
+        !matches!(
+            self,
+            FaultKind::LoadSpike | FaultKind::PluginTrap | FaultKind::PluginSlow | FaultKind::ActuatorErrors
+        )
     }
 }
 

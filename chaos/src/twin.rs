@@ -17,6 +17,16 @@ use tessera_core::metrics::{FragmentationTracker, TargetWorkload, percentile};
 use tessera_core::model::{GpuHealth, Node, NodeId, Pod, Tier};
 use tessera_core::sched::{Event, SchedConfig, Scheduler};
 use tessera_core::sim::{Arrival, Choice, Placer, Rescheduler};
+
+/// A rescheduler whose moves the twin can make fail: it plans (through
+/// [`Rescheduler`]) and executes the moves on an actuator whose failure
+/// rate the `actuator-errors` fault sets.
+pub trait TwinRescheduler: Rescheduler {
+    /// Probability that one step of a move (evict, start) fails, from now.
+    fn set_move_failure_rate(&mut self, p: f64);
+    /// Moves that did not end done so far (failed, rolled back, dropped).
+    fn moves_failed(&self) -> u64;
+}
 use tessera_core::telemetry::{DetectionConfig, DetectionFrame, NodeSample, TelemetryConfig, TelemetryModel};
 
 use crate::fault::{FaultKind, ResolvedFault};
@@ -95,6 +105,9 @@ pub struct Outcome {
     pub mean_fragmentation_pct: f64,
     /// Pods moved by the rescheduler.
     pub migrations: u64,
+    /// Moves that failed, were rolled back or dropped.
+    #[serde(default)]
+    pub migrations_failed: u64,
     /// Longest recovery of a fault that displaced pods, seconds.
     pub recovery_s: u64,
     /// Displaced pods never running again.
@@ -202,7 +215,7 @@ pub fn run(
     arrivals: Vec<Arrival>,
     faults: &[ResolvedFault],
     placer: &mut impl Placer,
-    mut rescheduler: Option<&mut dyn Rescheduler>,
+    mut rescheduler: Option<&mut dyn TwinRescheduler>,
     cfg: &TwinConfig,
 ) -> Outcome {
     let mut arrivals = arrivals;
@@ -461,6 +474,11 @@ pub fn run(
                         }
                         FaultKind::LoadSpike => {}
                         FaultKind::PluginTrap | FaultKind::PluginSlow => {}
+                        FaultKind::ActuatorErrors => {
+                            if let Some(rs) = rescheduler.as_deref_mut() {
+                                rs.set_move_failure_rate(combined(faults, &active, FaultKind::ActuatorErrors));
+                            }
+                        }
                     }
                     off.sort_unstable();
                     off.dedup();
@@ -540,6 +558,11 @@ pub fn run(
                         FaultKind::PluginTrap | FaultKind::PluginSlow => {
                             recompute_plugin_faults(&mut placer, faults, &active)
                         }
+                        FaultKind::ActuatorErrors => {
+                            if let Some(rs) = rescheduler.as_deref_mut() {
+                                rs.set_move_failure_rate(combined(faults, &active, FaultKind::ActuatorErrors));
+                            }
+                        }
                     }
                 }
             }
@@ -599,16 +622,19 @@ pub fn run(
     r.plugin_faults = st.plugin_errors;
     r.deadline_hits = st.deadline_hits;
     debug_assert!(placer.traps <= r.plugin_faults && placer.slows <= r.deadline_hits);
+    r.migrations_failed = rescheduler.map_or(0, |rs| rs.moves_failed());
     r.faults = reports;
     r
 }
 
+/// The probability that at least one active fault of `kind` strikes.
+fn combined(faults: &[ResolvedFault], active: &BTreeSet<usize>, kind: FaultKind) -> f64 {
+    1.0 - active.iter().filter(|&&a| faults[a].kind == kind).map(|&a| 1.0 - faults[a].intensity).product::<f64>()
+}
+
 fn recompute_plugin_faults<P: Placer>(placer: &mut Faulty<'_, P>, faults: &[ResolvedFault], active: &BTreeSet<usize>) {
-    let p = |kind| {
-        1.0 - active.iter().filter(|&&a| faults[a].kind == kind).map(|&a| 1.0 - faults[a].intensity).product::<f64>()
-    };
-    placer.trap = p(FaultKind::PluginTrap);
-    placer.slow = p(FaultKind::PluginSlow);
+    placer.trap = combined(faults, active, FaultKind::PluginTrap);
+    placer.slow = combined(faults, active, FaultKind::PluginSlow);
 }
 
 #[cfg(test)]

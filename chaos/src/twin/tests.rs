@@ -176,3 +176,47 @@ fn overlapping_crashes_keep_a_node_down_until_both_end() {
     // on it before 35,000 s (the second crash found nothing new to displace).
     assert_eq!(o.faults[1].displaced, 0, "{o:?}");
 }
+
+/// Moves nothing; records the failure rates the twin sets.
+#[derive(Default)]
+struct Recording {
+    rates: Vec<f64>,
+}
+
+impl Rescheduler for Recording {
+    fn plan(
+        &mut self,
+        _cluster: &tessera_core::cluster::Cluster,
+        _running: &[(Pod, Placement)],
+        _max_moves: usize,
+    ) -> Vec<(usize, Placement)> {
+        Vec::new()
+    }
+}
+
+impl TwinRescheduler for Recording {
+    fn set_move_failure_rate(&mut self, p: f64) {
+        self.rates.push(p);
+    }
+    fn moves_failed(&self) -> u64 {
+        7
+    }
+}
+
+#[test]
+fn actuator_errors_reach_the_rescheduler_for_their_window_only() {
+    let nodes = cluster();
+    let arr = arrivals(&nodes, 0.9);
+    let t0 = arr.iter().map(|a| a.at).min().unwrap();
+    let f = |at: u64, d: u64, p: f64| {
+        fault(FaultKind::ActuatorErrors, at, d, p, Target::One).resolve(&nodes, t0 + at, 1).unwrap()
+    };
+    // Two overlapping windows: 0.5, then both (1 - 0.5 x 0.5), then 0.5, then none.
+    let faults = vec![f(1_000, 10_000, 0.5), f(5_000, 2_000, 0.5)];
+    let workload = TargetWorkload::from_pods(arr.iter().map(|a| &a.pod), 0.95);
+    let mut rs = Recording::default();
+    let o = run(nodes, &workload, arr, &faults, &mut Simple::default(), Some(&mut rs), &cfg());
+    assert_eq!(rs.rates, [0.5, 0.75, 0.5, 0.0]);
+    assert_eq!(o.migrations_failed, 7, "reported from the rescheduler");
+    assert!(o.faults.iter().all(|f| f.nodes == 0), "no node is hit");
+}

@@ -176,7 +176,7 @@ fn run_one(rt: &Runtime, c: &Campaign, inputs: &Inputs, job: &Job) -> Result<Run
         arrivals,
         &faults,
         &mut policy,
-        exec.as_mut().map(|e| e as &mut dyn tessera_core::sim::Rescheduler),
+        exec.as_mut().map(|e| e as &mut dyn tessera_chaos::twin::TwinRescheduler),
         &cfg,
     );
     Ok(Run {

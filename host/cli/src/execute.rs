@@ -102,6 +102,17 @@ impl ExecutingRescheduler {
     }
 }
 
+impl tessera_chaos::twin::TwinRescheduler for ExecutingRescheduler {
+    fn set_move_failure_rate(&mut self, p: f64) {
+        self.actuator.evict_failure = p;
+        self.actuator.start_failure = p;
+    }
+
+    fn moves_failed(&self) -> u64 {
+        self.totals.failed + self.totals.rolled_back + self.totals.dropped
+    }
+}
+
 impl Rescheduler for ExecutingRescheduler {
     fn plan(&mut self, cluster: &Cluster, running: &[(Pod, Placement)], max_moves: usize) -> Vec<(usize, Placement)> {
         let planned = self.planner.plan(cluster, running, max_moves);

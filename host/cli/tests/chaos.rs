@@ -185,3 +185,27 @@ fn the_shipped_chaos_jobs_shard_as_many_ways_as_they_run() {
     let cmd = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"][0].as_str().unwrap();
     assert!(cmd.contains("tessera chaos verify --campaign"), "{cmd}");
 }
+
+#[test]
+fn actuator_errors_fail_rescheduling_moves_without_losing_pods() {
+    let dir = tempfile::tempdir().unwrap();
+    let campaign = dir.path().join("act.yaml");
+    std::fs::write(
+        &campaign,
+        "name: act\ncluster: {builtin: {nodes: 60}}\nworkload: {builtin: {pods: 1500, load: 1.0}}\n\
+         candidate: default\nbaseline: default\nseeds: [1]\nmax_migrations_pct: 5\nscenarios:\n  - name: control\n\
+         \x20 - name: actuator\n    faults: [{kind: actuator-errors, start: {at: 0}, duration_s: 1000000, intensity: 0.6}]\n",
+    )
+    .unwrap();
+    let (_, out, err) = verify(campaign.to_str().unwrap(), "json");
+    let r: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {err}"));
+    let get = |scenario: &str, key: &str| {
+        r["runs"].as_array().unwrap().iter().find(|x| x["scenario"] == scenario).unwrap()["outcome"][key]
+            .as_u64()
+            .unwrap()
+    };
+    assert!(get("control", "migrations") > 0, "the twin reschedules: {r}");
+    assert!(get("actuator", "migrations_failed") > 10 * get("control", "migrations_failed").max(1), "{r}");
+    assert!(get("actuator", "migrations") < get("control", "migrations"), "{r}");
+    assert!(r["runs"].as_array().unwrap().iter().all(|x| x["outcome"]["lost"] == 0), "{r}");
+}

@@ -16,7 +16,7 @@ use tessera_core::cluster::Placement;
 use tessera_core::metrics::{FragmentationTracker, TargetWorkload, percentile};
 use tessera_core::model::{GpuHealth, Node, NodeId, Pod, Tier};
 use tessera_core::sched::{Event, SchedConfig, Scheduler};
-use tessera_core::sim::{Arrival, Choice, Placer, Rescheduler};
+use tessera_core::sim::{Arrival, Placer, Rescheduler};
 
 /// A rescheduler whose moves the twin can make fail: it plans (through
 /// [`Rescheduler`]) and executes the moves on an actuator whose failure
@@ -30,6 +30,10 @@ pub trait TwinRescheduler: Rescheduler {
 use tessera_core::telemetry::{DetectionConfig, DetectionFrame, NodeSample, TelemetryConfig, TelemetryModel};
 
 use crate::fault::{FaultKind, ResolvedFault};
+
+mod inject;
+
+use inject::{Faulty, combined, recompute_plugin_faults, spike};
 
 /// Smallest utilisation change (‰) a node's telemetry reports to the
 /// scheduler.
@@ -124,81 +128,12 @@ pub struct Outcome {
     pub end_s: u64,
 }
 
-/// The placer with injected plugin faults.
-struct Faulty<'a, P: Placer> {
-    inner: &'a mut P,
-    trap: f64,
-    slow: f64,
-    rng: ChaCha8Rng,
-    traps: u64,
-    slows: u64,
-}
-
-impl<P: Placer> Placer for Faulty<'_, P> {
-    fn nodes_changed(&mut self, nodes: &[&Node]) {
-        self.inner.nodes_changed(nodes);
-    }
-    fn prime(&mut self) {
-        self.inner.prime();
-    }
-    fn zone_carbon(&mut self, zone: &str, g: u32) {
-        self.inner.zone_carbon(zone, g);
-    }
-    fn set_weights(&mut self, w: &[f64]) {
-        self.inner.set_weights(w);
-    }
-    fn detect(&mut self, frame: &DetectionFrame) -> Vec<tessera_core::telemetry::Detection> {
-        self.inner.detect(frame)
-    }
-    fn place(&mut self, pod: &Pod, candidates: &[NodeId]) -> Choice {
-        // The host decides alone (its hard filter's first candidate), as
-        // the runtime does when every plugin abstains.
-        let fallback = |errors, late| Choice {
-            node: None,
-            gpu_hint: None,
-            plugin_errors: errors,
-            deadline_hit: late,
-            filtered: None,
-        };
-        if self.trap > 0.0 && self.rng.random_bool(self.trap.min(1.0)) {
-            self.traps += 1;
-            return fallback(1, false);
-        }
-        if self.slow > 0.0 && self.rng.random_bool(self.slow.min(1.0)) {
-            self.slows += 1;
-            return fallback(0, true);
-        }
-        self.inner.place(pod, candidates)
-    }
-}
-
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Ev {
     FaultEnd(usize),
     Leave(usize),
     FaultStart(usize),
     Arrive(usize),
-}
-
-/// Adds each load spike's extra arrivals; their counts per fault.
-fn spike(arrivals: &mut Vec<Arrival>, faults: &[ResolvedFault], seed: u64) -> Vec<u64> {
-    let mut extra = vec![0; faults.len()];
-    let base = arrivals.len();
-    for (fi, f) in faults.iter().enumerate().filter(|(_, f)| f.kind == FaultKind::LoadSpike) {
-        let window: Vec<usize> = (0..base).filter(|&i| (f.start..f.end).contains(&arrivals[i].at)).collect();
-        let n = (window.len() as f64 * f.intensity).round() as usize;
-        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5B1C_E000 ^ fi as u64);
-        for k in 0..n {
-            let src = arrivals[window[rng.random_range(0..window.len())]].clone();
-            let at = rng.random_range(f.start..f.end);
-            let mut pod = src.pod.clone();
-            pod.name = format!("{}-spike{fi}-{k}", pod.name);
-            let leaves_at = src.leaves_at.map(|l| at + l.saturating_sub(src.at));
-            arrivals.push(Arrival { pod, at, leaves_at });
-        }
-        extra[fi] = n as u64;
-    }
-    extra
 }
 
 /// Telemetry as the scheduler receives it: lost or late under faults.
@@ -625,16 +560,6 @@ pub fn run(
     r.migrations_failed = rescheduler.map_or(0, |rs| rs.moves_failed());
     r.faults = reports;
     r
-}
-
-/// The probability that at least one active fault of `kind` strikes.
-fn combined(faults: &[ResolvedFault], active: &BTreeSet<usize>, kind: FaultKind) -> f64 {
-    1.0 - active.iter().filter(|&&a| faults[a].kind == kind).map(|&a| 1.0 - faults[a].intensity).product::<f64>()
-}
-
-fn recompute_plugin_faults<P: Placer>(placer: &mut Faulty<'_, P>, faults: &[ResolvedFault], active: &BTreeSet<usize>) {
-    placer.trap = combined(faults, active, FaultKind::PluginTrap);
-    placer.slow = combined(faults, active, FaultKind::PluginSlow);
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 use super::*;
 use crate::fault::{FaultSpec, Start, Target};
-use tessera_core::sim::synthetic;
+use tessera_core::sim::{Choice, synthetic};
 
 /// Binds on the first candidate, or, if `avoid_degraded`, on the first
 /// candidate none of whose GPUs is degraded.

@@ -12,9 +12,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use rand::{RngExt as _, SeedableRng as _};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
-use tessera_core::cluster::Placement;
 use tessera_core::metrics::{FragmentationTracker, TargetWorkload, percentile};
-use tessera_core::model::{GpuHealth, Node, NodeId, Pod, Tier};
+use tessera_core::model::{GpuHealth, Node, NodeId, Tier};
 use tessera_core::sched::{Event, SchedConfig, Scheduler};
 use tessera_core::sim::{Arrival, Placer, Rescheduler};
 
@@ -231,10 +230,7 @@ pub fn run(
         let t = events[k].0;
         while next_tick <= t {
             // True utilisation, with degraded GPUs running hot.
-            let mut by_node: Vec<Vec<(&Pod, Placement)>> = vec![Vec::new(); n_nodes];
-            for (_, pod, at) in s.running() {
-                by_node[at.node as usize].push((pod, at));
-            }
+            let by_node = s.running_by_node();
             let mut truth: Vec<NodeSample> = by_node
                 .iter()
                 .enumerate()
@@ -309,21 +305,15 @@ pub fn run(
             if !anomalies.is_empty()
                 && let Some(rs) = rescheduler.as_deref_mut()
             {
-                let (ids, running): (Vec<u64>, Vec<(Pod, Placement)>) =
-                    s.running().map(|(id, p, at)| (id, (p.clone(), at))).unzip();
-                let max_moves = (cfg.max_moves_share * running.len() as f64).floor() as usize;
-                if max_moves > 0 {
-                    let moves = rs.plan_for(s.cluster(), &running, max_moves, &anomalies);
-                    tessera_core::sim::apply_in_passes(moves, |i, to| match s.migrate(ids[i], to) {
-                        Ok(at) => {
-                            r.migrations += 1;
-                            tracker.update(&s.cluster().nodes()[running[i].1.node as usize], workload);
-                            tracker.update(&s.cluster().nodes()[at.node as usize], workload);
-                            true
-                        }
-                        Err(_) => false,
-                    });
-                }
+                r.migrations += tessera_core::sim::answer_anomalies(
+                    &mut s,
+                    &mut tracker,
+                    workload,
+                    rs,
+                    cfg.max_moves_share,
+                    &anomalies,
+                )
+                .unwrap_or(0);
             }
             for z in &zones {
                 placer.zone_carbon(z, model.carbon(z, next_tick));

@@ -1,5 +1,7 @@
 use super::*;
 use crate::fault::{FaultSpec, Start, Target};
+use tessera_core::cluster::Placement;
+use tessera_core::model::Pod;
 use tessera_core::sim::{Choice, synthetic};
 
 /// Binds on the first candidate, or, if `avoid_degraded`, on the first
@@ -35,9 +37,7 @@ fn cluster() -> Vec<Node> {
 }
 
 fn arrivals(nodes: &[Node], load: f64) -> Vec<Arrival> {
-    let mut models: Vec<String> = nodes.iter().map(|n| n.gpu_model.clone()).filter(|m| !m.is_empty()).collect();
-    models.sort();
-    models.dedup();
+    let models = synthetic::gpu_models(nodes);
     let gpus: u64 = nodes.iter().map(|n| n.gpus.len() as u64).sum();
     synthetic::arrivals(&synthetic::pods(800, &models, 3), gpus, load, 3)
 }

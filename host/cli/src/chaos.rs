@@ -19,7 +19,7 @@ use tessera_core::telemetry::TelemetryConfig;
 use tessera_policy::PolicyDocument;
 use tessera_wasm::Runtime;
 
-use crate::sim::{node_of, pod_of, trace_arrivals};
+use crate::sim::{pod_of, trace_arrivals};
 
 /// Seed of the built-in cluster: the twin is one cluster; seeds vary the
 /// workload, the faults' targets and the telemetry.
@@ -50,19 +50,9 @@ fn load_inputs(c: &Campaign) -> Result<Inputs> {
             live = snap.arrivals(0);
             snap.empty_nodes()
         }
-        ClusterSpec::Trace(p) => {
-            let p = c.resolve(p);
-            let f = std::fs::File::open(&p).with_context(|| format!("cannot open {}", p.display()))?;
-            tessera_trace::read_nodes(std::io::BufReader::new(f), &p.display().to_string())?
-                .iter()
-                .enumerate()
-                .map(|(i, r)| node_of(i, r))
-                .collect()
-        }
+        ClusterSpec::Trace(p) => crate::sim::read_node_list(&c.resolve(p))?,
     };
-    let mut models: Vec<String> = nodes.iter().map(|n| n.gpu_model.clone()).filter(|m| !m.is_empty()).collect();
-    models.sort();
-    models.dedup();
+    let models = synthetic::gpu_models(&nodes);
     let total_gpus: u64 = nodes.iter().map(|n| n.gpus.len() as u64).sum();
     let (arrivals, shapes): (Vec<(u64, Vec<Arrival>)>, Vec<Pod>) = match &c.workload {
         WorkloadSpec::Builtin { pods, load } => {

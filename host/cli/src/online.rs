@@ -63,9 +63,7 @@ pub fn run(opts: &SimOptions, telemetry_interval_s: u64) -> Result<OnlineOutcome
         None => {
             // Enough pods for the cluster to run in a steady state for a
             // few mean run times (the published lists are ~1.3 pods/GPU).
-            let mut models: Vec<String> = nodes.iter().map(|n| n.gpu_model.clone()).filter(|m| !m.is_empty()).collect();
-            models.sort();
-            models.dedup();
+            let models = synthetic::gpu_models(&nodes);
             let count = trace_pods.len().max(6 * total_gpus as usize);
             synthetic::arrivals(&synthetic::pods(count, &models, opts.seed), total_gpus, opts.inflate, opts.seed)
         }

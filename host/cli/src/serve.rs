@@ -53,18 +53,9 @@ pub fn backend(cfg: &ServeConfig) -> Result<(SimBackend, PolicyDocument)> {
     let seed = cfg.sim.seed;
     let nodes: Vec<Node> = match &cfg.sim.nodes {
         None => synthetic::cluster(cfg.sim.node_count, seed),
-        Some(p) => {
-            let file = std::fs::File::open(p).with_context(|| format!("cannot open {}", p.display()))?;
-            tessera_trace::read_nodes(std::io::BufReader::new(file), &p.display().to_string())?
-                .iter()
-                .enumerate()
-                .map(|(i, r)| crate::sim::node_of(i, r))
-                .collect()
-        }
+        Some(p) => crate::sim::read_node_list(p)?,
     };
-    let mut models: Vec<String> = nodes.iter().map(|n| n.gpu_model.clone()).filter(|m| !m.is_empty()).collect();
-    models.sort();
-    models.dedup();
+    let models = synthetic::gpu_models(&nodes);
     let workload = TargetWorkload::from_pods(&synthetic::pods(WORKLOAD_SAMPLE, &models, seed), 0.95);
     let mut doc = crate::sim::policy_document(&cfg.policy, seed)?;
     crate::sim::inject_workload(&mut doc, &workload);

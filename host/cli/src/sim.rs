@@ -206,7 +206,7 @@ pub struct SimOutcome {
 }
 
 /// A simulator node from an openb node row (`i` is its id).
-pub fn node_of(i: usize, row: &NodeRow) -> Node {
+fn node_of(i: usize, row: &NodeRow) -> Node {
     let cap = Resources { cpu_milli: row.cpu_milli, memory_mib: row.memory_mib };
     Node::new(i as u32, row.name.clone(), cap, row.gpus as usize, &row.model)
 }
@@ -340,22 +340,22 @@ pub struct Inputs {
     pub workload: TargetWorkload,
 }
 
+/// The nodes of an openb node list file.
+pub fn read_node_list(path: &Path) -> Result<Vec<Node>> {
+    let rows = tessera_trace::read_nodes(std::io::BufReader::new(open(path)?), &path.display().to_string())?;
+    Ok(rows.iter().enumerate().map(|(i, r)| node_of(i, r)).collect())
+}
+
 /// Loads nodes, pods and the arrival order.
 pub fn load_inputs(opts: &SimOptions) -> Result<Inputs> {
     let nodes: Vec<Node> = match &opts.nodes {
         Input::Builtin => synthetic::cluster(opts.node_count, opts.seed),
-        Input::File(p) => tessera_trace::read_nodes(open(p)?, &p.display().to_string())?
-            .iter()
-            .enumerate()
-            .map(|(i, r)| node_of(i, r))
-            .collect(),
+        Input::File(p) => read_node_list(p)?,
     };
     let total_gpus: u64 = nodes.iter().map(|n| n.gpus.len() as u64).sum();
     let (trace_pods, rows): (Vec<Pod>, Option<Vec<PodRow>>) = match &opts.pods {
         Input::Builtin => {
-            let mut models: Vec<String> = nodes.iter().map(|n| n.gpu_model.clone()).filter(|m| !m.is_empty()).collect();
-            models.sort();
-            models.dedup();
+            let models = synthetic::gpu_models(&nodes);
             (synthetic::pods(8_000, &models, opts.seed), None)
         }
         Input::File(p) => {

@@ -168,11 +168,10 @@ pub struct Attempt {
     /// Nodes the host's hard filter rejected, by reason (in
     /// [`FilterReason::ALL`] order).
     pub host_rejected: [u32; 5],
-    /// Nodes that passed the hard filter and went to the placer.
+    /// Nodes that passed the hard filter and went to the placer (none:
+    /// the placer was not asked; its decisions pair in order with the
+    /// attempts that have candidates).
     pub candidates: usize,
-    /// Whether the placer was asked (it is not when no node passed the
-    /// hard filter): the placer's decisions pair with these in order.
-    pub placer_called: bool,
 }
 
 /// Counters of the loop.
@@ -304,6 +303,16 @@ impl Scheduler {
             State::Running { placement, .. } => Some((id, &e.pod, placement)),
             _ => None,
         })
+    }
+
+    /// Running pods grouped by node (index = node id), as telemetry
+    /// samples them.
+    pub fn running_by_node(&self) -> Vec<Vec<(&Pod, Placement)>> {
+        let mut by_node = vec![Vec::new(); self.cluster.nodes().len()];
+        for (_, pod, at) in self.running() {
+            by_node[at.node as usize].push((pod, at));
+        }
+        by_node
     }
 
     /// Where a pod runs, if it does.
@@ -451,13 +460,7 @@ impl Scheduler {
             self.stats.attempts += 1;
             let placed = self.try_place(&pod, placer);
             if let Some(log) = self.attempts.as_mut() {
-                let candidates = self.candidates.len();
-                log.push(Attempt {
-                    pod: id,
-                    host_rejected: self.last_rejected,
-                    candidates,
-                    placer_called: candidates > 0,
-                });
+                log.push(Attempt { pod: id, host_rejected: self.last_rejected, candidates: self.candidates.len() });
             }
             match placed {
                 Ok((placement, candidates)) => {

@@ -457,4 +457,4 @@ mod resched;
 #[cfg(test)]
 mod tests;
 
-pub use resched::{Rescheduler, apply_in_passes};
+pub use resched::{Rescheduler, answer_anomalies};

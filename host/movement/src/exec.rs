@@ -294,7 +294,7 @@ impl Executor {
         self.advance(act, journal, now)?;
         self.track_peaks();
         let gate = self.batch_gate(act, now);
-        let over = self.batch.iter().all(|&i| self.states[i].terminal());
+        let over = self.batch.iter().all(|&i| self.states[i].is_terminal());
         if let Some(reason) = gate {
             self.rollback_batch(act, journal, now, &reason)?;
             return self.finish(journal, Some(reason));
@@ -317,7 +317,7 @@ impl Executor {
             }
             let step = &self.dag.steps[i];
             if let Some(&d) =
-                step.deps.iter().find(|&&d| self.states[d].terminal() && self.states[d] != StepState::Done)
+                step.deps.iter().find(|&&d| self.states[d].is_terminal() && self.states[d] != StepState::Done)
             {
                 let reason = format!("depends on step {d}, which did not complete");
                 self.drop_step(journal, i, reason, now)?;
@@ -482,7 +482,7 @@ impl Executor {
                 ));
             }
         }
-        if !self.batch.iter().all(|&i| self.states[i].terminal()) {
+        if !self.batch.iter().all(|&i| self.states[i].is_terminal()) {
             return None;
         }
         let h = act.health(now);

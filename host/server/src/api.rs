@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::Sender;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use axum::Json;
 use axum::body::Bytes;
@@ -503,7 +503,7 @@ pub async fn attribution(
             format!("cannot attribute {:?}; known: {}", q.metric, Metric::names()),
         )
     })?;
-    let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+    let now = crate::now_unix_ms();
     let to = q.to.map(unix_ms).transpose()?.unwrap_or(now);
     let from = q.from.map(unix_ms).transpose()?.unwrap_or(to.saturating_sub(300_000));
     if from > to {

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use opentelemetry::trace::SpanContext;
 use tessera_core::metrics::{FragmentationTracker, TargetWorkload};
-use tessera_core::model::{Node, NodeId, Pod};
+use tessera_core::model::{Node, NodeId};
 use tessera_core::sched::{PodId, Scheduler};
 use tessera_core::sim::Placer;
 use tessera_core::telemetry::{Detection, DetectionFrame};
@@ -198,12 +198,8 @@ impl Engine {
     fn control(&mut self, c: Control) {
         match c {
             Control::SwapPolicy { policy, doc, done } => {
-                self.placer.policy = policy;
-                self.shared.rollout.write().unwrap_or_else(|p| p.into_inner()).active = doc.name.clone();
-                self.planner = tessera_resched::Planner::new(doc.rescheduling.clone());
-                self.doc = *doc;
-                self.sched.resync();
-                self.publish_policy();
+                self.install(policy, *doc);
+                self.shared.rollout.write().unwrap_or_else(|p| p.into_inner()).active = self.doc.name.clone();
                 let _ = done.send(());
             }
             Control::SwapPlugin { name, version, done } => {
@@ -217,14 +213,12 @@ impl Engine {
                 let _ = done.send(old);
             }
             Control::SetCandidate { candidate, done } => {
-                self.placer.candidate = candidate.map(|(policy, doc)| {
-                    let c = recorder::Candidate { policy, doc: *doc, stage: crate::rollout::Stage::Shadow };
+                self.placer.candidate = candidate.map(|(mut policy, doc)| {
                     // Mirror the cluster into the candidate's plugins.
                     let nodes: Vec<&Node> = self.sched.cluster().nodes().iter().collect();
-                    let mut c = c;
-                    Placer::nodes_changed(&mut c.policy, &nodes);
-                    Placer::prime(&mut c.policy);
-                    c
+                    Placer::nodes_changed(&mut policy, &nodes);
+                    Placer::prime(&mut policy);
+                    recorder::Candidate { policy, doc: *doc, stage: crate::rollout::Stage::Shadow }
                 });
                 let mut v = self.shared.rollout.write().unwrap_or_else(|p| p.into_inner());
                 let (active, promotions) = (v.active.clone(), v.promotions);
@@ -233,7 +227,7 @@ impl Engine {
                     promotions,
                     candidate: self.placer.candidate.as_ref().map(|c| c.doc.name.clone()),
                     stage: self.placer.candidate.as_ref().map(|c| c.stage),
-                    since_unix_ms: unix_ms_now(),
+                    since_unix_ms: crate::now_unix_ms(),
                     ..Default::default()
                 };
                 let _ = done.send(());
@@ -244,7 +238,7 @@ impl Engine {
                         c.stage = stage;
                         let mut v = self.shared.rollout.write().unwrap_or_else(|p| p.into_inner());
                         v.stage = Some(stage);
-                        v.since_unix_ms = unix_ms_now();
+                        v.since_unix_ms = crate::now_unix_ms();
                         Ok(())
                     }
                     None => Err("no candidate".to_string()),
@@ -254,17 +248,12 @@ impl Engine {
             Control::Promote { done } => {
                 let r = match self.placer.candidate.take() {
                     Some(c) => {
-                        let (policy, doc) = (c.policy, c.doc);
-                        self.placer.policy = policy;
-                        self.planner = tessera_resched::Planner::new(doc.rescheduling.clone());
-                        self.doc = doc;
-                        self.sched.resync();
-                        self.publish_policy();
+                        self.install(c.policy, c.doc);
                         let mut v = self.shared.rollout.write().unwrap_or_else(|p| p.into_inner());
                         *v = crate::rollout::RolloutView {
                             active: self.doc.name.clone(),
                             promotions: v.promotions + 1,
-                            since_unix_ms: unix_ms_now(),
+                            since_unix_ms: crate::now_unix_ms(),
                             ..Default::default()
                         };
                         Ok(())
@@ -277,6 +266,16 @@ impl Engine {
                 let _ = done.send(self.snapshot());
             }
         }
+    }
+
+    /// Makes `policy` (from `doc`) the active policy: the next pass uses
+    /// it, with every node told to it again.
+    fn install(&mut self, policy: Policy, doc: PolicyDocument) {
+        self.placer.policy = policy;
+        self.planner = tessera_resched::Planner::new(doc.rescheduling.clone());
+        self.doc = doc;
+        self.sched.resync();
+        self.publish_policy();
     }
 
     /// The pass's shadow and canary comparisons into the rollout view.
@@ -308,7 +307,7 @@ impl Engine {
                     active: name(c.active),
                     candidate: name(c.candidate),
                     acted: if c.candidate_acted { "candidate" } else { "active" }.into(),
-                    at_unix_ms: unix_ms_now(),
+                    at_unix_ms: crate::now_unix_ms(),
                 });
                 if v.recent.len() > crate::rollout::RECENT {
                     v.recent.pop_front();
@@ -322,9 +321,7 @@ impl Engine {
         Snapshot {
             backend: self.backend.name().to_string(),
             backend_time_s: self.now_s,
-            taken_at_unix_ms: SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64),
+            taken_at_unix_ms: crate::now_unix_ms(),
             nodes: self.sched.cluster().nodes().to_vec(),
             running: self
                 .sched
@@ -427,11 +424,7 @@ impl Engine {
         let mut found = None;
         while self.next_telemetry_s <= now {
             let t = self.next_telemetry_s;
-            let n = self.sched.cluster().nodes().len();
-            let mut by_node: Vec<Vec<(&Pod, tessera_core::cluster::Placement)>> = vec![Vec::new(); n];
-            for (_, pod, at) in self.sched.running() {
-                by_node[at.node as usize].push((pod, at));
-            }
+            let by_node = self.sched.running_by_node();
             let samples: Vec<(NodeId, tessera_core::telemetry::NodeSample)> = by_node
                 .iter()
                 .enumerate()
@@ -513,8 +506,4 @@ impl Engine {
         status.pods_running = self.sched.running().count();
         status.pods_waiting = self.sched.waiting().count();
     }
-}
-
-fn unix_ms_now() -> u64 {
-    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }

@@ -34,6 +34,16 @@ pub use observe::Tracing;
 use crate::metrics::Metrics;
 use crate::record::{DecisionLog, PlanLog};
 
+/// `t` as Unix milliseconds (0 before the epoch).
+pub fn unix_ms(t: std::time::SystemTime) -> u64 {
+    t.duration_since(std::time::SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Now, as Unix milliseconds.
+pub fn now_unix_ms() -> u64 {
+    unix_ms(std::time::SystemTime::now())
+}
+
 /// Turns policy documents and plugin components into running code. The
 /// binary supplies it (it knows the built-in plugins and owns the Wasm
 /// runtime); the service only asks.

@@ -6,7 +6,6 @@
 //! `rollout.max_verdict_age_s`.
 
 use std::collections::VecDeque;
-use std::time::SystemTime;
 
 use axum::Json;
 use axum::body::Bytes;
@@ -102,10 +101,6 @@ pub struct RolloutView {
     pub verdict: Option<VerdictRecord>,
     /// Promotions so far.
     pub promotions: u64,
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Rollout settings.
@@ -250,7 +245,7 @@ pub async fn record_verdict(
             campaign: r.campaign,
             failing: r.failing,
             for_candidate: candidate,
-            recorded_unix_ms: now_ms(),
+            recorded_unix_ms: crate::now_unix_ms(),
         });
     }
     Ok(view(State(s)).await)
@@ -292,7 +287,7 @@ pub async fn promote(State(s): State<AppState>, headers: HeaderMap) -> Result<Js
                 ),
             ));
         }
-        let age_s = now_ms().saturating_sub(verdict.recorded_unix_ms) / 1000;
+        let age_s = crate::now_unix_ms().saturating_sub(verdict.recorded_unix_ms) / 1000;
         if age_s > s.rollout.max_verdict_age_s {
             return Err(conflict(
                 "ROLLOUT-VERDICT-STALE",

@@ -171,11 +171,7 @@ pub fn run_online_with(
                 b.reward(a, 0.5 * sla + 0.5 * frag);
             }
             interval_violations = 0;
-            let mut by_node: Vec<Vec<(&crate::model::Pod, crate::cluster::Placement)>> =
-                vec![Vec::new(); s.cluster().nodes().len()];
-            for (_, pod, placement) in s.running() {
-                by_node[placement.node as usize].push((pod, placement));
-            }
+            let by_node = s.running_by_node();
             let samples: Vec<(NodeId, crate::telemetry::NodeSample)> = by_node
                 .iter()
                 .enumerate()
@@ -219,23 +215,11 @@ pub fn run_online_with(
             // interval's telemetry shows it.
             if !anomalies.is_empty()
                 && let Some(rs) = rescheduler.as_deref_mut()
+                && let Some(moved) =
+                    super::answer_anomalies(&mut s, &mut tracker, workload, rs, cfg.max_moves_share, &anomalies)
             {
-                let (ids, running): (Vec<u64>, Vec<(crate::model::Pod, crate::cluster::Placement)>) =
-                    s.running().map(|(id, p, at)| (id, (p.clone(), at))).unzip();
-                let max_moves = (cfg.max_moves_share * running.len() as f64).floor() as usize;
-                if max_moves > 0 {
-                    r.reschedule_plans += 1;
-                    let moves = rs.plan_for(s.cluster(), &running, max_moves, &anomalies);
-                    super::resched::apply_in_passes(moves, |i, to| match s.migrate(ids[i], to) {
-                        Ok(at) => {
-                            r.migrations += 1;
-                            tracker.update(&s.cluster().nodes()[running[i].1.node as usize], workload);
-                            tracker.update(&s.cluster().nodes()[at.node as usize], workload);
-                            true
-                        }
-                        Err(_) => false,
-                    });
-                }
+                r.reschedule_plans += 1;
+                r.migrations += moved;
             }
             for z in &zones {
                 let g = model.carbon(z, next_tick);

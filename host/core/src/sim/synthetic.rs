@@ -50,6 +50,15 @@ pub fn pick<T: Copy>(rng: &mut ChaCha8Rng, mix: &[(u32, T)]) -> T {
     mix[mix.len() - 1].1
 }
 
+/// The GPU models of `nodes`, sorted, each once (what built-in pods may
+/// ask for).
+pub fn gpu_models(nodes: &[Node]) -> Vec<String> {
+    let mut models: Vec<String> = nodes.iter().map(|n| n.gpu_model.clone()).filter(|m| !m.is_empty()).collect();
+    models.sort();
+    models.dedup();
+    models
+}
+
 /// `nodes` nodes drawn from the openb node mix, in three zones.
 pub fn cluster(nodes: usize, seed: u64) -> Vec<Node> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);

@@ -121,10 +121,6 @@ pub enum StepState {
 impl StepState {
     /// Whether the step is over (done, failed, rolled back or dropped).
     pub fn is_terminal(&self) -> bool {
-        self.terminal()
-    }
-
-    pub(crate) fn terminal(&self) -> bool {
         matches!(
             self,
             StepState::Done | StepState::Failed { .. } | StepState::RolledBack { .. } | StepState::Dropped { .. }
@@ -132,7 +128,7 @@ impl StepState {
     }
 
     pub(crate) fn in_flight(&self) -> bool {
-        !self.terminal() && *self != StepState::Pending
+        !self.is_terminal() && *self != StepState::Pending
     }
 
     /// The pod is off its source and not yet ready on its target.

@@ -28,9 +28,7 @@ pub struct ArrivalStream {
 impl ArrivalStream {
     /// Arrivals for `nodes` at `load` × their GPU capacity.
     pub fn new(nodes: &[Node], load: f64, seed: u64) -> Self {
-        let mut models: Vec<String> = nodes.iter().map(|n| n.gpu_model.clone()).filter(|m| !m.is_empty()).collect();
-        models.sort();
-        models.dedup();
+        let models = tessera_core::sim::synthetic::gpu_models(nodes);
         let total_gpus = nodes.iter().map(|n| n.gpus.len() as u64).sum::<u64>().max(1);
         Self { models, total_gpus, load, seed, chunk: 0, base: 0, pending: VecDeque::new(), next_id: 0 }
     }

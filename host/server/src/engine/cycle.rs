@@ -145,7 +145,7 @@ impl Engine {
         let node_name = |id: u32| self.sched.cluster().node(id).map_or_else(|| id.to_string(), |n| n.name.clone());
         let mut record = PlanRecord {
             id: self.plan_seq,
-            at_unix_ms: cycle_wall.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64),
+            at_unix_ms: crate::unix_ms(cycle_wall),
             backend_time_s: now,
             trigger: if kinds.is_empty() { trigger.to_string() } else { format!("{trigger}: {kinds}") },
             anomalies: by_kind.values().sum(),

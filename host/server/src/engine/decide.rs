@@ -28,10 +28,6 @@ use crate::metrics::{CodeLabel, OutcomeLabel, PluginCodeLabel, PluginLabel, Trac
 use crate::observe::{self, attr};
 use crate::record::{Candidate, DecisionRecord, Outcome, PluginPart, PluginRejections};
 
-fn unix_ms(t: SystemTime) -> u64 {
-    t.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
-
 impl Engine {
     pub(super) fn record_pass(
         &mut self,
@@ -51,7 +47,7 @@ impl Engine {
         let mut recorded = recorded.into_iter();
         let mut at = pass_wall;
         for (attempt, event) in attempts.into_iter().zip(events) {
-            let rec = if attempt.placer_called { recorded.next() } else { None };
+            let rec = if attempt.candidates > 0 { recorded.next() } else { None };
             let start = rec.as_ref().map_or(at, |r| r.wall.checked_sub(host_share).unwrap_or(r.wall));
             let record = self.decision(now, start, host_share, &attempt, &event, rec.as_ref());
             at = start + Duration::from_micros(record.latency_us);
@@ -271,7 +267,7 @@ impl Engine {
         DecisionRecord {
             pod: pod_name,
             workload,
-            at_unix_ms: unix_ms(start),
+            at_unix_ms: crate::unix_ms(start),
             backend_time_s: now,
             policy: policy_label,
             outcome,

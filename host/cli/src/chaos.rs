@@ -37,20 +37,39 @@ struct Inputs {
     baseline: PolicyDocument,
 }
 
-fn load_inputs(c: &Campaign) -> Result<Inputs> {
+/// What a caller replaces in a campaign: `tessera serve` proves its
+/// rollout's candidate against its active policy on its live cluster.
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    /// Instead of the campaign's candidate.
+    pub candidate: Option<PolicyDocument>,
+    /// Instead of the campaign's baseline.
+    pub baseline: Option<PolicyDocument>,
+    /// Instead of the campaign's cluster.
+    pub snapshot: Option<tessera_core::snapshot::Snapshot>,
+}
+
+fn load_inputs(c: &Campaign, o: &Overrides) -> Result<Inputs> {
     let mut live = Vec::new();
-    let nodes: Vec<Node> = match &c.cluster {
-        ClusterSpec::Builtin { nodes } => synthetic::cluster(*nodes, CLUSTER_SEED),
-        ClusterSpec::Snapshot(p) => {
+    let mut from_snapshot = |snap: &tessera_core::snapshot::Snapshot| {
+        live = snap.arrivals(0);
+        snap.empty_nodes()
+    };
+    let nodes: Vec<Node> = match (&o.snapshot, &c.cluster) {
+        (Some(snap), _) => {
+            snap.validate().context("the live cluster's snapshot")?;
+            from_snapshot(snap)
+        }
+        (None, ClusterSpec::Builtin { nodes }) => synthetic::cluster(*nodes, CLUSTER_SEED),
+        (None, ClusterSpec::Snapshot(p)) => {
             let p = c.resolve(p);
             let text = std::fs::read_to_string(&p).with_context(|| format!("cannot read {}", p.display()))?;
             let snap: tessera_core::snapshot::Snapshot = serde_json::from_str(&text)
                 .with_context(|| format!("{}: not a snapshot (GET /v1/snapshot)", p.display()))?;
             snap.validate().with_context(|| format!("{}", p.display()))?;
-            live = snap.arrivals(0);
-            snap.empty_nodes()
+            from_snapshot(&snap)
         }
-        ClusterSpec::Trace(p) => crate::sim::read_node_list(&c.resolve(p))?,
+        (None, ClusterSpec::Trace(p)) => crate::sim::read_node_list(&c.resolve(p))?,
     };
     let models = synthetic::gpu_models(&nodes);
     let total_gpus: u64 = nodes.iter().map(|n| n.gpus.len() as u64).sum();
@@ -83,13 +102,17 @@ fn load_inputs(c: &Campaign) -> Result<Inputs> {
         }
     };
     let workload = TargetWorkload::from_pods(&shapes, 0.95);
-    let doc = |name: &str| -> Result<PolicyDocument> {
-        let mut d = crate::sim::policy_document(&c.policy_ref(name), CLUSTER_SEED)
-            .with_context(|| format!("campaign {}: policy {name}", c.name))?;
+    let doc = |name: &str, given: &Option<PolicyDocument>| -> Result<PolicyDocument> {
+        let mut d = match given {
+            Some(d) => d.clone(),
+            None => crate::sim::policy_document(&c.policy_ref(name), CLUSTER_SEED)
+                .with_context(|| format!("campaign {}: policy {name}", c.name))?,
+        };
         crate::sim::inject_workload(&mut d, &workload);
         Ok(d)
     };
-    Ok(Inputs { nodes, live, arrivals, candidate: doc(&c.candidate)?, baseline: doc(&c.baseline)?, workload })
+    let (candidate, baseline) = (doc(&c.candidate, &o.candidate)?, doc(&c.baseline, &o.baseline)?);
+    Ok(Inputs { nodes, live, arrivals, candidate, baseline, workload })
 }
 
 /// A scenario's faults placed in a run: windows (fixed or predicted) and
@@ -219,8 +242,20 @@ pub struct ShardRuns {
 
 /// Runs `campaign` (a file), or the slice `shard` of it.
 pub fn run(path: &Path, shard: Option<Shard>) -> Result<(Campaign, Vec<Run>)> {
-    let c = Campaign::load(path)?;
-    let inputs = load_inputs(&c)?;
+    run_with(path, shard, &Overrides::default())
+}
+
+/// Runs `campaign` (a file), or the slice `shard` of it, with `o`
+/// replacing its policies or cluster.
+pub fn run_with(path: &Path, shard: Option<Shard>, o: &Overrides) -> Result<(Campaign, Vec<Run>)> {
+    let mut c = Campaign::load(path)?;
+    let inputs = load_inputs(&c, o)?;
+    if let Some(d) = &o.candidate {
+        c.candidate.clone_from(&d.name);
+    }
+    if let Some(d) = &o.baseline {
+        c.baseline.clone_from(&d.name);
+    }
     // Every fault must land on this cluster before anything runs.
     for s in &c.scenarios {
         for f in &s.faults {
@@ -248,8 +283,14 @@ pub fn run(path: &Path, shard: Option<Shard>) -> Result<(Campaign, Vec<Run>)> {
 
 /// Runs `campaign` (a file) and judges it.
 pub fn verify(path: &Path) -> Result<Report> {
+    verify_with(path, &Overrides::default())
+}
+
+/// Runs `campaign` (a file) with `o` replacing its policies or cluster,
+/// and judges it.
+pub fn verify_with(path: &Path, o: &Overrides) -> Result<Report> {
     let started = Instant::now();
-    let (c, runs) = run(path, None)?;
+    let (c, runs) = run_with(path, None, o)?;
     Ok(verdict::judge(&c, runs, started.elapsed().as_secs_f64()))
 }
 
@@ -287,7 +328,7 @@ pub fn merge(path: &Path, shards: &[std::path::PathBuf]) -> Result<Report> {
 /// (targets resolved on its cluster with its first seed).
 pub fn export(path: &Path, opts: &tessera_chaos::export::ExportOptions) -> Result<tessera_chaos::export::Export> {
     let c = Campaign::load(path)?;
-    let inputs = load_inputs(&c)?;
+    let inputs = load_inputs(&c, &Overrides::default())?;
     let seed = c.seeds[0];
     let arrivals = &inputs.arrivals.iter().find(|(s, _)| *s == seed).expect("one per seed").1;
     let resolved = c

@@ -12,7 +12,8 @@ use tessera_core::metrics::TargetWorkload;
 use tessera_core::model::Node;
 use tessera_core::sim::synthetic;
 use tessera_policy::{PluginEntry, PolicyDocument};
-use tessera_server::{Backend, Loader, ServeConfig, Server, SimBackend};
+use tessera_server::campaigns::{CampaignJob, CampaignOutcome};
+use tessera_server::{Backend, CampaignRunner, Loader, ServeConfig, Server, SimBackend};
 use tessera_wasm::{PluginVersion, Policy, Runtime, RuntimeConfig};
 
 /// Pods of the built-in workload the target workload is measured on.
@@ -88,6 +89,38 @@ impl Loader for CliLoader {
     }
 }
 
+/// Runs the service's scheduled campaigns with the chaos crate, each on a
+/// Wasm runtime of its own.
+pub struct CliCampaigns;
+
+impl CampaignRunner for CliCampaigns {
+    fn check(&self, campaign: &std::path::Path) -> Result<String, String> {
+        tessera_chaos::Campaign::load(campaign).map(|c| c.name).map_err(|e| e.to_string())
+    }
+
+    fn run(&self, job: &CampaignJob) -> Result<CampaignOutcome, String> {
+        let o = crate::chaos::Overrides {
+            candidate: job.candidate.clone(),
+            baseline: job.baseline.clone(),
+            snapshot: job.snapshot.clone(),
+        };
+        let report = crate::chaos::verify_with(&job.campaign, &o).map_err(|e| format!("{e:#}"))?;
+        let mut json = serde_json::to_value(&report).map_err(|e| e.to_string())?;
+        // The per-run detail stays with `tessera chaos verify`; the gates
+        // say why.
+        if let Some(m) = json.as_object_mut() {
+            m.remove("runs");
+        }
+        Ok(CampaignOutcome {
+            campaign: report.campaign.clone(),
+            verdict: report.word().to_string(),
+            failing: report.failing.clone(),
+            runs: report.runs.len(),
+            report: json,
+        })
+    }
+}
+
 /// Starts the service on `cfg` and binds its listener. Call inside a Tokio
 /// runtime.
 pub async fn start(cfg: ServeConfig) -> Result<(Server, tokio::net::TcpListener)> {
@@ -95,7 +128,7 @@ pub async fn start(cfg: ServeConfig) -> Result<(Server, tokio::net::TcpListener)
     let loader = Arc::new(CliLoader::new(backend.workload().clone(), cfg.cache_dir.clone())?);
     let listener =
         tokio::net::TcpListener::bind(cfg.listen).await.with_context(|| format!("cannot listen on {}", cfg.listen))?;
-    let server = Server::start(cfg, Box::new(backend), doc, loader)?;
+    let server = Server::start(cfg, Box::new(backend), doc, loader, Some(Arc::new(CliCampaigns)))?;
     Ok((server, listener))
 }
 

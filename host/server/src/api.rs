@@ -53,6 +53,8 @@ pub struct AppState {
     pub seed: u64,
     /// Rollout settings.
     pub rollout: crate::rollout::RolloutConfig,
+    /// Wakes the campaign scheduler (none: no campaign is scheduled).
+    pub chaos: Option<Arc<tokio::sync::Notify>>,
 }
 
 /// An API error.
@@ -128,6 +130,7 @@ pub fn router(state: AppState) -> axum::Router {
         .route("/v1/attribution", get(attribution))
         .route("/v1/snapshot", get(snapshot))
         .merge(crate::rollout::routes())
+        .merge(crate::campaigns::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(state.clone(), count_requests))

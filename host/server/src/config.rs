@@ -63,6 +63,8 @@ pub struct ServeConfig {
     /// are compiled at every start). `TESSERA_CACHE_DIR` fills it when the
     /// file does not.
     pub cache_dir: Option<PathBuf>,
+    /// Chaos campaigns the service runs on a schedule (unset: none).
+    pub chaos: Option<crate::campaigns::ChaosConfig>,
 }
 
 impl Default for ServeConfig {
@@ -77,6 +79,7 @@ impl Default for ServeConfig {
             history: HistoryConfig::default(),
             rollout: crate::rollout::RolloutConfig::default(),
             cache_dir: None,
+            chaos: None,
         }
     }
 }
@@ -310,6 +313,14 @@ impl ServeConfig {
         if self.api_token.as_deref().is_some_and(|t| t.len() < 16) {
             return bad("api_token", "must be at least 16 characters");
         }
+        if let Some(c) = &self.chaos {
+            if let Err(e) = crate::campaigns::Schedule::parse(&c.schedule) {
+                return bad("chaos.schedule", &e);
+            }
+            if c.campaign.as_os_str().is_empty() {
+                return bad("chaos.campaign", "must name a campaign file");
+            }
+        }
         Ok(())
     }
 }
@@ -330,6 +341,12 @@ mod tests {
         assert!(e.contains("otel.endpoint"), "{e}");
         let e = ServeConfig::parse("api_token: short\n", "s.yaml").unwrap_err().to_string();
         assert!(e.contains("api_token"), "{e}");
+        let e = ServeConfig::parse("chaos:\n  schedule: nightly\n  campaign: c.yaml\n", "s.yaml").unwrap_err();
+        assert!(e.to_string().contains("chaos.schedule") && e.to_string().contains("nightly"), "{e}");
+        let e = ServeConfig::parse("chaos:\n  schedule: '0 3 * * *'\n  campaign: c.yaml\n  at: 3\n", "s.yaml");
+        assert!(e.unwrap_err().to_string().contains("unknown field `at`"));
+        let c = ServeConfig::parse("chaos:\n  schedule: '0 3 * * *'\n  campaign: c.yaml\n", "s.yaml").unwrap();
+        assert!(c.chaos.unwrap().live_cluster, "campaigns run on the live cluster unless told otherwise");
         assert_eq!(ServeConfig::parse("{}", "s.yaml").unwrap(), ServeConfig::default());
     }
 

@@ -79,6 +79,12 @@ pub enum Control {
         /// Told the snapshot.
         done: std::sync::mpsc::Sender<tessera_core::snapshot::Snapshot>,
     },
+    /// The active policy, the candidate and the cluster of one instant,
+    /// for a scheduled chaos campaign.
+    ChaosInputs {
+        /// Told them.
+        done: std::sync::mpsc::Sender<crate::campaigns::ChaosInputs>,
+    },
 }
 
 /// What the engine keeps per live pod.
@@ -221,10 +227,11 @@ impl Engine {
                     recorder::Candidate { policy, doc: *doc, stage: crate::rollout::Stage::Shadow }
                 });
                 let mut v = self.shared.rollout.write().unwrap_or_else(|p| p.into_inner());
-                let (active, promotions) = (v.active.clone(), v.promotions);
+                let (active, promotions, candidate_id) = (v.active.clone(), v.promotions, v.candidate_id);
                 *v = crate::rollout::RolloutView {
                     active,
                     promotions,
+                    candidate_id: candidate_id + 1,
                     candidate: self.placer.candidate.as_ref().map(|c| c.doc.name.clone()),
                     stage: self.placer.candidate.as_ref().map(|c| c.stage),
                     since_unix_ms: crate::now_unix_ms(),
@@ -253,6 +260,7 @@ impl Engine {
                         *v = crate::rollout::RolloutView {
                             active: self.doc.name.clone(),
                             promotions: v.promotions + 1,
+                            candidate_id: v.candidate_id,
                             since_unix_ms: crate::now_unix_ms(),
                             ..Default::default()
                         };
@@ -264,6 +272,14 @@ impl Engine {
             }
             Control::Snapshot { done } => {
                 let _ = done.send(self.snapshot());
+            }
+            Control::ChaosInputs { done } => {
+                let candidate_id = self.shared.rollout.read().unwrap_or_else(|p| p.into_inner()).candidate_id;
+                let _ = done.send(crate::campaigns::ChaosInputs {
+                    active: self.doc.clone(),
+                    candidate: self.placer.candidate.as_ref().map(|c| (c.doc.clone(), candidate_id)),
+                    snapshot: self.snapshot(),
+                });
             }
         }
     }

@@ -13,6 +13,7 @@
 pub mod api;
 pub mod attribution;
 pub mod backend;
+pub mod campaigns;
 pub mod config;
 pub mod engine;
 pub mod metrics;
@@ -28,6 +29,7 @@ use tessera_policy::{PluginEntry, PolicyDocument};
 use tessera_wasm::{Member, PluginVersion, Policy};
 
 pub use backend::{Backend, SimBackend};
+pub use campaigns::CampaignRunner;
 pub use config::{ConfigError, ServeConfig};
 pub use observe::Tracing;
 
@@ -95,6 +97,8 @@ pub struct Shared {
     pub status: RwLock<Status>,
     /// The rollout of a candidate policy.
     pub rollout: RwLock<rollout::RolloutView>,
+    /// Scheduled chaos campaigns.
+    pub chaos: RwLock<campaigns::ChaosView>,
     /// The loop mirrored the cluster into the plugins and runs.
     pub ready: AtomicBool,
     /// Shutdown asked.
@@ -118,6 +122,14 @@ pub enum ServeError {
     /// The loop's thread.
     #[error("cannot start the scheduling loop: {0}")]
     Thread(std::io::Error),
+    /// The scheduled campaign.
+    #[error("chaos.campaign {campaign}: {message}")]
+    Campaign {
+        /// The file.
+        campaign: String,
+        /// What is wrong.
+        message: String,
+    },
 }
 
 /// A running service.
@@ -128,17 +140,34 @@ pub struct Server {
     loader: Arc<dyn Loader>,
     tracing: Tracing,
     engine: Option<std::thread::JoinHandle<()>>,
+    /// Wakes the campaign scheduler for a manual run (none: no schedule).
+    chaos: Option<Arc<tokio::sync::Notify>>,
+    chaos_task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Server {
-    /// Loads `doc`'s policy and starts the loop on `backend`. Call inside a
-    /// Tokio runtime (trace export runs on it).
+    /// Loads `doc`'s policy and starts the loop on `backend`, and the
+    /// campaign scheduler when `cfg.chaos` is set (`campaigns` runs them).
+    /// Call inside a Tokio runtime (trace export and the scheduler run on
+    /// it).
     pub fn start(
         cfg: ServeConfig,
         backend: Box<dyn Backend>,
         doc: PolicyDocument,
         loader: Arc<dyn Loader>,
+        campaigns: Option<Arc<dyn CampaignRunner>>,
     ) -> Result<Self, ServeError> {
+        let scheduled = match (&cfg.chaos, campaigns) {
+            (None, _) => None,
+            (Some(c), runner) => {
+                let fail =
+                    |message: String| ServeError::Campaign { campaign: c.campaign.display().to_string(), message };
+                let runner = runner.ok_or_else(|| fail("this binary cannot run campaigns".into()))?;
+                runner.check(&c.campaign).map_err(fail)?;
+                let schedule = campaigns::Schedule::parse(&c.schedule).map_err(fail)?;
+                Some((c.clone(), schedule, runner))
+            }
+        };
         let tracing = Tracing::new(&cfg.otel)?;
         let policy =
             loader.load_policy(&doc).map_err(|message| ServeError::Policy { name: doc.name.clone(), message })?;
@@ -149,6 +178,11 @@ impl Server {
             policy: RwLock::new(PolicyView { name: doc.name.clone(), doc: doc.clone(), members: Vec::new() }),
             status: RwLock::new(Status::default()),
             rollout: RwLock::new(rollout::RolloutView { active: doc.name.clone(), ..Default::default() }),
+            chaos: RwLock::new(campaigns::ChaosView {
+                schedule: cfg.chaos.as_ref().map(|c| c.schedule.clone()),
+                campaign: cfg.chaos.as_ref().map(|c| c.campaign.display().to_string()),
+                ..Default::default()
+            }),
             ready: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
         });
@@ -167,7 +201,22 @@ impl Server {
             .name("tessera-loop".into())
             .spawn(move || e.run(rx))
             .map_err(ServeError::Thread)?;
-        Ok(Self { cfg, shared, control: Mutex::new(tx), loader, tracing, engine: Some(handle) })
+        let (chaos, chaos_task) = match scheduled {
+            None => (None, None),
+            Some((cfg, schedule, runner)) => {
+                let manual = Arc::new(tokio::sync::Notify::new());
+                let s = campaigns::Scheduler {
+                    cfg,
+                    schedule,
+                    runner,
+                    shared: shared.clone(),
+                    control: tx.clone(),
+                    manual: manual.clone(),
+                };
+                (Some(manual), Some(tokio::spawn(s.run())))
+            }
+        };
+        Ok(Self { cfg, shared, control: Mutex::new(tx), loader, tracing, engine: Some(handle), chaos, chaos_task })
     }
 
     /// State shared with the loop.
@@ -189,6 +238,7 @@ impl Server {
             token: self.cfg.api_token.clone().map(Arc::from),
             seed: self.cfg.sim.seed,
             rollout: self.cfg.rollout,
+            chaos: self.chaos.clone(),
         })
     }
 
@@ -208,6 +258,9 @@ impl Server {
     /// flushes the traces. Idempotent.
     pub fn stop(&mut self) {
         self.shared.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(t) = self.chaos_task.take() {
+            t.abort();
+        }
         if let Some(h) = self.engine.take() {
             let _ = h.join();
         }
@@ -218,6 +271,9 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.shared.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(t) = self.chaos_task.take() {
+            t.abort();
+        }
         if let Some(h) = self.engine.take() {
             let _ = h.join();
         }

@@ -8,7 +8,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::exemplar::{CounterWithExemplar, HistogramWithExemplars};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::exponential_buckets;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
@@ -83,6 +83,13 @@ pub struct PhaseLabel {
 pub struct TriggerLabel {
     /// periodic, anomalies.
     pub trigger: String,
+}
+
+/// `verdict` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerdictLabel {
+    /// PROMOTE, BLOCK, ERROR, SKIPPED.
+    pub verdict: String,
 }
 
 /// Fault codes a plugin call can end with (`tessera_wasm::FaultKind`).
@@ -167,6 +174,11 @@ pub struct Metrics {
     /// Pods a rollout's candidate decided beside the active policy, by
     /// stage and whether they agreed.
     pub rollout_decisions: Family<Vec<(String, String)>, Counter>,
+    /// Scheduled or manual chaos campaigns run by the service, by verdict
+    /// (SKIPPED: a tick found one running).
+    pub chaos_campaigns: Family<VerdictLabel, Counter>,
+    /// Wall time of a chaos campaign run by the service.
+    pub chaos_campaign_duration: Histogram,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -207,6 +219,9 @@ impl Metrics {
             api_requests: Family::default(),
             backend_errors: Family::default(),
             rollout_decisions: Family::default(),
+            chaos_campaigns: Family::default(),
+            // 1 s … 4.5 h.
+            chaos_campaign_duration: Histogram::new(exponential_buckets(1.0, 2.0, 15)),
             registry: Registry::default(),
         };
         registry.register("decisions", "Placement decisions by outcome", m.decisions.clone());
@@ -265,6 +280,17 @@ impl Metrics {
             m.rollout_decisions.clone(),
         );
         registry.register(
+            "chaos_campaigns",
+            "Chaos campaigns the service ran, by verdict (SKIPPED: one was running)",
+            m.chaos_campaigns.clone(),
+        );
+        registry.register_with_unit(
+            "chaos_campaign_duration",
+            "Wall time of a chaos campaign the service ran",
+            prometheus_client::registry::Unit::Seconds,
+            m.chaos_campaign_duration.clone(),
+        );
+        registry.register(
             "backend_errors",
             "Binds and evictions the backend could not carry out, by code",
             m.backend_errors.clone(),
@@ -304,6 +330,9 @@ impl Metrics {
         }
         for code in ["BACKEND-BIND", "BACKEND-EVICT", "BACKEND-DUPLICATE-POD"] {
             let _ = self.backend_errors.get_or_create(&CodeLabel { code: code.into() });
+        }
+        for verdict in ["PROMOTE", "BLOCK", "ERROR", "SKIPPED"] {
+            let _ = self.chaos_campaigns.get_or_create(&VerdictLabel { verdict: verdict.into() });
         }
         for phase in ["detect", "plan", "execute"] {
             let _ = self.policy_execution.get_or_create(&PhaseLabel { phase: phase.into() });

@@ -42,6 +42,8 @@ impl Modify for BearerAuth {
         crate::rollout::record_verdict,
         crate::rollout::promote,
         crate::rollout::rollback,
+        crate::campaigns::view,
+        crate::campaigns::run_now,
     ),
     components(schemas(
         api::ApiError,
@@ -83,6 +85,8 @@ mod tests {
             "/v1/snapshot",
             "/v1/rollout",
             "/v1/rollout/promote",
+            "/v1/chaos",
+            "/v1/chaos/run",
         ] {
             assert!(paths.contains_key(p), "{p} is not documented");
         }

@@ -84,6 +84,9 @@ pub struct RolloutView {
     pub active: String,
     /// The candidate, if one is being rolled out.
     pub candidate: Option<String>,
+    /// Changes whenever a candidate is set or dropped: a verdict is
+    /// recorded for one candidate (a new one of the same name is another).
+    pub candidate_id: u64,
     /// Its stage.
     pub stage: Option<Stage>,
     /// Since when, Unix ms.

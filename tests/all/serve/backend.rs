@@ -132,7 +132,7 @@ async fn the_loop_runs_on_any_backend_and_has_it_carry_out_each_decision_once() 
     let mut doc = tessera::sim::policy_document("default", 1).unwrap();
     tessera::sim::inject_workload(&mut doc, &workload);
     let loader = Arc::new(tessera::serve::CliLoader::new(workload, Some(crate::cache_dir())).unwrap());
-    let mut server = Server::start(cfg, Box::new(backend), doc, loader).unwrap();
+    let mut server = Server::start(cfg, Box::new(backend), doc, loader, None).unwrap();
     let shared = server.shared().clone();
     let t0 = std::time::Instant::now();
     while shared.decisions.read().unwrap().get("d").is_none() {

@@ -5,6 +5,7 @@
 
 mod api;
 mod backend;
+mod chaos;
 mod load;
 mod otlp;
 mod prometheus;

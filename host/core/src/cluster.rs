@@ -290,6 +290,18 @@ impl Cluster {
         Some(r)
     }
 
+    /// A node joins (a real cluster grows): it gets the next id, which is
+    /// returned. Ids are never reused; a node that leaves is marked not
+    /// ready.
+    pub fn add_node(&mut self, mut node: Node) -> NodeId {
+        let id = self.nodes.len() as NodeId;
+        node.id = id;
+        self.nodes.push(node);
+        let f = self.summarise(id as usize);
+        self.fits.push(f);
+        id
+    }
+
     /// Total number of GPUs.
     pub fn total_gpus(&self) -> u64 {
         self.nodes.iter().map(|n| n.gpus.len() as u64).sum()

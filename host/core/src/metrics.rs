@@ -167,6 +167,17 @@ impl FragmentationTracker {
         t
     }
 
+    /// A node joined (its id is the next one): measured and counted.
+    pub fn add_node(&mut self, node: &Node, workload: &TargetWorkload) {
+        let i = node.id as usize;
+        if self.per_node.len() <= i {
+            self.per_node.resize(i + 1, 0.0);
+            self.free_per_node.resize(i + 1, 0);
+        }
+        self.capacity += node.gpus.len() as u64 * u64::from(GPU_MILLI);
+        self.update(node, workload);
+    }
+
     /// Re-measures one node after it changed.
     pub fn update(&mut self, node: &Node, workload: &TargetWorkload) {
         let i = node.id as usize;

@@ -26,6 +26,8 @@ use crate::preempt::{self, Running};
 use crate::queue::{Mlfq, MlfqConfig};
 use crate::sim::{Choice, Placer};
 
+pub use live::AdoptError;
+
 /// Which nodes a decision looks at (kube-scheduler's
 /// `percentageOfNodesToScore`): every feasible node in clusters of up to
 /// `all_up_to` nodes; in larger ones the search stops once enough feasible
@@ -565,5 +567,6 @@ impl Scheduler {
     }
 }
 
+mod live;
 #[cfg(test)]
 mod tests;

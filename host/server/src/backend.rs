@@ -13,7 +13,7 @@ mod stream;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use tessera_core::cluster::{Cluster, Placement};
+use tessera_core::cluster::{Cluster, GpuSet, Placement};
 use tessera_core::metrics::TargetWorkload;
 use tessera_core::model::{Node, Pod};
 use tessera_core::sched::PodId;
@@ -37,6 +37,31 @@ pub enum ClusterEvent {
     Deleted {
         /// Its identity.
         id: PodId,
+    },
+    /// A pod already runs on `node` (bound before the loop started, or by
+    /// another scheduler): it joins the model there.
+    Running {
+        /// Backend-assigned identity.
+        id: PodId,
+        /// The pod.
+        pod: Pod,
+        /// The node's name.
+        node: String,
+        /// Its GPUs there, when the backend knows them.
+        gpus: Option<GpuSet>,
+    },
+    /// A node joined, or changed (readiness, zone, capacity, GPU health):
+    /// matched by name.
+    NodeUpsert {
+        /// The node as the backend sees it (its id is ignored; pods bound
+        /// to it are not counted in its free capacity).
+        node: Node,
+    },
+    /// A node left: it takes no more pods (its pods leave by their own
+    /// events).
+    NodeRemoved {
+        /// Its name.
+        name: String,
     },
 }
 
@@ -71,6 +96,13 @@ impl MoveActuator for tessera_movement::sim::SimActuator {
 pub trait Backend: Send + 'static {
     /// Short name (`simulator`, `kubernetes`), for status and logs.
     fn name(&self) -> &'static str;
+
+    /// Whether this replica decides and acts (it holds the leader lease).
+    /// A standby keeps its model in step with the events but neither binds
+    /// nor moves.
+    fn active(&self) -> bool {
+        true
+    }
 
     /// The nodes at start.
     fn nodes(&self) -> &[Node];

@@ -51,8 +51,12 @@ pub struct ServeConfig {
     pub api_token: Option<String>,
     /// The scheduling loop and its rescheduling cycle, on any backend.
     pub engine: EngineConfig,
+    /// Which cluster the loop schedules.
+    pub backend: BackendKind,
     /// The simulator backend.
     pub sim: SimBackendConfig,
+    /// The Kubernetes backend.
+    pub kube: KubeBackendConfig,
     /// Trace export.
     pub otel: OtelConfig,
     /// How much history the API keeps.
@@ -74,7 +78,9 @@ impl Default for ServeConfig {
             policy: "default".into(),
             api_token: None,
             engine: EngineConfig::default(),
+            backend: BackendKind::Simulator,
             sim: SimBackendConfig::default(),
+            kube: KubeBackendConfig::default(),
             otel: OtelConfig::default(),
             history: HistoryConfig::default(),
             rollout: crate::rollout::RolloutConfig::default(),
@@ -131,6 +137,67 @@ pub struct SimBackendConfig {
 impl Default for SimBackendConfig {
     fn default() -> Self {
         Self { seed: 42, nodes: None, node_count: 200, load: 0.9, speed: 60.0, move_failure_rate: 0.0 }
+    }
+}
+
+/// Which cluster the service schedules.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// The embedded simulator.
+    #[default]
+    Simulator,
+    /// A Kubernetes cluster (in-cluster configuration, or `KUBECONFIG`).
+    Kubernetes,
+}
+
+/// The Kubernetes backend: which pods are Tessera's, the leader lease,
+/// where node agents publish GPU telemetry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KubeBackendConfig {
+    /// Pods naming this scheduler (`spec.schedulerName`) are queued.
+    pub scheduler_name: String,
+    /// Watch pods of this namespace only (unset: all namespaces).
+    pub namespace: Option<String>,
+    /// Elect one leader among the replicas on a Lease; only the leader
+    /// binds and moves (off: this replica always acts).
+    pub leader_election: bool,
+    /// The Lease.
+    pub lease_name: String,
+    /// Its namespace.
+    pub lease_namespace: String,
+    /// This replica's identity in the Lease (unset: `POD_NAME`, else the
+    /// host name).
+    pub identity: Option<String>,
+    /// Seconds a leader's lease lasts without renewal.
+    pub lease_duration_s: u64,
+    /// Seconds a leader keeps trying to renew before it steps down.
+    pub renew_deadline_s: u64,
+    /// Seconds between attempts to acquire or renew.
+    pub retry_period_s: u64,
+    /// Port of the node agents' `/v1/sample` (on each node's InternalIP);
+    /// unset: no GPU telemetry is scraped.
+    pub agent_port: Option<u16>,
+    /// Seconds to wait for the first list of nodes and pods.
+    pub sync_timeout_s: u64,
+}
+
+impl Default for KubeBackendConfig {
+    fn default() -> Self {
+        Self {
+            scheduler_name: "tessera".into(),
+            namespace: None,
+            leader_election: true,
+            lease_name: "tessera-scheduler".into(),
+            lease_namespace: "tessera-system".into(),
+            identity: None,
+            lease_duration_s: 15,
+            renew_deadline_s: 10,
+            retry_period_s: 2,
+            agent_port: Some(9402),
+            sync_timeout_s: 60,
+        }
     }
 }
 
@@ -312,6 +379,17 @@ impl ServeConfig {
         }
         if self.api_token.as_deref().is_some_and(|t| t.len() < 16) {
             return bad("api_token", "must be at least 16 characters");
+        }
+        let k = &self.kube;
+        if k.scheduler_name.is_empty() || k.lease_name.is_empty() || k.lease_namespace.is_empty() {
+            return bad("kube", "scheduler_name, lease_name and lease_namespace must not be empty");
+        }
+        if !(k.retry_period_s >= 1 && k.retry_period_s < k.renew_deadline_s && k.renew_deadline_s < k.lease_duration_s)
+        {
+            return bad(
+                "kube.lease_duration_s",
+                "needs 1 <= retry_period_s < renew_deadline_s < lease_duration_s (client-go's rule)",
+            );
         }
         if let Some(c) = &self.chaos {
             if let Err(e) = crate::campaigns::Schedule::parse(&c.schedule) {

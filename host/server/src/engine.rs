@@ -12,6 +12,7 @@
 
 mod cycle;
 mod decide;
+mod events;
 mod recorder;
 
 use std::collections::{BTreeMap, HashMap};
@@ -29,7 +30,7 @@ use tessera_core::telemetry::{Detection, DetectionFrame};
 use tessera_policy::PolicyDocument;
 use tessera_wasm::Policy;
 
-use crate::backend::{Backend, ClusterEvent};
+use crate::backend::Backend;
 use crate::config::EngineConfig;
 use crate::observe::Tracing;
 use crate::{PolicyView, Shared};
@@ -107,6 +108,7 @@ pub struct Engine {
     workload: TargetWorkload,
     tracker: FragmentationTracker,
     pods: HashMap<PodId, PodMeta>,
+    node_ids: HashMap<String, tessera_core::model::NodeId>,
     planner: tessera_resched::Planner,
     exec_clock: u64,
     exec_history: BTreeMap<u64, u64>,
@@ -132,6 +134,7 @@ impl Engine {
     ) -> Self {
         let (nodes, workload) = (backend.nodes().to_vec(), backend.workload().clone());
         let tracker = FragmentationTracker::new(&nodes, &workload);
+        let node_ids = Self::index_nodes(&nodes);
         let mut sched = Scheduler::new(nodes, doc.scheduling);
         sched.record_attempts(true);
         shared.metrics.gpus.set(sched.cluster().total_gpus() as i64);
@@ -148,6 +151,7 @@ impl Engine {
             workload,
             tracker,
             pods: HashMap::new(),
+            node_ids,
             planner,
             exec_clock: 0,
             exec_history: BTreeMap::new(),
@@ -362,6 +366,11 @@ impl Engine {
         let now = self.now_s;
         self.arrivals_and_departures(now);
         let anomalies = self.telemetry_until(now);
+        if !self.backend.active() {
+            // A standby: its model follows the cluster; the leader acts.
+            self.gauges();
+            return;
+        }
         let pass_wall = SystemTime::now();
         let pass_start = Instant::now();
         let events = self.sched.schedule(&mut self.placer, now);
@@ -379,33 +388,6 @@ impl Engine {
             self.reschedule(now, anomalies);
         }
         self.gauges();
-    }
-
-    fn arrivals_and_departures(&mut self, now: u64) {
-        for event in self.backend.events(now) {
-            match event {
-                ClusterEvent::Deleted { id } => {
-                    let at = self.sched.placement(id);
-                    self.sched.remove(id);
-                    if let Some(p) = at {
-                        self.tracker.update(&self.sched.cluster().nodes()[p.node as usize], &self.workload);
-                    }
-                    self.pods.remove(&id);
-                }
-                ClusterEvent::Submitted { id, pod } => {
-                    let meta = PodMeta { name: pod.name.clone(), workload: pod.workload.clone(), placed_by: None };
-                    match self.sched.submit(id, pod, now) {
-                        Ok(()) => {
-                            self.pods.insert(id, meta);
-                        }
-                        Err(e) => {
-                            tracing::warn!(backend = self.backend.name(), "pod {}: {e}; ignored", meta.name);
-                            self.count_backend_error("BACKEND-DUPLICATE-POD");
-                        }
-                    }
-                }
-            }
-        }
     }
 
     /// Has the backend bind what the pass bound and stop what it preempted.
@@ -518,6 +500,7 @@ impl Engine {
             status.backend = self.backend.name().to_string();
         }
         status.backend_time_s = self.now_s();
+        status.active = self.backend.active();
         status.nodes = nodes.len();
         status.pods_running = self.sched.running().count();
         status.pods_waiting = self.sched.waiting().count();

@@ -80,6 +80,8 @@ pub struct Status {
     pub pods_running: usize,
     /// Pods queued or parked.
     pub pods_waiting: usize,
+    /// This replica decides and acts (it leads); a standby only follows.
+    pub active: bool,
 }
 
 /// State shared by the loop and the API.

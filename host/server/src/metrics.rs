@@ -328,7 +328,14 @@ impl Metrics {
         for code in MOVE_FAILURE_CODES {
             let _ = self.migration_failures.get_or_create(&CodeLabel { code: code.into() });
         }
-        for code in ["BACKEND-BIND", "BACKEND-EVICT", "BACKEND-DUPLICATE-POD"] {
+        for code in [
+            "BACKEND-BIND",
+            "BACKEND-EVICT",
+            "BACKEND-DUPLICATE-POD",
+            "BACKEND-UNKNOWN-NODE",
+            "BACKEND-ADOPT-UNFIT",
+            "BACKEND-NODE-GPUS-CHANGED",
+        ] {
             let _ = self.backend_errors.get_or_create(&CodeLabel { code: code.into() });
         }
         for verdict in ["PROMOTE", "BLOCK", "ERROR", "SKIPPED"] {

@@ -1,0 +1,151 @@
+//! A live cluster: nodes join, and pods already running (bound before
+//! this loop started, or by another scheduler) join the model where they
+//! run.
+
+use super::{Entry, Scheduler, State};
+use crate::cluster::{FilterReason, GpuSet, Placement};
+use crate::model::{Node, NodeId, Pod, Tier};
+use crate::sched::PodId;
+
+/// A running pod could not join the model.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdoptError {
+    /// The id is already in use.
+    #[error("pod id {0} is already known")]
+    Duplicate(PodId),
+    /// It does not fit where it runs, as the model sees the node.
+    #[error(transparent)]
+    Unfit(#[from] crate::cluster::BindError),
+}
+
+impl Scheduler {
+    /// A node joins: the placer is told, parked pods that fit on it get
+    /// another chance. Its id.
+    pub fn add_node(&mut self, node: Node) -> NodeId {
+        let id = self.cluster.add_node(node);
+        self.dirty.insert(id);
+        self.unpark(id);
+        id
+    }
+
+    /// A pod already running on `node` (bound before this loop started, or
+    /// by another scheduler) joins the model there, on `gpus` when known,
+    /// else on the GPUs the host would choose. Unknown pods only; on error
+    /// (it does not fit the model) nothing changes.
+    pub fn adopt(
+        &mut self,
+        id: PodId,
+        pod: Pod,
+        node: NodeId,
+        gpus: Option<GpuSet>,
+        now: u64,
+    ) -> Result<Placement, AdoptError> {
+        if self.pods.contains_key(&id) {
+            return Err(AdoptError::Duplicate(id));
+        }
+        // A pod keeps running on a node that stopped being ready: its
+        // room is taken all the same.
+        let was_ready = self.cluster.node(node).ok_or(crate::cluster::BindError::NoSuchNode(node))?.ready;
+        self.cluster.update_node(node, |n| n.ready = true);
+        let r = self.adopt_on_ready(id, pod, node, gpus, now);
+        self.cluster.update_node(node, |n| n.ready = was_ready);
+        r
+    }
+
+    fn adopt_on_ready(
+        &mut self,
+        id: PodId,
+        pod: Pod,
+        node: NodeId,
+        gpus: Option<GpuSet>,
+        now: u64,
+    ) -> Result<Placement, AdoptError> {
+        let n = self.cluster.node(node).ok_or(crate::cluster::BindError::NoSuchNode(node))?;
+        let gpus = match gpus {
+            Some(g) => g,
+            None => crate::cluster::choose_gpus(n, &pod, None).ok_or_else(|| crate::cluster::BindError::Rejected {
+                node,
+                pod: pod.name.clone(),
+                reason: crate::cluster::check(n, &pod).err().unwrap_or(FilterReason::GpuInsufficient),
+            })?,
+        };
+        let placement = self.cluster.bind(node, &pod, gpus)?;
+        *self.running_keys.entry((Tier::rank(pod.tier), pod.priority)).or_insert(0) += 1;
+        self.pods.insert(
+            id,
+            Entry {
+                pod,
+                state: State::Running { placement, started_at: now, level: 0 },
+                submitted_at: now,
+                last_reason: None,
+            },
+        );
+        self.dirty.insert(node);
+        Ok(placement)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Resources;
+    use crate::sim::{Choice, Placer};
+
+    struct First;
+
+    impl Placer for First {
+        fn nodes_changed(&mut self, _nodes: &[&Node]) {}
+        fn place(&mut self, _pod: &Pod, candidates: &[NodeId]) -> Choice {
+            Choice { node: candidates.first().copied(), ..Choice::default() }
+        }
+    }
+
+    fn node(name: &str, gpus: usize) -> Node {
+        Node::new(0, name, Resources { cpu_milli: 16_000, memory_mib: 65_536 }, gpus, "A100")
+    }
+
+    fn pod(name: &str, gpus: u32) -> Pod {
+        Pod {
+            name: name.into(),
+            requests: Resources { cpu_milli: 1_000, memory_mib: 1_024 },
+            gpu_count: gpus,
+            gpu_milli: 1000,
+            ..Pod::default()
+        }
+    }
+
+    #[test]
+    fn a_joining_node_takes_the_pods_that_fit_nowhere_else() {
+        let mut s = Scheduler::new(vec![node("a", 2)], super::super::SchedConfig::default());
+        s.submit(1, pod("big", 4), 0).unwrap();
+        let ev = s.schedule(&mut First, 0);
+        assert!(matches!(ev[..], [crate::sched::Event::Unschedulable { .. }]), "{ev:?}");
+        let id = s.add_node(node("b", 8));
+        assert_eq!((id, s.cluster().nodes()[1].name.as_str()), (1, "b"));
+        let ev = s.schedule(&mut First, 1);
+        assert!(
+            matches!(ev[..], [crate::sched::Event::Bound { pod: 1, .. }]),
+            "the parked pod got another chance: {ev:?}"
+        );
+        assert_eq!(s.placement(1).unwrap().node, 1);
+    }
+
+    #[test]
+    fn running_pods_are_adopted_where_they_run_even_on_a_node_no_longer_ready() {
+        let mut s = Scheduler::new(vec![node("a", 4)], super::super::SchedConfig::default());
+        let at = s.adopt(7, pod("web", 2), 0, Some(GpuSet(0b1100)), 5).unwrap();
+        assert_eq!(at, Placement { node: 0, gpus: GpuSet(0b1100) });
+        assert_eq!(s.cluster().nodes()[0].free_gpu_milli(), 2000);
+        s.update_node(0, |n| n.ready = false);
+        let at = s.adopt(8, pod("db", 1), 0, None, 5).unwrap();
+        assert_eq!(at.gpus.len(), 1, "the host chose a free GPU");
+        assert!(!s.cluster().nodes()[0].ready, "readiness is left as it was");
+        assert_eq!(s.adopt(8, pod("db", 1), 0, None, 5), Err(AdoptError::Duplicate(8)));
+        let e = s.adopt(9, pod("huge", 4), 0, None, 5).unwrap_err();
+        assert!(e.to_string().contains("huge"), "{e}");
+        assert_eq!(s.running().count(), 2, "a pod that does not fit changes nothing");
+        // Leaving frees the room as for any pod.
+        s.remove(7);
+        assert_eq!(s.cluster().nodes()[0].free_gpu_milli(), 3000);
+    }
+}

@@ -1,0 +1,150 @@
+use super::*;
+use serde_json::json;
+
+fn knode(v: serde_json::Value) -> KNode {
+    serde_json::from_value(v).unwrap()
+}
+
+fn kpod(v: serde_json::Value) -> KPod {
+    serde_json::from_value(v).unwrap()
+}
+
+/// A GPU node as the API server returns it (trimmed), with GPU feature
+/// discovery's labels.
+fn h100_node() -> serde_json::Value {
+    json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {
+            "name": "gpu-node-7",
+            "labels": {
+                "topology.kubernetes.io/zone": "us-east1-b",
+                "nvidia.com/gpu.product": "H100",
+                "nvidia.com/gpu.memory": "81559"
+            },
+            "annotations": {"tessera.io/gpu-health": "healthy,healthy,failed,degraded"}
+        },
+        "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]},
+        "status": {
+            "capacity": {"cpu": "208", "memory": "2113449912Ki", "nvidia.com/gpu": "8"},
+            "allocatable": {"cpu": "207500m", "memory": "2059955096Ki", "nvidia.com/gpu": "8", "pods": "110"},
+            "conditions": [
+                {"type": "MemoryPressure", "status": "False"},
+                {"type": "Ready", "status": "True"}
+            ],
+            "addresses": [{"type": "Hostname", "address": "gpu-node-7"}, {"type": "InternalIP", "address": "10.0.3.7"}]
+        }
+    })
+}
+
+#[test]
+fn quantities_parse_as_the_api_server_writes_them() {
+    for (q, v) in [
+        ("500m", 0.5),
+        ("2", 2.0),
+        ("1.5Gi", 1.5 * 1024.0 * 1024.0 * 1024.0),
+        ("129M", 129e6),
+        ("1e3", 1000.0),
+        ("2059955096Ki", 2059955096.0 * 1024.0),
+        ("100k", 1e5),
+    ] {
+        assert_eq!(parse_quantity(q), Some(v), "{q}");
+    }
+    for bad in ["", "abc", "1Zi", "-1", "1.2.3"] {
+        assert_eq!(parse_quantity(bad), None, "{bad}");
+    }
+}
+
+#[test]
+fn a_gpu_node_becomes_a_model_node() {
+    let n = node(&knode(h100_node())).unwrap();
+    assert_eq!((n.name.as_str(), n.zone.as_str(), n.gpu_model.as_str()), ("gpu-node-7", "us-east1-b", "H100"));
+    assert_eq!(n.capacity, Resources { cpu_milli: 207_500, memory_mib: 2_011_675 });
+    assert_eq!(n.free, n.capacity);
+    assert_eq!(n.gpus.len(), 8);
+    assert!(n.gpus.iter().all(|g| g.memory_mib == 81_559 && g.free_milli == 1000));
+    assert_eq!(n.gpus[2].health, GpuHealth::Failed);
+    assert_eq!(n.gpus[3].health, GpuHealth::Degraded);
+    assert!(n.ready);
+    assert_eq!(node_address(&knode(h100_node())).as_deref(), Some("10.0.3.7"));
+
+    let mut cordoned = h100_node();
+    cordoned["spec"]["unschedulable"] = json!(true);
+    assert!(!node(&knode(cordoned)).unwrap().ready);
+    let mut not_ready = h100_node();
+    not_ready["status"]["conditions"][1]["status"] = json!("Unknown");
+    assert!(!node(&knode(not_ready)).unwrap().ready);
+    let mut bad = h100_node();
+    bad["metadata"]["annotations"]["tessera.io/gpu-health"] = json!("healthy,sick");
+    let e = node(&knode(bad)).unwrap_err().to_string();
+    assert!(e.contains("gpu-node-7") && e.contains("sick"), "{e}");
+    let cpu_only = json!({"metadata": {"name": "cpu-1"}, "status": {"allocatable": {"cpu": "4", "memory": "16Gi"}}});
+    let n = node(&knode(cpu_only)).unwrap();
+    assert_eq!((n.gpus.len(), n.gpu_model.as_str(), n.ready), (0, "", false));
+}
+
+fn training_pod() -> serde_json::Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": "trainer-0", "namespace": "ml",
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "trainer", "uid": "u1", "controller": true}]
+        },
+        "spec": {
+            "schedulerName": "tessera",
+            "priority": 1000,
+            "nodeSelector": {"nvidia.com/gpu.product": "H100"},
+            "initContainers": [{"name": "fetch", "resources": {"requests": {"cpu": "8", "memory": "1Gi"}}}],
+            "containers": [
+                {"name": "main", "resources": {"requests": {"cpu": "3", "memory": "32Gi"}, "limits": {"nvidia.com/gpu": "4"}}},
+                {"name": "sidecar", "resources": {"limits": {"cpu": "500m", "memory": "256Mi"}}}
+            ],
+            "overhead": {"cpu": "100m"}
+        }
+    })
+}
+
+#[test]
+fn pod_requests_follow_the_kubernetes_rules() {
+    let p = pod(&kpod(training_pod())).unwrap();
+    assert_eq!(p.name, "ml/trainer-0");
+    assert_eq!(p.workload, "ml/trainer");
+    // Containers sum to 3.5 CPUs; the init container's 8 is larger; plus
+    // the overhead. Memory: 32 GiB + 256 MiB > 1 GiB.
+    assert_eq!(p.requests, Resources { cpu_milli: 8_100, memory_mib: 32 * 1024 + 256 });
+    assert_eq!((p.gpu_count, p.gpu_milli), (4, 1000));
+    assert_eq!(p.allowed_models, ["H100"]);
+    assert_eq!((p.priority, p.tier), (1000, Tier::Soft));
+}
+
+#[test]
+fn gpu_shares_tiers_and_indices_come_from_annotations() {
+    let mut v = json!({
+        "metadata": {"name": "infer", "namespace": "web", "annotations": {
+            "alibabacloud.com/gpu-milli": "250", "tessera.io/tier": "opportunistic",
+            "tessera.io/gpu-models": "A10, T4", "tessera.io/gpu-index": "3"
+        }},
+        "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}]}
+    });
+    let p = pod(&kpod(v.clone())).unwrap();
+    assert_eq!((p.gpu_count, p.gpu_milli, p.tier), (1, 250, Tier::Opportunistic));
+    assert_eq!(p.allowed_models, ["A10", "T4"]);
+    assert_eq!(gpu_index(&kpod(v.clone())).unwrap(), Some(GpuSet(0b1000)));
+    assert_eq!(format_gpu_index(GpuSet(0b1001)), "0,3");
+
+    for (key, value, needle) in [
+        ("tessera.io/gpu-milli", "1200", "not in 1..=1000"),
+        ("tessera.io/gpu-milli", "half", "not a whole number"),
+        ("tessera.io/tier", "gold", "gold"),
+        ("tessera.io/gpu-index", "0,x", "not a list of GPU indices"),
+    ] {
+        v["metadata"]["annotations"][key] = json!(value);
+        let p = kpod(v.clone());
+        let e = pod(&p).err().or_else(|| gpu_index(&p).err()).expect(key).to_string();
+        assert!(e.contains("web/infer") && e.contains(needle), "{key}: {e}");
+        v["metadata"]["annotations"].as_object_mut().unwrap().remove(key);
+    }
+    let mut both = training_pod();
+    both["metadata"]["annotations"] = json!({"tessera.io/gpu-milli": "500"});
+    let e = pod(&kpod(both)).unwrap_err().to_string();
+    assert!(e.contains("at once"), "{e}");
+}

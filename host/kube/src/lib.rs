@@ -1,0 +1,9 @@
+//! Tessera on Kubernetes, the distributed engine it runs in: the backend
+//! behind the same [`tessera_server::Backend`] trait as the simulator
+//! (reflectors on nodes, pods, PodDisruptionBudgets; binding through
+//! `pods/binding`, eviction through `pods/eviction`), leader election on a
+//! `coordination.k8s.io` Lease, the scheduler-extender endpoints for
+//! clusters that keep kube-scheduler, and the `TesseraPolicy` resource.
+
+pub mod convert;
+pub mod track;

@@ -1,0 +1,240 @@
+//! Watch events → the loop's cluster events. Pure state machines over
+//! kube-rs watcher events (no IO), so every transition is unit-tested:
+//! pods naming Tessera queued, pods already on a node adopted, a pod
+//! someone else bound re-adopted where it runs, terminal and deleted pods
+//! gone; nodes joining, changing (only real changes pass) and leaving. A
+//! re-list after a lost watch (`Init` … `InitDone`) turns everything not
+//! seen again into a deletion, so no pod or node is left behind.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::core::v1::{Node as KNode, Pod as KPod};
+use kube::runtime::watcher::Event;
+use tessera_core::model::Node;
+use tessera_core::sched::PodId;
+use tessera_server::backend::ClusterEvent;
+
+use crate::convert::{self, ConvertError};
+
+/// A pod the loop knows, as the API names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodRef {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// UID (a pod recreated under the same name is another pod).
+    pub uid: String,
+}
+
+/// Pods by the loop's id, shared with the backend's binds and evictions.
+pub type PodIndex = Arc<Mutex<HashMap<PodId, PodRef>>>;
+
+#[derive(Debug)]
+struct Tracked {
+    id: PodId,
+    node: Option<String>,
+}
+
+/// Pods: watch events in, cluster events out.
+#[derive(Debug)]
+pub struct PodTracker {
+    scheduler: String,
+    next_id: PodId,
+    by_uid: HashMap<String, Tracked>,
+    relist: Option<HashSet<String>>,
+    index: PodIndex,
+    /// Pods this replica is binding (uid → node): their binding shows up
+    /// as a change the loop already knows.
+    binding: Arc<Mutex<HashMap<String, String>>>,
+    /// Pods that could not be taken, with why (the backend reports them).
+    pub rejected: Vec<ConvertError>,
+}
+
+impl PodTracker {
+    /// A tracker for pods naming `scheduler`.
+    pub fn new(scheduler: &str, index: PodIndex, binding: Arc<Mutex<HashMap<String, String>>>) -> Self {
+        Self {
+            scheduler: scheduler.to_string(),
+            next_id: 1,
+            by_uid: HashMap::new(),
+            relist: None,
+            index,
+            binding,
+            rejected: Vec::new(),
+        }
+    }
+
+    /// Folds one watch event; the cluster events it means, in order.
+    pub fn on(&mut self, ev: Event<KPod>) -> Vec<ClusterEvent> {
+        let mut out = Vec::new();
+        match ev {
+            Event::Init => self.relist = Some(HashSet::new()),
+            Event::InitApply(p) => {
+                if let (Some(seen), Some(uid)) = (&mut self.relist, p.metadata.uid.clone()) {
+                    seen.insert(uid);
+                }
+                self.apply(&p, &mut out);
+            }
+            Event::InitDone => {
+                if let Some(seen) = self.relist.take() {
+                    let gone: Vec<String> = self.by_uid.keys().filter(|u| !seen.contains(*u)).cloned().collect();
+                    for uid in gone {
+                        self.forget(&uid, &mut out);
+                    }
+                }
+            }
+            Event::Apply(p) => self.apply(&p, &mut out),
+            Event::Delete(p) => {
+                if let Some(uid) = &p.metadata.uid {
+                    self.forget(uid, &mut out);
+                }
+            }
+        }
+        out
+    }
+
+    fn forget(&mut self, uid: &str, out: &mut Vec<ClusterEvent>) {
+        if let Some(t) = self.by_uid.remove(uid) {
+            self.index.lock().unwrap_or_else(|p| p.into_inner()).remove(&t.id);
+            out.push(ClusterEvent::Deleted { id: t.id });
+        }
+    }
+
+    fn track(&mut self, p: &KPod, uid: &str, node: Option<String>) -> PodId {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.by_uid.insert(uid.to_string(), Tracked { id, node });
+        let r = PodRef {
+            namespace: p.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
+            name: p.metadata.name.clone().unwrap_or_default(),
+            uid: uid.to_string(),
+        };
+        self.index.lock().unwrap_or_else(|p| p.into_inner()).insert(id, r);
+        id
+    }
+
+    fn apply(&mut self, p: &KPod, out: &mut Vec<ClusterEvent>) {
+        let Some(uid) = p.metadata.uid.clone() else { return };
+        let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+        if matches!(phase, Some("Succeeded" | "Failed")) || p.metadata.deletion_timestamp.is_some() {
+            self.forget(&uid, out);
+            return;
+        }
+        let spec = p.spec.as_ref();
+        let node = spec.and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty());
+        let ours = spec.and_then(|s| s.scheduler_name.as_deref()) == Some(self.scheduler.as_str());
+        let known_node = self.by_uid.get(&uid).map(|t| t.node.clone());
+        match (known_node, node) {
+            // Already where the loop thinks it is, or still waiting.
+            (Some(Some(_)), _) | (Some(None), None) => {}
+            (Some(None), Some(node)) => {
+                let by_us = self.binding.lock().unwrap_or_else(|p| p.into_inner()).remove(&uid);
+                if by_us.as_deref() == Some(node.as_str()) {
+                    if let Some(t) = self.by_uid.get_mut(&uid) {
+                        t.node = Some(node);
+                    }
+                } else {
+                    // Someone else bound it: it leaves the queue and joins
+                    // the model where it runs.
+                    self.forget(&uid, out);
+                    self.adopt(p, &uid, node, out);
+                }
+            }
+            (None, Some(node)) => self.adopt(p, &uid, node, out),
+            (None, None) if ours => match convert::pod(p) {
+                Ok(pod) => {
+                    let id = self.track(p, &uid, None);
+                    out.push(ClusterEvent::Submitted { id, pod });
+                }
+                Err(e) => self.reject(e),
+            },
+            (None, None) => {}
+        }
+    }
+
+    fn adopt(&mut self, p: &KPod, uid: &str, node: String, out: &mut Vec<ClusterEvent>) {
+        match convert::pod(p).and_then(|pod| Ok((pod, convert::gpu_index(p)?))) {
+            Ok((pod, gpus)) => {
+                let id = self.track(p, uid, Some(node.clone()));
+                out.push(ClusterEvent::Running { id, pod, node, gpus });
+            }
+            Err(e) => self.reject(e),
+        }
+    }
+
+    fn reject(&mut self, e: ConvertError) {
+        if !self.rejected.iter().any(|r| r == &e) {
+            self.rejected.push(e);
+        }
+    }
+}
+
+/// Nodes: watch events in, cluster events out (only when what the model
+/// sees of a node changed; kubelet heartbeats pass silently).
+#[derive(Debug, Default)]
+pub struct NodeTracker {
+    known: HashMap<String, Node>,
+    relist: Option<HashSet<String>>,
+    /// Nodes that could not be taken, with why.
+    pub rejected: Vec<ConvertError>,
+}
+
+impl NodeTracker {
+    /// A tracker that already knows `nodes` (the first list).
+    pub fn new(nodes: &[Node]) -> Self {
+        Self { known: nodes.iter().map(|n| (n.name.clone(), n.clone())).collect(), ..Self::default() }
+    }
+
+    /// Folds one watch event.
+    pub fn on(&mut self, ev: Event<KNode>) -> Vec<ClusterEvent> {
+        let mut out = Vec::new();
+        match ev {
+            Event::Init => self.relist = Some(HashSet::new()),
+            Event::InitApply(n) => {
+                if let (Some(seen), Some(name)) = (&mut self.relist, n.metadata.name.clone()) {
+                    seen.insert(name);
+                }
+                self.apply(&n, &mut out);
+            }
+            Event::InitDone => {
+                if let Some(seen) = self.relist.take() {
+                    let gone: Vec<String> = self.known.keys().filter(|n| !seen.contains(*n)).cloned().collect();
+                    for name in gone {
+                        self.known.remove(&name);
+                        out.push(ClusterEvent::NodeRemoved { name });
+                    }
+                }
+            }
+            Event::Apply(n) => self.apply(&n, &mut out),
+            Event::Delete(n) => {
+                if let Some(name) = n.metadata.name
+                    && self.known.remove(&name).is_some()
+                {
+                    out.push(ClusterEvent::NodeRemoved { name });
+                }
+            }
+        }
+        out
+    }
+
+    fn apply(&mut self, n: &KNode, out: &mut Vec<ClusterEvent>) {
+        match convert::node(n) {
+            Ok(node) => {
+                if self.known.get(&node.name) != Some(&node) {
+                    self.known.insert(node.name.clone(), node.clone());
+                    out.push(ClusterEvent::NodeUpsert { node });
+                }
+            }
+            Err(e) => {
+                if !self.rejected.contains(&e) {
+                    self.rejected.push(e);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

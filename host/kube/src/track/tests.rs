@@ -1,0 +1,109 @@
+use super::*;
+use serde_json::json;
+
+fn kpod(name: &str, uid: &str, scheduler: &str, node: Option<&str>, phase: &str) -> KPod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "ml", "uid": uid},
+        "spec": {
+            "schedulerName": scheduler,
+            "nodeName": node,
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"nvidia.com/gpu": "1"}}}]
+        },
+        "status": {"phase": phase}
+    }))
+    .unwrap()
+}
+
+fn tracker() -> (PodTracker, PodIndex, Arc<Mutex<HashMap<String, String>>>) {
+    let index = PodIndex::default();
+    let binding = Arc::new(Mutex::new(HashMap::new()));
+    (PodTracker::new("tessera", index.clone(), binding.clone()), index, binding)
+}
+
+#[test]
+fn pods_naming_tessera_are_queued_and_others_only_count_once_bound() {
+    let (mut t, index, binding) = tracker();
+    let ev = t.on(Event::Apply(kpod("a", "u-a", "tessera", None, "Pending")));
+    assert!(matches!(&ev[..], [ClusterEvent::Submitted { id: 1, pod }] if pod.name == "ml/a" && pod.gpu_count == 1));
+    assert_eq!(index.lock().unwrap()[&1].name, "a");
+    assert!(t.on(Event::Apply(kpod("b", "u-b", "default-scheduler", None, "Pending"))).is_empty());
+    // kube-scheduler binds b: it runs, and takes room.
+    let ev = t.on(Event::Apply(kpod("b", "u-b", "default-scheduler", Some("n1"), "Running")));
+    assert!(matches!(&ev[..], [ClusterEvent::Running { id: 2, node, .. }] if node == "n1"));
+    // Tessera binds a: the change it expects, nothing to tell the loop.
+    binding.lock().unwrap().insert("u-a".into(), "n2".into());
+    assert!(t.on(Event::Apply(kpod("a", "u-a", "tessera", Some("n2"), "Running"))).is_empty());
+    assert!(binding.lock().unwrap().is_empty());
+    // Heartbeats and status updates of a known pod change nothing.
+    assert!(t.on(Event::Apply(kpod("a", "u-a", "tessera", Some("n2"), "Running"))).is_empty());
+    // It ends.
+    let ev = t.on(Event::Apply(kpod("a", "u-a", "tessera", Some("n2"), "Succeeded")));
+    assert_eq!(ev, [ClusterEvent::Deleted { id: 1 }]);
+    assert!(!index.lock().unwrap().contains_key(&1));
+    assert!(t.on(Event::Delete(kpod("a", "u-a", "tessera", Some("n2"), "Succeeded"))).is_empty(), "once only");
+}
+
+#[test]
+fn a_queued_pod_someone_else_binds_is_adopted_where_it_runs() {
+    let (mut t, _, _) = tracker();
+    t.on(Event::Apply(kpod("a", "u-a", "tessera", None, "Pending")));
+    let ev = t.on(Event::Apply(kpod("a", "u-a", "tessera", Some("n9"), "Running")));
+    assert!(
+        matches!(&ev[..], [ClusterEvent::Deleted { id: 1 }, ClusterEvent::Running { id: 2, node, .. }] if node == "n9"),
+        "{ev:?}"
+    );
+}
+
+#[test]
+fn a_relist_after_a_lost_watch_deletes_what_it_no_longer_lists() {
+    let (mut t, _, _) = tracker();
+    t.on(Event::Apply(kpod("a", "u-a", "tessera", None, "Pending")));
+    t.on(Event::Apply(kpod("b", "u-b", "tessera", None, "Pending")));
+    assert!(t.on(Event::Init).is_empty());
+    assert!(t.on(Event::InitApply(kpod("b", "u-b", "tessera", None, "Pending"))).is_empty());
+    let ev = t.on(Event::InitApply(kpod("c", "u-c", "tessera", None, "Pending")));
+    assert!(matches!(&ev[..], [ClusterEvent::Submitted { id: 3, .. }]));
+    assert_eq!(t.on(Event::InitDone), [ClusterEvent::Deleted { id: 1 }], "a was deleted while the watch was down");
+    // A pod recreated under the same name is another pod.
+    let ev = t.on(Event::Apply(kpod("b", "u-b2", "tessera", None, "Pending")));
+    assert!(matches!(&ev[..], [ClusterEvent::Submitted { id: 4, .. }]));
+}
+
+#[test]
+fn a_malformed_pod_is_reported_once_and_not_queued() {
+    let (mut t, _, _) = tracker();
+    let mut bad = kpod("bad", "u-x", "tessera", None, "Pending");
+    bad.metadata.annotations = Some([("tessera.io/gpu-milli".to_string(), "0".to_string())].into());
+    assert!(t.on(Event::Apply(bad.clone())).is_empty());
+    assert!(t.on(Event::Apply(bad)).is_empty());
+    assert_eq!(t.rejected.len(), 1);
+    assert!(t.rejected[0].to_string().contains("ml/bad"), "{}", t.rejected[0]);
+}
+
+fn knode(name: &str, ready: &str, gpus: &str) -> KNode {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "resourceVersion": "1"},
+        "status": {
+            "allocatable": {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": gpus},
+            "conditions": [{"type": "Ready", "status": ready}]
+        }
+    }))
+    .unwrap()
+}
+
+#[test]
+fn nodes_pass_only_real_changes() {
+    let first = convert::node(&knode("n1", "True", "8")).unwrap();
+    let mut t = NodeTracker::new(&[first]);
+    assert!(t.on(Event::Apply(knode("n1", "True", "8"))).is_empty(), "a heartbeat changes nothing");
+    let ev = t.on(Event::Apply(knode("n1", "False", "8")));
+    assert!(matches!(&ev[..], [ClusterEvent::NodeUpsert { node }] if !node.ready));
+    let ev = t.on(Event::Apply(knode("n2", "True", "4")));
+    assert!(matches!(&ev[..], [ClusterEvent::NodeUpsert { node }] if node.name == "n2" && node.gpus.len() == 4));
+    t.on(Event::Init);
+    t.on(Event::InitApply(knode("n2", "True", "4")));
+    assert_eq!(t.on(Event::InitDone), [ClusterEvent::NodeRemoved { name: "n1".into() }]);
+    assert_eq!(t.on(Event::Delete(knode("n2", "True", "4"))), [ClusterEvent::NodeRemoved { name: "n2".into() }]);
+    assert!(t.on(Event::Apply(knode("n3", "True", "1.5"))).is_empty());
+    assert_eq!(t.rejected.len(), 1);
+}

@@ -1,6 +1,7 @@
 //! The `tessera` binary's library: command implementations and the glue
 //! between the policy document, the built-in plugins and the runtime.
 
+pub mod agent;
 pub mod bench;
 pub mod bench_api;
 pub mod chaos;

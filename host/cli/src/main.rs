@@ -106,6 +106,12 @@ enum Command {
         #[arg(long)]
         policy: Option<String>,
     },
+    /// Run the node agent (a DaemonSet): GPU telemetry through NVML
+    /// (utilization, memory, temperature, power, ECC and XID events, health)
+    /// and the node's CPU and memory, served as JSON on /v1/sample and
+    /// OpenMetrics on /metrics. Without an NVIDIA driver it says so once and
+    /// serves CPU and memory only. Stops on SIGINT or SIGTERM.
+    Agent(tessera::agent::AgentArgs),
     /// Chaos verification of a policy before rollout.
     #[command(subcommand)]
     Chaos(chaos_cmd::ChaosCmd),
@@ -427,6 +433,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Serve { listen, config, policy } => {
             tessera::serve::run(&tessera::serve::ServeOptions { listen, config, policy })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Agent(args) => {
+            tessera::agent::run(&args)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Chaos(cmd) => chaos_cmd::run(cmd),

@@ -4,6 +4,7 @@
 mod cache;
 mod containment;
 mod detector;
+mod kube;
 mod reload;
 mod scoring;
 mod serve;

@@ -13,6 +13,7 @@ use tessera_core::model::Node;
 use tessera_core::sim::synthetic;
 use tessera_policy::{PluginEntry, PolicyDocument};
 use tessera_server::campaigns::{CampaignJob, CampaignOutcome};
+use tessera_server::config::BackendKind;
 use tessera_server::{Backend, CampaignRunner, Loader, ServeConfig, Server, SimBackend};
 use tessera_wasm::{PluginVersion, Policy, Runtime, RuntimeConfig};
 
@@ -121,14 +122,52 @@ impl CampaignRunner for CliCampaigns {
     }
 }
 
-/// Starts the service on `cfg` and binds its listener. Call inside a Tokio
-/// runtime.
+/// Starts the service on `cfg` (the simulator, or Kubernetes through the
+/// in-cluster configuration or `KUBECONFIG`) and binds its listener. Call
+/// inside a Tokio runtime.
 pub async fn start(cfg: ServeConfig) -> Result<(Server, tokio::net::TcpListener)> {
-    let (backend, doc) = backend(&cfg)?;
+    match cfg.backend {
+        BackendKind::Simulator => {
+            let (backend, doc) = backend(&cfg)?;
+            start_on(cfg, Box::new(backend), doc).await
+        }
+        BackendKind::Kubernetes => {
+            let config = kube::Config::infer()
+                .await
+                .context("no Kubernetes API to reach (in-cluster configuration or KUBECONFIG)")?;
+            start_kube(cfg, config).await
+        }
+    }
+}
+
+/// Starts the service on the Kubernetes cluster `client` reaches.
+pub async fn start_kube(cfg: ServeConfig, config: kube::Config) -> Result<(Server, tokio::net::TcpListener)> {
+    let seed = cfg.sim.seed;
+    let fallback = |nodes: &[Node]| {
+        let models = synthetic::gpu_models(nodes);
+        TargetWorkload::from_pods(&synthetic::pods(WORKLOAD_SAMPLE, &models, seed), 0.95)
+    };
+    let backend = tessera_kube::KubeBackend::connect(config, cfg.kube.clone(), fallback)
+        .await
+        .context("cannot start the Kubernetes backend")?;
+    if cfg.engine.max_migrations_pct > 0.0 {
+        eprintln!("tessera serve: {}", tessera_kube::actuator::NOT_YET);
+    }
+    let mut doc = crate::sim::policy_document(&cfg.policy, seed)?;
+    crate::sim::inject_workload(&mut doc, backend.workload());
+    start_on(cfg, Box::new(backend), doc).await
+}
+
+/// Starts the service on `backend` with the policy `doc`.
+pub async fn start_on(
+    cfg: ServeConfig,
+    backend: Box<dyn Backend>,
+    doc: PolicyDocument,
+) -> Result<(Server, tokio::net::TcpListener)> {
     let loader = Arc::new(CliLoader::new(backend.workload().clone(), cfg.cache_dir.clone())?);
     let listener =
         tokio::net::TcpListener::bind(cfg.listen).await.with_context(|| format!("cannot listen on {}", cfg.listen))?;
-    let server = Server::start(cfg, Box::new(backend), doc, loader, Some(Arc::new(CliCampaigns)))?;
+    let server = Server::start(cfg, backend, doc, loader, Some(Arc::new(CliCampaigns)))?;
     Ok((server, listener))
 }
 
@@ -168,10 +207,13 @@ pub fn run(opts: &ServeOptions) -> Result<()> {
         let (server, listener) = start(cfg).await?;
         let addr = listener.local_addr()?;
         let c = server.config();
+        let on = match c.backend {
+            BackendKind::Simulator => format!("simulator at load {}", c.sim.load),
+            BackendKind::Kubernetes => format!("Kubernetes, scheduler name {}", c.kube.scheduler_name),
+        };
         eprintln!(
-            "tessera serve: http://{addr} (policy {}, simulator at load {}, traces {}{})",
+            "tessera serve: http://{addr} (policy {}, {on}, traces {}{})",
             c.policy,
-            c.sim.load,
             c.otel.endpoint.as_deref().unwrap_or("not exported"),
             if c.api_token.is_some() { "" } else { "; mutating endpoints disabled: no api_token" },
         );

@@ -5,5 +5,10 @@
 //! `coordination.k8s.io` Lease, the scheduler-extender endpoints for
 //! clusters that keep kube-scheduler, and the `TesseraPolicy` resource.
 
+pub mod actuator;
+pub mod backend;
 pub mod convert;
+pub mod leader;
 pub mod track;
+
+pub use backend::{KubeBackend, KubeError};

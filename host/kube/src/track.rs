@@ -26,6 +26,12 @@ pub struct PodRef {
     pub name: String,
     /// UID (a pod recreated under the same name is another pod).
     pub uid: String,
+    /// The pod as the loop models it.
+    pub pod: tessera_core::model::Pod,
+    /// The node it is bound to, once it is.
+    pub node: Option<String>,
+    /// Its GPUs there, when known.
+    pub gpus: Option<tessera_core::cluster::GpuSet>,
 }
 
 /// Pods by the loop's id, shared with the backend's binds and evictions.
@@ -102,14 +108,24 @@ impl PodTracker {
         }
     }
 
-    fn track(&mut self, p: &KPod, uid: &str, node: Option<String>) -> PodId {
+    fn track(
+        &mut self,
+        p: &KPod,
+        uid: &str,
+        pod: &tessera_core::model::Pod,
+        node: Option<String>,
+        gpus: Option<tessera_core::cluster::GpuSet>,
+    ) -> PodId {
         let id = self.next_id;
         self.next_id += 1;
-        self.by_uid.insert(uid.to_string(), Tracked { id, node });
+        self.by_uid.insert(uid.to_string(), Tracked { id, node: node.clone() });
         let r = PodRef {
             namespace: p.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
             name: p.metadata.name.clone().unwrap_or_default(),
             uid: uid.to_string(),
+            pod: pod.clone(),
+            node,
+            gpus,
         };
         self.index.lock().unwrap_or_else(|p| p.into_inner()).insert(id, r);
         id
@@ -133,6 +149,9 @@ impl PodTracker {
                 let by_us = self.binding.lock().unwrap_or_else(|p| p.into_inner()).remove(&uid);
                 if by_us.as_deref() == Some(node.as_str()) {
                     if let Some(t) = self.by_uid.get_mut(&uid) {
+                        if let Some(r) = self.index.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&t.id) {
+                            r.node = Some(node.clone());
+                        }
                         t.node = Some(node);
                     }
                 } else {
@@ -145,7 +164,7 @@ impl PodTracker {
             (None, Some(node)) => self.adopt(p, &uid, node, out),
             (None, None) if ours => match convert::pod(p) {
                 Ok(pod) => {
-                    let id = self.track(p, &uid, None);
+                    let id = self.track(p, &uid, &pod, None, None);
                     out.push(ClusterEvent::Submitted { id, pod });
                 }
                 Err(e) => self.reject(e),
@@ -157,7 +176,7 @@ impl PodTracker {
     fn adopt(&mut self, p: &KPod, uid: &str, node: String, out: &mut Vec<ClusterEvent>) {
         match convert::pod(p).and_then(|pod| Ok((pod, convert::gpu_index(p)?))) {
             Ok((pod, gpus)) => {
-                let id = self.track(p, uid, Some(node.clone()));
+                let id = self.track(p, uid, &pod, Some(node.clone()), gpus);
                 out.push(ClusterEvent::Running { id, pod, node, gpus });
             }
             Err(e) => self.reject(e),

@@ -124,10 +124,14 @@ pub trait Backend: Send + 'static {
     /// Carbon intensity of `zone` at `t`, gCO₂/kWh.
     fn zone_carbon(&mut self, zone: &str, t: u64) -> u32;
 
-    /// The loop bound pod `id` at `at`: make it so.
+    /// The loop bound pod `id` at `at`: make it so. On error the loop
+    /// queues the pod again.
     fn bind(&mut self, id: PodId, at: Placement) -> Result<(), BackendError>;
 
     /// The loop preempted pod `id` (it goes back to the queue): stop it.
+    /// On error the pod still runs: the backend announces it again
+    /// (`Deleted`, then `Running` where it is), and the loop does not bind
+    /// the preemptor.
     fn evict(&mut self, id: PodId) -> Result<(), BackendError>;
 
     /// An actuator executing plan `plan`'s moves over the pods running now

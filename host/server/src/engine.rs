@@ -399,16 +399,40 @@ impl Engine {
                 Event::Preempted { pod, placement, victims, .. } => (*pod, *placement, victims.as_slice()),
                 Event::Unschedulable { .. } => continue,
             };
+            let mut room = true;
             for &v in victims {
                 if let Err(err) = self.backend.evict(v) {
                     tracing::warn!(backend = self.backend.name(), "{err}");
                     self.count_backend_error("BACKEND-EVICT");
+                    room = false;
                 }
+            }
+            // A victim that could not be evicted still holds its room (the
+            // backend announces it running again): the pod waits.
+            if !room {
+                self.requeue(pod);
+                continue;
             }
             if let Err(err) = self.backend.bind(pod, placement) {
                 tracing::warn!(backend = self.backend.name(), "{err}");
                 self.count_backend_error("BACKEND-BIND");
+                self.requeue(pod);
             }
+        }
+    }
+
+    /// A decision the backend could not carry out: the pod leaves the
+    /// model's node and waits again (if someone else bound it, the
+    /// backend's events say where it runs).
+    fn requeue(&mut self, id: PodId) {
+        let at = self.sched.placement(id);
+        if let Some(pod) = self.sched.remove(id)
+            && self.sched.submit(id, pod, self.now_s).is_err()
+        {
+            self.pods.remove(&id);
+        }
+        if let Some(p) = at {
+            self.tracker.update(&self.sched.cluster().nodes()[p.node as usize], &self.workload);
         }
     }
 

@@ -63,6 +63,11 @@ impl Running {
     /// Starts `cfg` and waits until it reports ready.
     pub async fn start(cfg: ServeConfig) -> Self {
         let (server, listener) = tessera::serve::start(cfg).await.expect("tessera serve starts");
+        Self::serve(server, listener).await
+    }
+
+    /// Serves a started service and waits until it reports ready.
+    pub async fn serve(server: tessera_server::Server, listener: tokio::net::TcpListener) -> Self {
         let addr = listener.local_addr().unwrap();
         let shared = server.shared().clone();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();

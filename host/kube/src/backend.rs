@@ -1,0 +1,504 @@
+//! The Kubernetes backend: the loop's [`Backend`] on a real API server.
+//!
+//! Watchers (kube-rs reflectors' watch machinery: list, then watch from
+//! the list's resourceVersion with bookmarks, re-watch after a dropped
+//! stream, re-list after 410 Gone) on nodes, pods and
+//! PodDisruptionBudgets feed [`crate::track`]; its cluster events wait in
+//! a channel for the loop's next pass. Binds go through the
+//! `pods/binding` subresource (after the chosen GPU indices are written
+//! to the pod), evictions through `pods/eviction` (a 429 from a
+//! disruption budget is respected and reported). Only the leader of the
+//! Lease acts; a standby's model follows the events. Node agents' samples
+//! (`/v1/sample` on each node) are the GPU telemetry.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Binding, Node as KNode, ObjectReference, Pod as KPod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{EvictParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use kube::{Api, Client};
+use tessera_core::cluster::{Cluster, Placement};
+use tessera_core::metrics::TargetWorkload;
+use tessera_core::model::{Node, Pod};
+use tessera_core::sched::PodId;
+use tessera_core::telemetry::NodeSample;
+use tessera_server::backend::{Backend, BackendError, ClusterEvent, MoveActuator};
+use tessera_server::config::KubeBackendConfig;
+
+use crate::convert;
+use crate::leader::{ElectionConfig, Elector, Leadership};
+use crate::track::{NodeTracker, PodIndex, PodTracker};
+
+/// The backend could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeError {
+    /// An API call failed.
+    #[error("{what}: {source}")]
+    Api {
+        /// What was being done.
+        what: String,
+        /// Why.
+        source: kube::Error,
+    },
+    /// The first list did not arrive in time.
+    #[error("no list of nodes and pods within {0:?}")]
+    SyncTimeout(Duration),
+}
+
+/// What the watchers, the elector and the scraper share with the loop.
+struct Live {
+    /// Cluster events for the loop's next pass.
+    events: std::sync::mpsc::Receiver<ClusterEvent>,
+    /// Pods by the loop's id.
+    index: PodIndex,
+    /// Pods being bound by this replica.
+    binding: Arc<Mutex<HashMap<String, String>>>,
+    /// Latest agent samples by node name.
+    samples: Arc<Mutex<HashMap<String, NodeSample>>>,
+    /// Node addresses by name (where agents listen).
+    addresses: Arc<Mutex<HashMap<String, String>>>,
+}
+
+/// The Kubernetes backend.
+pub struct KubeBackend {
+    rt: tokio::runtime::Handle,
+    client: Client,
+    /// The same API without the client's retries (evictions).
+    evict_client: Client,
+    cfg: KubeBackendConfig,
+    nodes: Vec<Node>,
+    /// Node names by the loop's id (the order the loop learnt them in).
+    node_names: Vec<String>,
+    workload: TargetWorkload,
+    live: Live,
+    leadership: Leadership,
+    started: Instant,
+    /// Announcements after a failed eviction, for the next pass.
+    requeued: Vec<ClusterEvent>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    stop: Arc<tokio::sync::Notify>,
+}
+
+impl std::fmt::Debug for KubeBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeBackend").field("nodes", &self.node_names.len()).finish_non_exhaustive()
+    }
+}
+
+fn api_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> KubeError {
+    let what = what.into();
+    move |source| KubeError::Api { what, source }
+}
+
+/// This replica's identity: the configured one, `POD_NAME`, or the host.
+pub fn identity(cfg: &KubeBackendConfig) -> String {
+    cfg.identity
+        .clone()
+        .or_else(|| std::env::var("POD_NAME").ok().filter(|s| !s.is_empty()))
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|h| h.trim().to_string()))
+        .unwrap_or_else(|| format!("tessera-{}", std::process::id()))
+}
+
+impl KubeBackend {
+    /// Lists the nodes, starts the watchers (and the election and the
+    /// agent scraper when configured) and waits for the first list of
+    /// pods. The target workload is learnt from the pods there are (GPU
+    /// pods), else `fallback`. Call inside a Tokio runtime.
+    pub async fn connect(
+        config: kube::Config,
+        cfg: KubeBackendConfig,
+        fallback: impl FnOnce(&[Node]) -> TargetWorkload,
+    ) -> Result<Self, KubeError> {
+        let client = Client::try_from(config.clone()).map_err(api_err("build a client"))?;
+        // Evictions are not retried by the client: a 429 from a disruption
+        // budget is an answer, handled by the caller.
+        let mut no_retry = config;
+        no_retry.default_retry = false;
+        let evict_client = Client::try_from(no_retry).map_err(api_err("build a client"))?;
+        let node_api: Api<KNode> = Api::all(client.clone());
+        let listed = node_api.list(&ListParams::default()).await.map_err(api_err("list nodes"))?;
+        let mut nodes = Vec::new();
+        let mut addresses = HashMap::new();
+        for n in &listed.items {
+            match convert::node(n) {
+                Ok(node) => {
+                    if let Some(a) = convert::node_address(n) {
+                        addresses.insert(node.name.clone(), a);
+                    }
+                    nodes.push(node);
+                }
+                Err(e) => tracing::warn!("{e}; the node is left out"),
+            }
+        }
+        let pod_api: Api<KPod> = match &cfg.namespace {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        };
+        let pods = pod_api.list(&ListParams::default()).await.map_err(api_err("list pods"))?;
+        let shapes: Vec<Pod> =
+            pods.items.iter().filter_map(|p| convert::pod(p).ok()).filter(|p| p.gpu_count > 0).collect();
+        let workload = if shapes.is_empty() { fallback(&nodes) } else { TargetWorkload::from_pods(&shapes, 0.95) };
+
+        let (tx, events) = std::sync::mpsc::channel();
+        let live = Live {
+            events,
+            index: PodIndex::default(),
+            binding: Arc::default(),
+            samples: Arc::default(),
+            addresses: Arc::new(Mutex::new(addresses)),
+        };
+        let stop = Arc::new(tokio::sync::Notify::new());
+        let mut tasks = Vec::new();
+        let (synced_tx, mut synced_rx) = tokio::sync::mpsc::channel::<()>(1);
+        tasks.push(tokio::spawn(watch_nodes(node_api, NodeTracker::new(&nodes), tx.clone(), live.addresses.clone())));
+        let tracker = PodTracker::new(&cfg.scheduler_name, live.index.clone(), live.binding.clone());
+        tasks.push(tokio::spawn(watch_pods(pod_api, tracker, tx, synced_tx)));
+        let pdb_api: Api<PodDisruptionBudget> = Api::all(client.clone());
+        tasks.push(tokio::spawn(watch_budgets(pdb_api)));
+        let leadership = if cfg.leader_election {
+            let lease_api: Api<Lease> = Api::namespaced(client.clone(), &cfg.lease_namespace);
+            let (elector, leadership) = Elector::new(
+                lease_api,
+                ElectionConfig {
+                    name: cfg.lease_name.clone(),
+                    identity: identity(&cfg),
+                    lease_duration: Duration::from_secs(cfg.lease_duration_s),
+                    renew_deadline: Duration::from_secs(cfg.renew_deadline_s),
+                    retry_period: Duration::from_secs(cfg.retry_period_s),
+                },
+            );
+            let s = stop.clone();
+            tasks.push(tokio::spawn(elector.run(async move { s.notified().await })));
+            leadership
+        } else {
+            Leadership::always()
+        };
+        if let Some(port) = cfg.agent_port {
+            tasks.push(tokio::spawn(scrape_agents(port, live.addresses.clone(), live.samples.clone())));
+        }
+        let timeout = Duration::from_secs(cfg.sync_timeout_s);
+        tokio::time::timeout(timeout, synced_rx.recv()).await.map_err(|_| KubeError::SyncTimeout(timeout))?;
+        let node_names = nodes.iter().map(|n| n.name.clone()).collect();
+        Ok(Self {
+            rt: tokio::runtime::Handle::current(),
+            client,
+            evict_client,
+            cfg,
+            nodes,
+            node_names,
+            workload,
+            live,
+            leadership,
+            started: Instant::now(),
+            requeued: Vec::new(),
+            tasks,
+            stop,
+        })
+    }
+
+    /// Whether this replica leads.
+    pub fn leadership(&self) -> Leadership {
+        self.leadership.clone()
+    }
+
+    /// Stops the watchers and releases the lease (if held).
+    pub async fn shutdown(mut self) {
+        self.stop.notify_waiters();
+        // The elector releases the lease on stop; the others just end.
+        let mut tasks = std::mem::take(&mut self.tasks);
+        if self.cfg.leader_election && tasks.len() > 3 {
+            let elector = tasks.remove(3);
+            let _ = tokio::time::timeout(Duration::from_secs(5), elector).await;
+        }
+        for t in tasks {
+            t.abort();
+        }
+    }
+
+    fn pod_ref(&self, id: PodId) -> Option<crate::track::PodRef> {
+        self.live.index.lock().unwrap_or_else(|p| p.into_inner()).get(&id).cloned()
+    }
+}
+
+impl Drop for KubeBackend {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+async fn watch_nodes(
+    api: Api<KNode>,
+    mut tracker: NodeTracker,
+    tx: std::sync::mpsc::Sender<ClusterEvent>,
+    addresses: Arc<Mutex<HashMap<String, String>>>,
+) {
+    let mut reported = 0;
+    let mut stream = watcher(api, watcher::Config::default()).boxed();
+    while let Some(ev) = stream.next().await {
+        match ev {
+            Ok(ev) => {
+                if let watcher::Event::Apply(n) | watcher::Event::InitApply(n) = &ev
+                    && let (Some(name), Some(a)) = (n.metadata.name.clone(), convert::node_address(n))
+                {
+                    addresses.lock().unwrap_or_else(|p| p.into_inner()).insert(name, a);
+                }
+                for e in tracker.on(ev) {
+                    if tx.send(e).is_err() {
+                        return;
+                    }
+                }
+                for r in &tracker.rejected[reported..] {
+                    tracing::warn!("{r}; the node is left out");
+                }
+                reported = tracker.rejected.len();
+            }
+            Err(e) => {
+                tracing::warn!("node watch: {e}; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
+async fn watch_pods(
+    api: Api<KPod>,
+    mut tracker: PodTracker,
+    tx: std::sync::mpsc::Sender<ClusterEvent>,
+    synced: tokio::sync::mpsc::Sender<()>,
+) {
+    let mut reported = 0;
+    let mut stream = watcher(api, watcher::Config::default()).boxed();
+    while let Some(ev) = stream.next().await {
+        match ev {
+            Ok(ev) => {
+                let done = matches!(ev, watcher::Event::InitDone);
+                for e in tracker.on(ev) {
+                    if tx.send(e).is_err() {
+                        return;
+                    }
+                }
+                if done {
+                    let _ = synced.try_send(());
+                }
+                for r in &tracker.rejected[reported..] {
+                    tracing::warn!("{r}; the pod is not scheduled");
+                }
+                reported = tracker.rejected.len();
+            }
+            Err(e) => {
+                tracing::warn!("pod watch: {e}; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
+/// Keeps the disruption budgets in view (the reflector's store is what
+/// the planner will read; evictions are checked by the API server).
+async fn watch_budgets(api: Api<PodDisruptionBudget>) {
+    let (_reader, writer) = kube::runtime::reflector::store();
+    let stream = kube::runtime::reflector(writer, watcher(api, watcher::Config::default()));
+    let mut stream = stream.boxed();
+    while let Some(ev) = stream.next().await {
+        if let Err(e) = ev {
+            tracing::debug!("budget watch: {e}");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+}
+
+/// What Tessera reads of a node agent's `/v1/sample`.
+#[derive(Debug, serde::Deserialize)]
+struct AgentView {
+    cpu: AgentUtil,
+    memory: AgentUtil,
+    #[serde(default)]
+    gpus: Vec<AgentGpu>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct AgentUtil {
+    util_permille: u16,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct AgentGpu {
+    util_permille: u16,
+    memory_used_mib: u32,
+}
+
+async fn scrape_agents(
+    port: u16,
+    addresses: Arc<Mutex<HashMap<String, String>>>,
+    samples: Arc<Mutex<HashMap<String, NodeSample>>>,
+) {
+    let http = match reqwest::Client::builder().timeout(Duration::from_secs(2)).build() {
+        Ok(h) => h,
+        Err(e) => {
+            tracing::warn!("no agent scraping: {e}");
+            return;
+        }
+    };
+    loop {
+        let targets: Vec<(String, String)> =
+            addresses.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(n, a)| (n.clone(), a.clone())).collect();
+        for (node, addr) in targets {
+            let url = format!("http://{addr}:{port}/v1/sample");
+            let got = async { http.get(&url).send().await?.error_for_status()?.json::<AgentView>().await };
+            match got.await {
+                Ok(v) => {
+                    let s = NodeSample {
+                        cpu_util_permille: v.cpu.util_permille,
+                        memory_util_permille: v.memory.util_permille,
+                        gpu_util_permille: v.gpus.iter().map(|g| g.util_permille).collect(),
+                        gpu_memory_used_mib: v.gpus.iter().map(|g| g.memory_used_mib).collect(),
+                    };
+                    samples.lock().unwrap_or_else(|p| p.into_inner()).insert(node, s);
+                }
+                Err(e) => tracing::debug!("agent on {node}: {e}"),
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(10)).await;
+    }
+}
+
+impl Backend for KubeBackend {
+    fn name(&self) -> &'static str {
+        "kubernetes"
+    }
+
+    fn active(&self) -> bool {
+        self.leadership.is_leader()
+    }
+
+    fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    fn workload(&self) -> &TargetWorkload {
+        &self.workload
+    }
+
+    fn advance(&mut self, _tick: Duration) -> u64 {
+        self.started.elapsed().as_secs()
+    }
+
+    fn events(&mut self, _now: u64) -> Vec<ClusterEvent> {
+        let mut out = std::mem::take(&mut self.requeued);
+        out.extend(self.live.events.try_iter());
+        for e in &out {
+            if let ClusterEvent::NodeUpsert { node } = e
+                && !self.node_names.contains(&node.name)
+            {
+                self.node_names.push(node.name.clone());
+            }
+        }
+        out
+    }
+
+    fn sample(&mut self, node: &Node, _pods: &[(&Pod, Placement)], _t: u64) -> NodeSample {
+        let samples = self.live.samples.lock().unwrap_or_else(|p| p.into_inner());
+        samples.get(&node.name).cloned().unwrap_or_else(|| NodeSample {
+            cpu_util_permille: node.cpu_util_permille,
+            memory_util_permille: node.memory_util_permille,
+            gpu_util_permille: node.gpus.iter().map(|g| g.util_permille).collect(),
+            gpu_memory_used_mib: node.gpus.iter().map(|g| g.memory_used_mib).collect(),
+        })
+    }
+
+    fn zone_carbon(&mut self, _zone: &str, _t: u64) -> u32 {
+        // No carbon feed on Kubernetes yet: every zone alike.
+        0
+    }
+
+    fn bind(&mut self, id: PodId, at: Placement) -> Result<(), BackendError> {
+        let fail = |reason: String| BackendError { op: "bind", pod: id, reason };
+        if !self.leadership.is_leader() {
+            return Err(fail("this replica does not lead".into()));
+        }
+        let p = self.pod_ref(id).ok_or_else(|| fail("unknown pod".into()))?;
+        let node =
+            self.node_names.get(at.node as usize).cloned().ok_or_else(|| fail(format!("unknown node {}", at.node)))?;
+        let api: Api<KPod> = Api::namespaced(self.client.clone(), &p.namespace);
+        self.live.binding.lock().unwrap_or_else(|e| e.into_inner()).insert(p.uid.clone(), node.clone());
+        let binding = Binding {
+            metadata: ObjectMeta {
+                name: Some(p.name.clone()),
+                namespace: Some(p.namespace.clone()),
+                uid: Some(p.uid.clone()),
+                ..ObjectMeta::default()
+            },
+            target: ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Node".into()),
+                name: Some(node.clone()),
+                ..ObjectReference::default()
+            },
+        };
+        let gpus = (!at.gpus.is_empty()).then(|| convert::format_gpu_index(at.gpus));
+        let result = self.rt.block_on(async {
+            if let Some(g) = gpus {
+                let patch = serde_json::json!({"metadata": {"annotations": {convert::GPU_INDEX_ANNOTATION: g}}});
+                api.patch(&p.name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+            }
+            api.create_subresource::<Binding, serde_json::Value>("binding", &p.name, &PostParams::default(), &binding)
+                .await
+        });
+        match result {
+            Ok(_) => {
+                if let Some(r) = self.live.index.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&id) {
+                    r.node = Some(node);
+                    r.gpus = Some(at.gpus);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                self.live.binding.lock().unwrap_or_else(|e| e.into_inner()).remove(&p.uid);
+                Err(fail(describe(&e)))
+            }
+        }
+    }
+
+    fn evict(&mut self, id: PodId) -> Result<(), BackendError> {
+        let fail = |reason: String| BackendError { op: "evict", pod: id, reason };
+        if !self.leadership.is_leader() {
+            return Err(fail("this replica does not lead".into()));
+        }
+        let p = self.pod_ref(id).ok_or_else(|| fail("unknown pod".into()))?;
+        let api: Api<KPod> = Api::namespaced(self.evict_client.clone(), &p.namespace);
+        match self.rt.block_on(api.evict(&p.name, &EvictParams::default())) {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                // It still runs: the loop, which took it off its node,
+                // hears so (a pod already gone is announced by its watch).
+                if let (Some(node), false) = (p.node.clone(), matches!(&e, kube::Error::Api(s) if s.code == 404)) {
+                    self.requeued.push(ClusterEvent::Deleted { id });
+                    self.requeued.push(ClusterEvent::Running { id, pod: p.pod.clone(), node, gpus: p.gpus });
+                }
+                Err(fail(describe(&e)))
+            }
+        }
+    }
+
+    fn actuator(&mut self, cluster: &Cluster, pods: Vec<(PodId, Pod, Placement)>, _plan: u64) -> Box<dyn MoveActuator> {
+        Box::new(crate::actuator::Refusing::new(cluster, pods))
+    }
+}
+
+/// An API error, with what it means for Tessera.
+pub fn describe(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) if s.code == 429 => format!("refused by a disruption budget (429): {}", s.message),
+        kube::Error::Api(s) if s.code == 409 => format!("conflict (409): {}", s.message),
+        kube::Error::Api(s) if s.code == 404 => format!("gone (404): {}", s.message),
+        other => other.to_string(),
+    }
+}

@@ -1,0 +1,701 @@
+//! An API server in the test process that speaks the real Kubernetes wire
+//! protocol over loopback HTTP: discovery, list and watch (with
+//! resourceVersion, bookmarks, 410 Gone after compaction, timeouts), get,
+//! create, replace with optimistic concurrency (409 on a stale
+//! resourceVersion), JSON merge patch, delete, `pods/binding` (409 when
+//! already bound) and `pods/eviction` (429 when a PodDisruptionBudget
+//! allows no disruption). Enough of the API for kube-rs and kubectl, with
+//! knobs to drop every watch and to compact history.
+//!
+//! Every object is kept as JSON; the server is generic over resources.
+
+#![allow(dead_code, clippy::result_large_err)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, watch};
+
+/// A resource the server serves.
+#[derive(Debug, Clone)]
+pub struct Kind {
+    pub group: &'static str,
+    pub version: &'static str,
+    pub plural: &'static str,
+    pub kind: &'static str,
+    pub namespaced: bool,
+}
+
+impl Kind {
+    fn api_version(&self) -> String {
+        if self.group.is_empty() { self.version.to_string() } else { format!("{}/{}", self.group, self.version) }
+    }
+}
+
+/// The resources served (the ones Tessera and its manifests use).
+pub const KINDS: &[Kind] = &[
+    Kind { group: "", version: "v1", plural: "nodes", kind: "Node", namespaced: false },
+    Kind { group: "", version: "v1", plural: "pods", kind: "Pod", namespaced: true },
+    Kind { group: "", version: "v1", plural: "namespaces", kind: "Namespace", namespaced: false },
+    Kind { group: "", version: "v1", plural: "configmaps", kind: "ConfigMap", namespaced: true },
+    Kind { group: "", version: "v1", plural: "services", kind: "Service", namespaced: true },
+    Kind { group: "", version: "v1", plural: "serviceaccounts", kind: "ServiceAccount", namespaced: true },
+    Kind { group: "", version: "v1", plural: "events", kind: "Event", namespaced: true },
+    Kind { group: "apps", version: "v1", plural: "deployments", kind: "Deployment", namespaced: true },
+    Kind { group: "apps", version: "v1", plural: "daemonsets", kind: "DaemonSet", namespaced: true },
+    Kind { group: "batch", version: "v1", plural: "jobs", kind: "Job", namespaced: true },
+    Kind { group: "batch", version: "v1", plural: "cronjobs", kind: "CronJob", namespaced: true },
+    Kind {
+        group: "policy",
+        version: "v1",
+        plural: "poddisruptionbudgets",
+        kind: "PodDisruptionBudget",
+        namespaced: true,
+    },
+    Kind { group: "coordination.k8s.io", version: "v1", plural: "leases", kind: "Lease", namespaced: true },
+    Kind {
+        group: "rbac.authorization.k8s.io",
+        version: "v1",
+        plural: "clusterroles",
+        kind: "ClusterRole",
+        namespaced: false,
+    },
+    Kind {
+        group: "rbac.authorization.k8s.io",
+        version: "v1",
+        plural: "clusterrolebindings",
+        kind: "ClusterRoleBinding",
+        namespaced: false,
+    },
+    Kind { group: "rbac.authorization.k8s.io", version: "v1", plural: "roles", kind: "Role", namespaced: true },
+    Kind {
+        group: "rbac.authorization.k8s.io",
+        version: "v1",
+        plural: "rolebindings",
+        kind: "RoleBinding",
+        namespaced: true,
+    },
+    Kind {
+        group: "apiextensions.k8s.io",
+        version: "v1",
+        plural: "customresourcedefinitions",
+        kind: "CustomResourceDefinition",
+        namespaced: false,
+    },
+    Kind {
+        group: "tessera.io",
+        version: "v1alpha1",
+        plural: "tesserapolicies",
+        kind: "TesseraPolicy",
+        namespaced: true,
+    },
+];
+
+/// A change, as watches stream it.
+#[derive(Debug, Clone)]
+struct Change {
+    rv: u64,
+    plural: &'static str,
+    namespace: String,
+    kind: &'static str,
+    object: Value,
+}
+
+/// What a test can look at.
+#[derive(Debug, Default, Clone)]
+pub struct Counters {
+    /// Successful bindings per pod (`ns/name`).
+    pub bindings: BTreeMap<String, u32>,
+    /// Bindings refused because the pod was bound.
+    pub binding_conflicts: u32,
+    /// Evictions carried out.
+    pub evictions: u32,
+    /// Evictions refused by a disruption budget (429).
+    pub evictions_refused: u32,
+    /// Writes refused for a stale resourceVersion (409).
+    pub conflicts: u32,
+    /// Watches opened, per resource.
+    pub watches: BTreeMap<String, u32>,
+    /// Watches answered 410 Gone.
+    pub gone: u32,
+}
+
+struct Inner {
+    rv: u64,
+    objects: BTreeMap<(&'static str, String, String), Value>,
+    history: Vec<Change>,
+    /// Oldest resourceVersion a watch may resume from.
+    compacted_to: u64,
+    counters: Counters,
+    uid: u64,
+}
+
+/// The server's state.
+#[derive(Clone)]
+pub struct ApiServer {
+    inner: Arc<Mutex<Inner>>,
+    changes: broadcast::Sender<Change>,
+    /// Bumped to end every open watch.
+    drop_watches: Arc<watch::Sender<u64>>,
+    pub addr: SocketAddr,
+}
+
+fn status(code: u16, reason: &str, message: impl Into<String>) -> Response {
+    let body = json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": message.into(), "reason": reason, "code": code,
+    });
+    (StatusCode::from_u16(code).unwrap(), axum::Json(body)).into_response()
+}
+
+fn find_kind(group: &str, version: &str, plural: &str) -> Option<&'static Kind> {
+    KINDS.iter().find(|k| k.group == group && k.version == version && k.plural == plural)
+}
+
+/// A parsed request path.
+struct Target {
+    kind: &'static Kind,
+    namespace: Option<String>,
+    name: Option<String>,
+    sub: Option<String>,
+}
+
+fn parse(path: &str) -> Result<Target, Response> {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, version, rest) = match segs.as_slice() {
+        ["api", v, rest @ ..] => ("", *v, rest),
+        ["apis", g, v, rest @ ..] => (*g, *v, rest),
+        _ => return Err(status(404, "NotFound", format!("no route {path}"))),
+    };
+    let (namespace, rest) = match rest {
+        ["namespaces", ns, r @ ..] if !r.is_empty() => (Some(ns.to_string()), r),
+        r => (None, r),
+    };
+    let (plural, name, sub) = match rest {
+        [p] => (*p, None, None),
+        [p, n] => (*p, Some(n.to_string()), None),
+        [p, n, s] => (*p, Some(n.to_string()), Some(s.to_string())),
+        _ => return Err(status(404, "NotFound", format!("no route {path}"))),
+    };
+    let kind = find_kind(group, version, plural)
+        .ok_or_else(|| status(404, "NotFound", format!("the server could not find the requested resource {path}")))?;
+    Ok(Target { kind, namespace, name, sub })
+}
+
+fn merge_patch(target: &mut Value, patch: &Value) {
+    match (target, patch) {
+        (Value::Object(t), Value::Object(p)) => {
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        (t, p) => *t = p.clone(),
+    }
+}
+
+fn labels_match(selector: &Value, labels: &Value) -> bool {
+    let ml = selector.get("matchLabels").and_then(Value::as_object);
+    let ok_labels = ml.is_none_or(|m| m.iter().all(|(k, v)| labels.get(k) == Some(v)));
+    let ok_expr = selector.get("matchExpressions").and_then(Value::as_array).is_none_or(|exprs| {
+        exprs.iter().all(|e| {
+            let key = e["key"].as_str().unwrap_or_default();
+            let values: Vec<&str> = e["values"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+            let have = labels.get(key).and_then(Value::as_str);
+            match e["operator"].as_str() {
+                Some("In") => have.is_some_and(|h| values.contains(&h)),
+                Some("NotIn") => have.is_none_or(|h| !values.contains(&h)),
+                Some("Exists") => have.is_some(),
+                Some("DoesNotExist") => have.is_none(),
+                _ => false,
+            }
+        })
+    });
+    ok_labels && ok_expr
+}
+
+impl ApiServer {
+    /// Starts on an ephemeral loopback port.
+    pub async fn start() -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (changes, _) = broadcast::channel(100_000);
+        let server = Self {
+            inner: Arc::new(Mutex::new(Inner {
+                rv: 100,
+                objects: BTreeMap::new(),
+                history: Vec::new(),
+                compacted_to: 0,
+                counters: Counters::default(),
+                uid: 0,
+            })),
+            changes,
+            drop_watches: Arc::new(watch::channel(0).0),
+            addr,
+        };
+        let app = axum::Router::new().fallback(handle).with_state(server.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        server
+    }
+
+    /// `http://addr`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A kube-rs configuration for it.
+    pub fn config(&self) -> kube::Config {
+        kube::Config::new(self.url().parse().unwrap())
+    }
+
+    /// A kubeconfig file for kubectl.
+    pub fn kubeconfig(&self, dir: &std::path::Path) -> std::path::PathBuf {
+        let path = dir.join("kubeconfig");
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: t\n  cluster: {{server: {}}}\nusers:\n- name: t\n  user: {{}}\ncontexts:\n- name: t\n  context: {{cluster: t, user: t, namespace: default}}\ncurrent-context: t\n",
+            self.url()
+        );
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// What happened so far.
+    pub fn counters(&self) -> Counters {
+        self.inner.lock().unwrap().counters.clone()
+    }
+
+    /// Ends every open watch (clients must re-watch).
+    pub fn drop_all_watches(&self) {
+        self.drop_watches.send_modify(|g| *g += 1);
+    }
+
+    /// Forgets history: a watch resuming from before now gets 410 Gone
+    /// and must list again.
+    pub fn compact(&self) {
+        let mut s = self.inner.lock().unwrap();
+        s.compacted_to = s.rv;
+        s.history.clear();
+    }
+
+    /// Deletes an object while every watch is down and forgets history:
+    /// a client learns of it only by listing again (after 410 Gone).
+    pub fn delete_unseen(&self, plural: &str, namespace: &str, name: &str) {
+        let mut s = self.inner.lock().unwrap();
+        s.objects.retain(|(p, ns, n), _| !(*p == plural && ns == namespace && n == name));
+        s.rv += 1;
+        s.compacted_to = s.rv;
+        s.history.clear();
+        self.drop_all_watches();
+    }
+
+    /// An object, if it exists.
+    pub fn get(&self, plural: &str, namespace: &str, name: &str) -> Option<Value> {
+        let s = self.inner.lock().unwrap();
+        s.objects.iter().find(|((p, ns, n), _)| *p == plural && ns == namespace && n == name).map(|(_, v)| v.clone())
+    }
+
+    /// Every object of a resource.
+    pub fn list(&self, plural: &str) -> Vec<Value> {
+        let s = self.inner.lock().unwrap();
+        s.objects.iter().filter(|((p, _, _), _)| *p == plural).map(|(_, v)| v.clone()).collect()
+    }
+
+    /// Creates or replaces an object as a controller would (no checks).
+    pub fn put(&self, object: Value) {
+        let api_version = object["apiVersion"].as_str().unwrap_or("v1");
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let kind = KINDS
+            .iter()
+            .find(|k| k.group == group && k.version == version && k.kind == object["kind"].as_str().unwrap_or(""))
+            .unwrap_or_else(|| panic!("unknown kind in {object}"));
+        let ns = if kind.namespaced {
+            object["metadata"]["namespace"].as_str().unwrap_or("default").to_string()
+        } else {
+            String::new()
+        };
+        let name = object["metadata"]["name"].as_str().unwrap().to_string();
+        let mut s = self.inner.lock().unwrap();
+        self.store(&mut s, kind, &ns, &name, object);
+    }
+
+    /// Deletes an object as a controller would.
+    pub fn delete(&self, plural: &str, namespace: &str, name: &str) {
+        let kind = KINDS.iter().find(|k| k.plural == plural).unwrap();
+        let mut s = self.inner.lock().unwrap();
+        self.remove(&mut s, kind, namespace, name);
+    }
+
+    fn store(&self, s: &mut Inner, kind: &'static Kind, ns: &str, name: &str, mut object: Value) -> Value {
+        s.rv += 1;
+        let rv = s.rv;
+        let key = (kind.plural, ns.to_string(), name.to_string());
+        let existed = s.objects.get(&key).cloned();
+        object["apiVersion"] = json!(kind.api_version());
+        object["kind"] = json!(kind.kind);
+        let meta = &mut object["metadata"];
+        meta["resourceVersion"] = json!(rv.to_string());
+        meta["name"] = json!(name);
+        if kind.namespaced {
+            meta["namespace"] = json!(ns);
+        }
+        match &existed {
+            Some(old) => {
+                meta["uid"] = old["metadata"]["uid"].clone();
+                meta["creationTimestamp"] = old["metadata"]["creationTimestamp"].clone();
+            }
+            None => {
+                s.uid += 1;
+                meta["uid"] = json!(format!("00000000-0000-0000-0000-{:012}", s.uid));
+                meta["creationTimestamp"] = json!("2026-12-01T00:00:00Z");
+            }
+        }
+        let kind_word = if existed.is_some() { "MODIFIED" } else { "ADDED" };
+        s.objects.insert(key, object.clone());
+        let c = Change { rv, plural: kind.plural, namespace: ns.to_string(), kind: kind_word, object: object.clone() };
+        s.history.push(c.clone());
+        let _ = self.changes.send(c);
+        object
+    }
+
+    fn remove(&self, s: &mut Inner, kind: &'static Kind, ns: &str, name: &str) -> Option<Value> {
+        let mut object = s.objects.remove(&(kind.plural, ns.to_string(), name.to_string()))?;
+        s.rv += 1;
+        object["metadata"]["resourceVersion"] = json!(s.rv.to_string());
+        let c = Change {
+            rv: s.rv,
+            plural: kind.plural,
+            namespace: ns.to_string(),
+            kind: "DELETED",
+            object: object.clone(),
+        };
+        s.history.push(c.clone());
+        let _ = self.changes.send(c);
+        Some(object)
+    }
+}
+
+async fn handle(
+    State(srv): State<ApiServer>,
+    method: Method,
+    uri: Uri,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let path = uri.path();
+    match path {
+        "/api" => return axum::Json(json!({"kind": "APIVersions", "versions": ["v1"]})).into_response(),
+        "/apis" => return discovery_groups(),
+        "/version" => {
+            return axum::Json(json!({"major": "1", "minor": "33", "gitVersion": "v1.33.0-tessera-test"}))
+                .into_response();
+        }
+        _ => {}
+    }
+    if let Some(list) = discovery_resources(path) {
+        return list;
+    }
+    let t = match parse(path) {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    let body: Value = if body.is_empty() {
+        Value::Null
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(v) => v,
+            Err(e) => return status(400, "BadRequest", format!("not JSON: {e}")),
+        }
+    };
+    let ns = if t.kind.namespaced { t.namespace.clone() } else { Some(String::new()) };
+    match (&method, &t.name, &t.sub) {
+        (&Method::GET, None, None) if q.get("watch").is_some_and(|w| w == "true" || w == "1") => {
+            srv.watch(t.kind, t.namespace.clone(), &q)
+        }
+        (&Method::GET, None, None) => srv.list_response(t.kind, t.namespace.as_deref()),
+        (&Method::GET, Some(name), None) => match srv.get(t.kind.plural, ns.as_deref().unwrap_or(""), name) {
+            Some(o) => axum::Json(o).into_response(),
+            None => status(404, "NotFound", format!("{} \"{name}\" not found", t.kind.plural)),
+        },
+        (&Method::POST, None, None) => {
+            let name = body["metadata"]["name"].as_str().unwrap_or_default().to_string();
+            let ns =
+                if t.kind.namespaced { t.namespace.clone().unwrap_or_else(|| "default".into()) } else { String::new() };
+            if q.contains_key("dryRun") {
+                return (StatusCode::CREATED, axum::Json(body)).into_response();
+            }
+            let mut s = srv.inner.lock().unwrap();
+            if s.objects.contains_key(&(t.kind.plural, ns.clone(), name.clone())) {
+                return status(409, "AlreadyExists", format!("{} \"{name}\" already exists", t.kind.plural));
+            }
+            let o = srv.store(&mut s, t.kind, &ns, &name, body);
+            (StatusCode::CREATED, axum::Json(o)).into_response()
+        }
+        (&Method::PUT, Some(name), None) => {
+            let ns = ns.unwrap_or_default();
+            let mut s = srv.inner.lock().unwrap();
+            let key = (t.kind.plural, ns.clone(), name.clone());
+            let Some(current) = s.objects.get(&key) else {
+                return status(404, "NotFound", format!("{} \"{name}\" not found", t.kind.plural));
+            };
+            let given = body["metadata"]["resourceVersion"].as_str();
+            if given.is_some_and(|g| Some(g) != current["metadata"]["resourceVersion"].as_str()) {
+                s.counters.conflicts += 1;
+                return status(
+                    409,
+                    "Conflict",
+                    format!(
+                        "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
+                        t.kind.plural
+                    ),
+                );
+            }
+            let o = srv.store(&mut s, t.kind, &ns, name, body);
+            axum::Json(o).into_response()
+        }
+        (&Method::PATCH, Some(name), None) => {
+            let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+            if !(ct.starts_with("application/merge-patch+json")
+                || ct.starts_with("application/strategic-merge-patch+json"))
+            {
+                return status(415, "UnsupportedMediaType", format!("patch type {ct} is not supported here"));
+            }
+            let ns = ns.unwrap_or_default();
+            let mut s = srv.inner.lock().unwrap();
+            let Some(mut o) = s.objects.get(&(t.kind.plural, ns.clone(), name.clone())).cloned() else {
+                return status(404, "NotFound", format!("{} \"{name}\" not found", t.kind.plural));
+            };
+            merge_patch(&mut o, &body);
+            let o = srv.store(&mut s, t.kind, &ns, name, o);
+            axum::Json(o).into_response()
+        }
+        (&Method::DELETE, Some(name), None) => {
+            let ns = ns.unwrap_or_default();
+            let mut s = srv.inner.lock().unwrap();
+            match srv.remove(&mut s, t.kind, &ns, name) {
+                Some(o) => axum::Json(o).into_response(),
+                None => status(404, "NotFound", format!("{} \"{name}\" not found", t.kind.plural)),
+            }
+        }
+        (&Method::POST, Some(name), Some(sub)) if t.kind.plural == "pods" && sub == "binding" => {
+            srv.bind(&ns.unwrap_or_default(), name, &body)
+        }
+        (&Method::POST, Some(name), Some(sub)) if t.kind.plural == "pods" && sub == "eviction" => {
+            srv.evict(&ns.unwrap_or_default(), name)
+        }
+        _ => status(405, "MethodNotAllowed", format!("{method} {path} is not supported here")),
+    }
+}
+
+fn discovery_groups() -> Response {
+    let mut groups: Vec<(&str, &str)> =
+        KINDS.iter().filter(|k| !k.group.is_empty()).map(|k| (k.group, k.version)).collect();
+    groups.dedup();
+    let groups: Vec<Value> = groups
+        .into_iter()
+        .map(|(g, v)| {
+            let gv = json!({"groupVersion": format!("{g}/{v}"), "version": v});
+            json!({"name": g, "versions": [gv.clone()], "preferredVersion": gv})
+        })
+        .collect();
+    axum::Json(json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})).into_response()
+}
+
+fn discovery_resources(path: &str) -> Option<Response> {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, version) = match segs.as_slice() {
+        ["api", v] => ("", *v),
+        ["apis", g, v] => (*g, *v),
+        _ => return None,
+    };
+    let resources: Vec<Value> = KINDS
+        .iter()
+        .filter(|k| k.group == group && k.version == version)
+        .flat_map(|k| {
+            let main = json!({
+                "name": k.plural, "singularName": k.kind.to_lowercase(), "namespaced": k.namespaced, "kind": k.kind,
+                "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+            });
+            let subs: Vec<Value> = if k.plural == "pods" {
+                vec![
+                    json!({"name": "pods/binding", "singularName": "", "namespaced": true, "kind": "Binding", "verbs": ["create"]}),
+                    json!({"name": "pods/eviction", "singularName": "", "namespaced": true, "group": "policy", "version": "v1", "kind": "Eviction", "verbs": ["create"]}),
+                ]
+            } else {
+                Vec::new()
+            };
+            std::iter::once(main).chain(subs)
+        })
+        .collect();
+    if resources.is_empty() {
+        return Some(status(404, "NotFound", format!("no group version {path}")));
+    }
+    let gv = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
+    Some(
+        axum::Json(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}))
+            .into_response(),
+    )
+}
+
+impl ApiServer {
+    fn list_response(&self, kind: &'static Kind, namespace: Option<&str>) -> Response {
+        let s = self.inner.lock().unwrap();
+        let items: Vec<Value> = s
+            .objects
+            .iter()
+            .filter(|((p, ns, _), _)| *p == kind.plural && namespace.is_none_or(|n| n == ns))
+            .map(|(_, v)| v.clone())
+            .collect();
+        axum::Json(json!({
+            "kind": format!("{}List", kind.kind), "apiVersion": kind.api_version(),
+            "metadata": {"resourceVersion": s.rv.to_string()}, "items": items,
+        }))
+        .into_response()
+    }
+
+    fn watch(&self, kind: &'static Kind, namespace: Option<String>, q: &HashMap<String, String>) -> Response {
+        let from: u64 = q.get("resourceVersion").and_then(|v| v.parse().ok()).unwrap_or(0);
+        let bookmarks = q.get("allowWatchBookmarks").is_some_and(|b| b == "true");
+        let timeout = q.get("timeoutSeconds").and_then(|t| t.parse().ok()).unwrap_or(300u64);
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(1024);
+        let line = |v: Value| Ok(Bytes::from(format!("{v}\n")));
+        let relevant =
+            move |c: &Change| c.plural == kind.plural && namespace.as_ref().is_none_or(|n| *n == c.namespace);
+        let mut live = self.changes.subscribe();
+        let mut dropped = self.drop_watches.subscribe();
+        let backlog: Result<Vec<Change>, ()> = {
+            let mut s = self.inner.lock().unwrap();
+            *s.counters.watches.entry(kind.plural.to_string()).or_insert(0) += 1;
+            if from != 0 && from < s.compacted_to {
+                s.counters.gone += 1;
+                Err(())
+            } else {
+                Ok(s.history.iter().filter(|c| c.rv > from && relevant(c)).cloned().collect())
+            }
+        };
+        let current_rv = self.inner.lock().unwrap().rv;
+        tokio::spawn(async move {
+            let Ok(backlog) = backlog else {
+                let gone = json!({"type": "ERROR", "object": {
+                    "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                    "message": format!("too old resource version: {from} ({})", current_rv),
+                    "reason": "Expired", "code": 410,
+                }});
+                let _ = tx.send(line(gone)).await;
+                return;
+            };
+            let mut last = from;
+            for c in backlog {
+                last = c.rv;
+                if tx.send(line(json!({"type": c.kind, "object": c.object}))).await.is_err() {
+                    return;
+                }
+            }
+            let deadline = tokio::time::sleep(Duration::from_secs(timeout));
+            tokio::pin!(deadline);
+            let mut tick = tokio::time::interval(Duration::from_millis(500));
+            loop {
+                tokio::select! {
+                    () = &mut deadline => return,
+                    _ = dropped.changed() => return,
+                    _ = tick.tick(), if bookmarks => {
+                        let mark = json!({"type": "BOOKMARK", "object": {
+                            "kind": kind.kind, "apiVersion": kind.api_version(),
+                            "metadata": {"resourceVersion": last.max(from).to_string()},
+                        }});
+                        if tx.send(line(mark)).await.is_err() { return; }
+                    }
+                    c = live.recv() => match c {
+                        Ok(c) if c.rv > last && relevant(&c) => {
+                            last = c.rv;
+                            if tx.send(line(json!({"type": c.kind, "object": c.object}))).await.is_err() { return; }
+                        }
+                        Ok(_) => {}
+                        Err(_) => return,
+                    },
+                }
+            }
+        });
+        Response::builder()
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx)))
+            .unwrap()
+    }
+
+    fn bind(&self, ns: &str, name: &str, body: &Value) -> Response {
+        let Some(node) = body["target"]["name"].as_str() else {
+            return status(400, "BadRequest", "a Binding needs target.name");
+        };
+        let kind = find_kind("", "v1", "pods").unwrap();
+        let mut s = self.inner.lock().unwrap();
+        let Some(mut pod) = s.objects.get(&("pods", ns.to_string(), name.to_string())).cloned() else {
+            return status(404, "NotFound", format!("pods \"{name}\" not found"));
+        };
+        if let Some(bound) = pod["spec"]["nodeName"].as_str() {
+            s.counters.binding_conflicts += 1;
+            return status(409, "Conflict", format!("pod {name} is already assigned to node \"{bound}\""));
+        }
+        pod["spec"]["nodeName"] = json!(node);
+        // The kubelet's part: the pod starts.
+        pod["status"]["phase"] = json!("Running");
+        self.store(&mut s, kind, ns, name, pod);
+        *s.counters.bindings.entry(format!("{ns}/{name}")).or_insert(0) += 1;
+        (
+            StatusCode::CREATED,
+            axum::Json(json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201})),
+        )
+            .into_response()
+    }
+
+    fn evict(&self, ns: &str, name: &str) -> Response {
+        let mut s = self.inner.lock().unwrap();
+        let Some(pod) = s.objects.get(&("pods", ns.to_string(), name.to_string())).cloned() else {
+            return status(404, "NotFound", format!("pods \"{name}\" not found"));
+        };
+        let labels = pod["metadata"]["labels"].clone();
+        let budgets: Vec<(String, Value)> = s
+            .objects
+            .iter()
+            .filter(|((p, n, _), pdb)| {
+                *p == "poddisruptionbudgets" && n == ns && labels_match(&pdb["spec"]["selector"], &labels)
+            })
+            .map(|((_, _, n), v)| (n.clone(), v.clone()))
+            .collect();
+        if let Some((pdb, _)) =
+            budgets.iter().find(|(_, b)| b["status"]["disruptionsAllowed"].as_i64().unwrap_or(0) <= 0)
+        {
+            s.counters.evictions_refused += 1;
+            return status(
+                429,
+                "TooManyRequests",
+                format!(
+                    "Cannot evict pod as it would violate the pod's disruption budget. The disruption budget {pdb} needs more healthy pods."
+                ),
+            );
+        }
+        let pdb_kind = find_kind("policy", "v1", "poddisruptionbudgets").unwrap();
+        for (n, mut b) in budgets {
+            let allowed = b["status"]["disruptionsAllowed"].as_i64().unwrap_or(0);
+            b["status"]["disruptionsAllowed"] = json!(allowed - 1);
+            self.store(&mut s, pdb_kind, ns, &n, b);
+        }
+        let kind = find_kind("", "v1", "pods").unwrap();
+        self.remove(&mut s, kind, ns, name);
+        s.counters.evictions += 1;
+        (
+            StatusCode::CREATED,
+            axum::Json(json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201})),
+        )
+            .into_response()
+    }
+}

@@ -1,0 +1,137 @@
+//! The backend through the loop's `Backend` trait, on the in-process API
+//! server: adoption of running pods, queueing of Tessera's, binding
+//! through `pods/binding` (with the GPU indices written first), eviction
+//! refused by a disruption budget and then allowed, watches that resume
+//! after a drop and re-list after 410 Gone.
+
+use std::time::{Duration, Instant};
+
+use tessera_core::cluster::{GpuSet, Placement};
+use tessera_core::metrics::TargetWorkload;
+use tessera_core::model::Pod;
+use tessera_kube::KubeBackend;
+use tessera_server::backend::{Backend, ClusterEvent};
+
+use super::apiserver::ApiServer;
+use super::{budget, kube_config, node, pod};
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+}
+
+fn workload(_: &[tessera_core::model::Node]) -> TargetWorkload {
+    TargetWorkload::from_pods(&[Pod { gpu_count: 1, gpu_milli: 1000, ..Pod::default() }], 0.95)
+}
+
+/// Events until `done` holds of all of them so far (or 10 s).
+fn events_until(b: &mut KubeBackend, done: impl Fn(&[ClusterEvent]) -> bool) -> Vec<ClusterEvent> {
+    let t0 = Instant::now();
+    let mut all = Vec::new();
+    loop {
+        all.extend(b.events(0));
+        if done(&all) {
+            return all;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "timed out; events so far: {all:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn id_of(events: &[ClusterEvent], name: &str) -> u64 {
+    events
+        .iter()
+        .find_map(|e| match e {
+            ClusterEvent::Submitted { id, pod } | ClusterEvent::Running { id, pod, .. } if pod.name == name => {
+                Some(*id)
+            }
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no event for {name}: {events:?}"))
+}
+
+#[test]
+fn binds_adopts_and_evicts_through_the_api_respecting_disruption_budgets() {
+    let rt = runtime();
+    let srv = rt.block_on(ApiServer::start());
+    srv.put(node("n1", 8, "zone-a"));
+    srv.put(node("n2", 8, "zone-b"));
+    srv.put(pod("ml", "web-0", "default-scheduler", Some("n1"), 2, "web"));
+    srv.put(pod("ml", "train-0", "tessera", None, 1, "train"));
+    srv.put(pod("ml", "other-0", "default-scheduler", None, 1, "other"));
+    srv.put(budget("ml", "web", "web", 0));
+    let mut b = rt.block_on(KubeBackend::connect(srv.config(), kube_config("solo", false), workload)).unwrap();
+    assert!(b.active(), "without an election the replica acts");
+    assert_eq!(b.nodes().iter().map(|n| n.name.as_str()).collect::<Vec<_>>(), ["n1", "n2"]);
+    assert_eq!(b.nodes()[1].zone, "zone-b");
+
+    let ev = events_until(&mut b, |e| e.len() >= 2);
+    assert_eq!(ev.len(), 2, "the pod kube-scheduler owns and has not bound is not Tessera's: {ev:?}");
+    let web = id_of(&ev, "ml/web-0");
+    assert!(ev.iter().any(|e| matches!(e, ClusterEvent::Running { node, .. } if node == "n1")), "{ev:?}");
+    let train = id_of(&ev, "ml/train-0");
+
+    // Bind: the GPU indices are written, then the binding is created.
+    b.bind(train, Placement { node: 1, gpus: GpuSet(0b100) }).unwrap();
+    let p = srv.get("pods", "ml", "train-0").unwrap();
+    assert_eq!(p["spec"]["nodeName"], "n2");
+    assert_eq!(p["metadata"]["annotations"]["tessera.io/gpu-index"], "2");
+    assert_eq!(srv.counters().bindings["ml/train-0"], 1);
+    // The watch shows the binding the loop made: nothing to announce.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(b.events(0).is_empty());
+    let e = b.bind(train, Placement { node: 0, gpus: GpuSet(0b1) }).unwrap_err().to_string();
+    assert!(e.contains("conflict (409)") && e.contains("already assigned"), "{e}");
+    assert_eq!(srv.counters().binding_conflicts, 1);
+
+    // Evict: the budget allows no disruption, so the pod stays and is
+    // announced again where it runs.
+    let e = b.evict(web).unwrap_err().to_string();
+    assert!(e.contains("429") && e.contains("disruption budget"), "{e}");
+    let ev = b.events(0);
+    assert!(
+        matches!(&ev[..], [ClusterEvent::Deleted { id }, ClusterEvent::Running { id: id2, node, .. }] if *id == web && *id2 == web && node == "n1"),
+        "{ev:?}"
+    );
+    assert!(srv.get("pods", "ml", "web-0").is_some());
+    srv.put(budget("ml", "web", "web", 1));
+    b.evict(web).unwrap();
+    assert!(srv.get("pods", "ml", "web-0").is_none());
+    let ev = events_until(&mut b, |e| !e.is_empty());
+    assert_eq!(ev, [ClusterEvent::Deleted { id: web }]);
+    let c = srv.counters();
+    assert_eq!((c.evictions, c.evictions_refused), (1, 1));
+    rt.block_on(b.shutdown());
+}
+
+#[test]
+fn watches_resume_after_a_drop_and_relist_after_410_gone() {
+    let rt = runtime();
+    let srv = rt.block_on(ApiServer::start());
+    srv.put(node("n1", 8, "zone-a"));
+    srv.put(pod("ml", "a", "tessera", None, 1, "x"));
+    srv.put(pod("ml", "b", "tessera", None, 1, "x"));
+    let mut b = rt.block_on(KubeBackend::connect(srv.config(), kube_config("solo", false), workload)).unwrap();
+    let ev = events_until(&mut b, |e| e.len() >= 2);
+    let a = id_of(&ev, "ml/a");
+
+    // A dropped watch resumes from its resourceVersion: nothing is lost.
+    let watches = srv.counters().watches["pods"];
+    srv.drop_all_watches();
+    std::thread::sleep(Duration::from_millis(300));
+    srv.put(pod("ml", "c", "tessera", None, 1, "x"));
+    srv.put(node("n2", 4, "zone-b"));
+    let ev = events_until(&mut b, |e| e.len() >= 2);
+    assert!(ev.iter().any(|e| matches!(e, ClusterEvent::Submitted { pod, .. } if pod.name == "ml/c")), "{ev:?}");
+    assert!(ev.iter().any(|e| matches!(e, ClusterEvent::NodeUpsert { node } if node.name == "n2")), "{ev:?}");
+    assert!(srv.counters().watches["pods"] > watches, "the watch was opened again");
+    assert_eq!(srv.counters().gone, 0);
+
+    // A pod deleted while the watch is down, history compacted: the
+    // resumed watch gets 410 Gone, the watcher lists again, and the pod
+    // the list no longer has is gone for the loop too.
+    srv.delete_unseen("pods", "ml", "a");
+    let ev = events_until(&mut b, |e| e.contains(&ClusterEvent::Deleted { id: a }));
+    assert!(srv.counters().gone >= 1, "{:?}", srv.counters());
+    assert!(!ev.iter().any(|e| matches!(e, ClusterEvent::Submitted { .. })), "the others are not queued twice: {ev:?}");
+    rt.block_on(b.shutdown());
+}

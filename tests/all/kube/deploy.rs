@@ -1,0 +1,1 @@
+//! The manifests in `deploy/` (filled in below).

@@ -1,0 +1,120 @@
+//! `tessera serve` on Kubernetes, two replicas on the in-process API
+//! server: the leader of the Lease binds every pending pod naming Tessera,
+//! the standby decides nothing; when the leader dies the standby takes the
+//! expired lease and binds the rest, and no pod is ever bound twice.
+
+use std::time::{Duration, Instant};
+
+use tessera_server::ServeConfig;
+use tessera_server::config::BackendKind;
+
+use super::apiserver::ApiServer;
+use super::{kube_config, node, pod};
+use crate::serve::{Running, config};
+
+fn replica(identity: &str) -> ServeConfig {
+    let mut cfg = config(None);
+    cfg.backend = BackendKind::Kubernetes;
+    cfg.kube = kube_config(identity, true);
+    cfg.engine.max_migrations_pct = 0.0;
+    cfg
+}
+
+async fn start(srv: &ApiServer, identity: &str) -> Running {
+    let (server, listener) =
+        tessera::serve::start_kube(replica(identity), srv.config()).await.expect("tessera serve starts on Kubernetes");
+    Running::serve(server, listener).await
+}
+
+async fn until(what: &str, timeout: Duration, f: impl Fn() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn holder(srv: &ApiServer) -> Option<String> {
+    srv.get("leases", "tessera-system", "tessera-scheduler")
+        .and_then(|l| l["spec"]["holderIdentity"].as_str().map(String::from))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_binds_the_standby_follows_and_takes_over_without_a_double_bind() {
+    let srv = ApiServer::start().await;
+    for i in 0..4 {
+        srv.put(node(&format!("gpu-{i}"), 8, if i % 2 == 0 { "zone-a" } else { "zone-b" }));
+    }
+    let a = start(&srv, "replica-a").await;
+    until("replica-a to lead", Duration::from_secs(20), || holder(&srv).as_deref() == Some("replica-a")).await;
+    let b = start(&srv, "replica-b").await;
+
+    for i in 0..12 {
+        srv.put(pod("ml", &format!("job-{i}"), "tessera", None, 1 + i % 2, "train"));
+    }
+    until("12 bindings", Duration::from_secs(30), || srv.counters().bindings.len() == 12).await;
+    assert!(a.shared.status.read().unwrap().active);
+    assert!(!b.shared.status.read().unwrap().active, "one leader");
+    assert_eq!(b.shared.metrics.decisions_total(), 0, "the standby decides nothing");
+    // The standby's model follows the cluster all the same.
+    until("the standby to see 12 pods running", Duration::from_secs(10), || {
+        b.shared.status.read().unwrap().pods_running == 12
+    })
+    .await;
+    for p in srv.list("pods") {
+        let node = p["spec"]["nodeName"].as_str().unwrap();
+        assert!(node.starts_with("gpu-"), "{p}");
+        let gpus = p["metadata"]["annotations"]["tessera.io/gpu-index"].as_str().unwrap();
+        let want = p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"].as_str().unwrap();
+        assert_eq!(gpus.split(',').count().to_string(), want, "{p}");
+    }
+
+    // The leader dies without releasing the lease; the standby waits for
+    // it to expire, takes it and binds what arrives.
+    a.stop().await;
+    for i in 12..20 {
+        srv.put(pod("ml", &format!("job-{i}"), "tessera", None, 1, "train"));
+    }
+    until("replica-b to lead", Duration::from_secs(20), || holder(&srv).as_deref() == Some("replica-b")).await;
+    until("20 bindings", Duration::from_secs(30), || srv.counters().bindings.len() == 20).await;
+    let c = srv.counters();
+    assert!(c.bindings.values().all(|&n| n == 1), "a pod bound twice: {:?}", c.bindings);
+    assert_eq!(c.binding_conflicts, 0);
+    let lease = srv.get("leases", "tessera-system", "tessera-scheduler").unwrap();
+    assert_eq!(lease["spec"]["leaseTransitions"], 1, "{lease}");
+    assert!(b.shared.status.read().unwrap().active);
+    b.stop().await;
+}
+
+/// The same scenario's first half against a real cluster: Tessera binds a
+/// pod that names it. Needs `KUBECONFIG`, GPU nodes are not required (the
+/// pod asks for none).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs cluster"]
+async fn needs_cluster_binds_a_pod_on_a_real_cluster() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, DeleteParams, PostParams};
+    let config = kube::Config::infer().await.expect("KUBECONFIG names a reachable cluster");
+    let client = kube::Client::try_from(config.clone()).unwrap();
+    let mut cfg = replica("tessera-test");
+    cfg.kube.leader_election = false;
+    cfg.kube.namespace = Some("default".into());
+    let (server, listener) = tessera::serve::start_kube(cfg, config).await.unwrap();
+    let svc = Running::serve(server, listener).await;
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let mut p: Pod = serde_json::from_value(pod("default", "tessera-e2e", "tessera", None, 0, "e2e")).unwrap();
+    p.spec.as_mut().unwrap().containers[0].resources = None;
+    p.status = None;
+    pods.create(&PostParams::default(), &p).await.unwrap();
+    let t0 = Instant::now();
+    loop {
+        let got = pods.get("tessera-e2e").await.unwrap();
+        if got.spec.and_then(|s| s.node_name).is_some() {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "not bound within a minute");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    pods.delete("tessera-e2e", &DeleteParams::default()).await.unwrap();
+    svc.stop().await;
+}

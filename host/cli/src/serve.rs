@@ -155,7 +155,10 @@ pub async fn start_kube(cfg: ServeConfig, config: kube::Config) -> Result<(Serve
     }
     let mut doc = crate::sim::policy_document(&cfg.policy, seed)?;
     crate::sim::inject_workload(&mut doc, backend.workload());
-    start_on(cfg, Box::new(backend), doc).await
+    let (mut server, listener) = start_on(cfg, Box::new(backend), doc).await?;
+    // Clusters that keep kube-scheduler call these (deploy/kube-scheduler-extender.yaml).
+    server.mount(tessera_kube::extender::routes(server.extender()));
+    Ok((server, listener))
 }
 
 /// Starts the service on `backend` with the policy `doc`.

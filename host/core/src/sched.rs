@@ -435,6 +435,12 @@ impl Scheduler {
         }
     }
 
+    /// Tells the placer what changed since it last heard (a decision made
+    /// outside a pass, e.g. for a scheduler extender, needs it current).
+    pub fn sync(&mut self, placer: &mut impl Placer) {
+        self.flush(placer);
+    }
+
     /// Tells the placer what changed outside a pass.
     fn flush(&mut self, placer: &mut impl Placer) {
         if std::mem::take(&mut self.all_dirty) {

@@ -23,7 +23,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{EvictParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Api, Client};
-use tessera_core::cluster::{Cluster, Placement};
+use tessera_core::cluster::{Cluster, GpuSet, Placement};
 use tessera_core::metrics::TargetWorkload;
 use tessera_core::model::{Node, Pod};
 use tessera_core::sched::PodId;
@@ -219,6 +219,35 @@ impl KubeBackend {
         for t in tasks {
             t.abort();
         }
+    }
+
+    /// Writes the GPU indices (if any) on the pod, then binds it.
+    fn post_binding(&self, ns: &str, name: &str, uid: &str, node: &str, gpus: GpuSet) -> Result<(), kube::Error> {
+        let api: Api<KPod> = Api::namespaced(self.client.clone(), ns);
+        let binding = Binding {
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                namespace: Some(ns.to_string()),
+                uid: Some(uid.to_string()),
+                ..ObjectMeta::default()
+            },
+            target: ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Node".into()),
+                name: Some(node.to_string()),
+                ..ObjectReference::default()
+            },
+        };
+        let gpus = (!gpus.is_empty()).then(|| convert::format_gpu_index(gpus));
+        self.rt.block_on(async {
+            if let Some(g) = gpus {
+                let patch = serde_json::json!({"metadata": {"annotations": {convert::GPU_INDEX_ANNOTATION: g}}});
+                api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+            }
+            api.create_subresource::<Binding, serde_json::Value>("binding", name, &PostParams::default(), &binding)
+                .await
+                .map(|_| ())
+        })
     }
 
     fn pod_ref(&self, id: PodId) -> Option<crate::track::PodRef> {
@@ -427,31 +456,8 @@ impl Backend for KubeBackend {
         let p = self.pod_ref(id).ok_or_else(|| fail("unknown pod".into()))?;
         let node =
             self.node_names.get(at.node as usize).cloned().ok_or_else(|| fail(format!("unknown node {}", at.node)))?;
-        let api: Api<KPod> = Api::namespaced(self.client.clone(), &p.namespace);
         self.live.binding.lock().unwrap_or_else(|e| e.into_inner()).insert(p.uid.clone(), node.clone());
-        let binding = Binding {
-            metadata: ObjectMeta {
-                name: Some(p.name.clone()),
-                namespace: Some(p.namespace.clone()),
-                uid: Some(p.uid.clone()),
-                ..ObjectMeta::default()
-            },
-            target: ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Node".into()),
-                name: Some(node.clone()),
-                ..ObjectReference::default()
-            },
-        };
-        let gpus = (!at.gpus.is_empty()).then(|| convert::format_gpu_index(at.gpus));
-        let result = self.rt.block_on(async {
-            if let Some(g) = gpus {
-                let patch = serde_json::json!({"metadata": {"annotations": {convert::GPU_INDEX_ANNOTATION: g}}});
-                api.patch(&p.name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
-            }
-            api.create_subresource::<Binding, serde_json::Value>("binding", &p.name, &PostParams::default(), &binding)
-                .await
-        });
+        let result = self.post_binding(&p.namespace, &p.name, &p.uid, &node, at.gpus);
         match result {
             Ok(_) => {
                 if let Some(r) = self.live.index.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&id) {
@@ -486,6 +492,18 @@ impl Backend for KubeBackend {
                 Err(fail(describe(&e)))
             }
         }
+    }
+
+    fn bind_named(&mut self, ns: &str, name: &str, uid: &str, node: &str, gpus: GpuSet) -> Result<(), String> {
+        if !self.leadership.is_leader() {
+            return Err("this replica does not lead".into());
+        }
+        self.post_binding(ns, name, uid, node, gpus).map_err(|e| describe(&e))
+    }
+
+    fn pod_by_uid(&self, uid: &str) -> Option<Pod> {
+        let index = self.live.index.lock().unwrap_or_else(|p| p.into_inner());
+        index.values().find(|r| r.uid == uid).map(|r| r.pod.clone())
     }
 
     fn actuator(&mut self, cluster: &Cluster, pods: Vec<(PodId, Pod, Placement)>, _plan: u64) -> Box<dyn MoveActuator> {

@@ -134,6 +134,20 @@ pub trait Backend: Send + 'static {
     /// the preemptor.
     fn evict(&mut self, id: PodId) -> Result<(), BackendError>;
 
+    /// Binds a pod another scheduler decided (a scheduler extender's
+    /// bind): `namespace/name` (`uid`) to `node` on `gpus`.
+    fn bind_named(&mut self, namespace: &str, name: &str, uid: &str, node: &str, gpus: GpuSet) -> Result<(), String> {
+        let _ = (namespace, name, uid, node, gpus);
+        Err(format!("the {} backend binds only the pods it schedules", self.name()))
+    }
+
+    /// The pod with API uid `uid`, as the loop models it, if the backend
+    /// knows it.
+    fn pod_by_uid(&self, uid: &str) -> Option<Pod> {
+        let _ = uid;
+        None
+    }
+
     /// An actuator executing plan `plan`'s moves over the pods running now
     /// on `cluster`.
     fn actuator(&mut self, cluster: &Cluster, pods: Vec<(PodId, Pod, Placement)>, plan: u64) -> Box<dyn MoveActuator>;

@@ -13,6 +13,7 @@
 mod cycle;
 mod decide;
 mod events;
+mod extend;
 mod recorder;
 
 use std::collections::{BTreeMap, HashMap};
@@ -79,6 +80,13 @@ pub enum Control {
     Snapshot {
         /// Told the snapshot.
         done: std::sync::mpsc::Sender<tessera_core::snapshot::Snapshot>,
+    },
+    /// A scheduler extender's call, answered from the model.
+    Extender {
+        /// The call.
+        call: crate::extend::ExtenderCall,
+        /// Told the answer.
+        done: std::sync::mpsc::Sender<crate::extend::ExtenderAnswer>,
     },
     /// The active policy, the candidate and the cluster of one instant,
     /// for a scheduled chaos campaign.
@@ -276,6 +284,9 @@ impl Engine {
             }
             Control::Snapshot { done } => {
                 let _ = done.send(self.snapshot());
+            }
+            Control::Extender { call, done } => {
+                let _ = done.send(self.extend(call));
             }
             Control::ChaosInputs { done } => {
                 let candidate_id = self.shared.rollout.read().unwrap_or_else(|p| p.into_inner()).candidate_id;

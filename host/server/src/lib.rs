@@ -16,6 +16,7 @@ pub mod backend;
 pub mod campaigns;
 pub mod config;
 pub mod engine;
+pub mod extend;
 pub mod metrics;
 pub mod observe;
 pub mod openapi;
@@ -145,6 +146,8 @@ pub struct Server {
     /// Wakes the campaign scheduler for a manual run (none: no schedule).
     chaos: Option<Arc<tokio::sync::Notify>>,
     chaos_task: Option<tokio::task::JoinHandle<()>>,
+    /// Routes served beside the API.
+    extra: Option<axum::Router>,
 }
 
 impl Server {
@@ -218,7 +221,17 @@ impl Server {
                 (Some(manual), Some(tokio::spawn(s.run())))
             }
         };
-        Ok(Self { cfg, shared, control: Mutex::new(tx), loader, tracing, engine: Some(handle), chaos, chaos_task })
+        Ok(Self {
+            cfg,
+            shared,
+            control: Mutex::new(tx),
+            loader,
+            tracing,
+            engine: Some(handle),
+            chaos,
+            chaos_task,
+            extra: None,
+        })
     }
 
     /// State shared with the loop.
@@ -231,8 +244,30 @@ impl Server {
         &self.cfg
     }
 
+    /// Sends scheduler-extender calls to the loop.
+    pub fn extender(&self) -> extend::ExtenderHandle {
+        extend::ExtenderHandle { control: self.control.lock().unwrap_or_else(|p| p.into_inner()).clone() }
+    }
+
+    /// Serves `routes` beside the API (e.g. the scheduler-extender
+    /// endpoints of the Kubernetes backend).
+    pub fn mount(&mut self, routes: axum::Router) {
+        self.extra = Some(match self.extra.take() {
+            Some(r) => r.merge(routes),
+            None => routes,
+        });
+    }
+
     /// The HTTP API.
     pub fn router(&self) -> axum::Router {
+        let api = self.api_router();
+        match &self.extra {
+            Some(extra) => api.merge(extra.clone()),
+            None => api,
+        }
+    }
+
+    fn api_router(&self) -> axum::Router {
         api::router(api::AppState {
             shared: self.shared.clone(),
             control: Arc::new(self.control.lock().unwrap_or_else(|p| p.into_inner()).clone()),

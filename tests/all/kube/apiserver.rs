@@ -353,6 +353,9 @@ impl ApiServer {
                 meta["uid"] = old["metadata"]["uid"].clone();
                 meta["creationTimestamp"] = old["metadata"]["creationTimestamp"].clone();
             }
+            None if meta["uid"].is_string() => {
+                meta["creationTimestamp"] = json!("2026-12-01T00:00:00Z");
+            }
             None => {
                 s.uid += 1;
                 meta["uid"] = json!(format!("00000000-0000-0000-0000-{:012}", s.uid));

@@ -8,6 +8,7 @@
 pub mod apiserver;
 mod backend;
 mod deploy;
+mod extender;
 mod service;
 
 use serde_json::{Value, json};

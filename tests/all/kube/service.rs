@@ -12,7 +12,7 @@ use super::apiserver::ApiServer;
 use super::{kube_config, node, pod};
 use crate::serve::{Running, config};
 
-fn replica(identity: &str) -> ServeConfig {
+pub fn replica(identity: &str) -> ServeConfig {
     let mut cfg = config(None);
     cfg.backend = BackendKind::Kubernetes;
     cfg.kube = kube_config(identity, true);

@@ -1,0 +1,87 @@
+//! The loop's side of the scheduler extender: filter, score and bind from
+//! the model and the active policy, between two passes.
+
+use tessera_core::cluster::{FilterReason, check, choose_gpus};
+use tessera_core::model::{NodeId, Pod};
+
+use super::Engine;
+use crate::extend::{ExtenderAnswer, ExtenderCall, MAX_SCORE, NodeVerdict};
+
+impl Engine {
+    pub(super) fn extend(&mut self, call: ExtenderCall) -> ExtenderAnswer {
+        match call {
+            ExtenderCall::Filter { pod, nodes } => ExtenderAnswer::Filtered(self.extender_filter(&pod, &nodes).0),
+            ExtenderCall::Prioritize { pod, nodes } => {
+                let (verdicts, scores) = self.extender_filter(&pod, &nodes);
+                let scored = verdicts.into_iter().map(|v| (v.node.clone(), scores(&v.node))).collect();
+                ExtenderAnswer::Scored(scored)
+            }
+            ExtenderCall::Bind { namespace, name, uid, node, pod } => {
+                ExtenderAnswer::Bound(self.extender_bind(&namespace, &name, &uid, &node, pod.as_ref()))
+            }
+            ExtenderCall::Pods { uids } => {
+                ExtenderAnswer::Pods(uids.iter().map(|u| self.backend.pod_by_uid(u)).collect())
+            }
+        }
+    }
+
+    /// Verdicts per node, and the normalised score of a node (0 for a
+    /// node that did not pass).
+    fn extender_filter(&mut self, pod: &Pod, nodes: &[String]) -> (Vec<NodeVerdict>, impl Fn(&str) -> i64 + use<>) {
+        self.sched.sync(&mut self.placer);
+        let cluster = self.sched.cluster();
+        let mut verdicts = Vec::with_capacity(nodes.len());
+        let mut ids: Vec<(NodeId, usize)> = Vec::new();
+        for (i, name) in nodes.iter().enumerate() {
+            let fail = |failure: String, unresolvable| NodeVerdict {
+                node: name.clone(),
+                failure: Some(failure),
+                unresolvable,
+            };
+            let Some(&id) = self.node_ids.get(name) else {
+                verdicts.push(fail("SCHED-NODE-UNKNOWN: Tessera does not know this node".into(), true));
+                continue;
+            };
+            match check(&cluster.nodes()[id as usize], pod) {
+                Ok(()) => {
+                    ids.push((id, i));
+                    verdicts.push(NodeVerdict { node: name.clone(), failure: None, unresolvable: false });
+                }
+                Err(reason) => {
+                    let unresolvable = matches!(reason, FilterReason::NodeNotReady | FilterReason::ModelMismatch);
+                    verdicts.push(fail(reason.code().to_string(), unresolvable));
+                }
+            }
+        }
+        let candidates: Vec<NodeId> = ids.iter().map(|&(id, _)| id).collect();
+        let decision = self.placer.policy.decide(pod, &candidates);
+        for r in &decision.rejections {
+            if let Some(&(_, i)) = ids.iter().find(|&&(id, _)| id == r.node) {
+                verdicts[i].failure = Some(format!("{}: {}", r.plugin, r.reason));
+                verdicts[i].unresolvable = true;
+            }
+        }
+        let (lo, hi) =
+            decision.totals.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &t| (a.min(t), b.max(t)));
+        let mut scores = std::collections::HashMap::new();
+        for (&id, &total) in decision.feasible.iter().zip(&decision.totals) {
+            let s = if hi > lo { ((total - lo) / (hi - lo) * MAX_SCORE as f64).round() as i64 } else { MAX_SCORE };
+            scores.insert(cluster.nodes()[id as usize].name.clone(), s);
+        }
+        (verdicts, move |name: &str| scores.get(name).copied().unwrap_or(0))
+    }
+
+    fn extender_bind(&mut self, ns: &str, name: &str, uid: &str, node: &str, pod: Option<&Pod>) -> Result<(), String> {
+        if !self.backend.active() {
+            return Err("this replica does not lead; the leader binds".into());
+        }
+        let &id = self.node_ids.get(node).ok_or_else(|| format!("node {node} is not known"))?;
+        let n = &self.sched.cluster().nodes()[id as usize];
+        let gpus = match pod {
+            Some(p) if p.gpu_count > 0 => choose_gpus(n, p, None)
+                .ok_or_else(|| format!("node {node} has no GPUs free for {ns}/{name} in Tessera's model"))?,
+            _ => tessera_core::cluster::GpuSet::default(),
+        };
+        self.backend.bind_named(ns, name, uid, node, gpus)
+    }
+}

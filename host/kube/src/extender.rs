@@ -189,8 +189,8 @@ fn bad_request(message: String) -> Response {
     (StatusCode::BAD_REQUEST, Json(ExtenderFilterResult { error: message, ..Default::default() })).into_response()
 }
 
-fn parse<T: serde::de::DeserializeOwned>(body: &Bytes, what: &str) -> Result<T, Response> {
-    serde_json::from_slice(body).map_err(|e| bad_request(format!("not {what}: {e}")))
+fn parse<T: serde::de::DeserializeOwned>(body: &Bytes, what: &str) -> Result<T, String> {
+    serde_json::from_slice(body).map_err(|e| format!("not {what}: {e}"))
 }
 
 impl Ext {
@@ -221,7 +221,7 @@ impl Ext {
 async fn filter(State(x): State<Ext>, body: Bytes) -> Response {
     let a: ExtenderArgs = match parse(&body, "ExtenderArgs") {
         Ok(a) => a,
-        Err(r) => return r,
+        Err(e) => return bad_request(e),
     };
     let failed = |error: String| Json(ExtenderFilterResult { error, ..Default::default() }).into_response();
     let (pod, names) = match x.args(&a) {
@@ -261,7 +261,7 @@ async fn filter(State(x): State<Ext>, body: Bytes) -> Response {
 async fn prioritize(State(x): State<Ext>, body: Bytes) -> Response {
     let a: ExtenderArgs = match parse(&body, "ExtenderArgs") {
         Ok(a) => a,
-        Err(r) => return r,
+        Err(e) => return bad_request(e),
     };
     // kube-scheduler reads a list; an error is an HTTP failure here.
     let fail = |status: StatusCode, e: String| (status, e).into_response();
@@ -281,7 +281,7 @@ async fn prioritize(State(x): State<Ext>, body: Bytes) -> Response {
 async fn bind(State(x): State<Ext>, body: Bytes) -> Response {
     let a: ExtenderBindingArgs = match parse(&body, "ExtenderBindingArgs") {
         Ok(a) => a,
-        Err(r) => return r,
+        Err(e) => return bad_request(e),
     };
     let pod = x.seen.lock().unwrap_or_else(|p| p.into_inner()).pods.get(&a.pod_uid).cloned();
     let call = ExtenderCall::Bind { namespace: a.pod_namespace, name: a.pod_name, uid: a.pod_uid, node: a.node, pod };
@@ -308,7 +308,7 @@ pub fn may_preempt(preemptor: &Pod, victim: &Pod) -> bool {
 async fn preempt(State(x): State<Ext>, body: Bytes) -> Response {
     let a: ExtenderPreemptionArgs = match parse(&body, "ExtenderPreemptionArgs") {
         Ok(a) => a,
-        Err(r) => return r,
+        Err(e) => return bad_request(e),
     };
     let Some(preemptor) = a.pod.as_ref().and_then(|p| convert::pod(p).ok()) else {
         return bad_request("no valid Pod in the arguments".into());

@@ -112,6 +112,9 @@ enum Command {
     /// OpenMetrics on /metrics. Without an NVIDIA driver it says so once and
     /// serves CPU and memory only. Stops on SIGINT or SIGTERM.
     Agent(tessera::agent::AgentArgs),
+    /// Print the TesseraPolicy CustomResourceDefinition (generated from
+    /// its Rust type; `deploy/kubernetes/crd.yaml` is this output).
+    Crd,
     /// Chaos verification of a policy before rollout.
     #[command(subcommand)]
     Chaos(chaos_cmd::ChaosCmd),
@@ -433,6 +436,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Serve { listen, config, policy } => {
             tessera::serve::run(&tessera::serve::ServeOptions { listen, config, policy })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Crd => {
+            print!("{}", tessera_kube::crd::crd_yaml());
             Ok(ExitCode::SUCCESS)
         }
         Command::Agent(args) => {

@@ -8,6 +8,7 @@
 pub mod actuator;
 pub mod backend;
 pub mod convert;
+pub mod crd;
 pub mod extender;
 pub mod leader;
 pub mod track;

@@ -1,1 +1,201 @@
-//! The manifests in `deploy/` (filled in below).
+//! The manifests in `deploy/kubernetes` and `deploy/chaos`: every object
+//! reads into its typed Kubernetes API struct and back without losing a
+//! field (a misspelt field would be dropped), `kubectl apply
+//! --dry-run=client` takes them all against the in-process API server, the
+//! CRD is the one generated from the Rust type, and the embedded
+//! configurations (serve.yaml, the sample policy, the alert rules, the
+//! kube-scheduler extender configuration) are valid and agree with the
+//! code.
+
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolumeClaim, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use serde_json::Value;
+
+use super::apiserver::ApiServer;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn manifest_files() -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for dir in ["deploy/kubernetes", "deploy/chaos"] {
+        for e in std::fs::read_dir(repo().join(dir)).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "yaml") {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// Every document of a multi-document YAML file.
+fn documents(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap();
+    serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|d| {
+            use serde::Deserialize;
+            Value::deserialize(d).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        })
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+/// Through the typed struct and back.
+fn round_trip<T: serde::de::DeserializeOwned + serde::Serialize>(v: &Value) -> Result<Value, String> {
+    let typed: T = serde_json::from_value(v.clone()).map_err(|e| e.to_string())?;
+    serde_json::to_value(typed).map_err(|e| e.to_string())
+}
+
+/// Where `typed` lost or changed something of `original`.
+fn differences(path: &str, original: &Value, typed: &Value, out: &mut Vec<String>) {
+    match (original, typed) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in a {
+                match b.get(k) {
+                    Some(w) => differences(&format!("{path}.{k}"), v, w, out),
+                    None if v.is_null() => {}
+                    None => out.push(format!("{path}.{k} is not a field of the type")),
+                }
+            }
+        }
+        (Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
+            for (i, (v, w)) in a.iter().zip(b).enumerate() {
+                differences(&format!("{path}[{i}]"), v, w, out);
+            }
+        }
+        (a, b) if a == b => {}
+        (a, b) => out.push(format!("{path}: {a} became {b}")),
+    }
+}
+
+#[test]
+fn every_manifest_reads_into_its_api_type_without_losing_a_field() {
+    let mut kinds = Vec::new();
+    for file in manifest_files() {
+        for doc in documents(&file) {
+            let kind = doc["kind"].as_str().unwrap_or_default().to_string();
+            let typed = match kind.as_str() {
+                "Namespace" => round_trip::<Namespace>(&doc),
+                "ServiceAccount" => round_trip::<ServiceAccount>(&doc),
+                "ConfigMap" => round_trip::<ConfigMap>(&doc),
+                "Service" => round_trip::<Service>(&doc),
+                "PersistentVolumeClaim" => round_trip::<PersistentVolumeClaim>(&doc),
+                "Deployment" => round_trip::<Deployment>(&doc),
+                "DaemonSet" => round_trip::<DaemonSet>(&doc),
+                "Job" => round_trip::<Job>(&doc),
+                "CronJob" => round_trip::<CronJob>(&doc),
+                "PodDisruptionBudget" => round_trip::<PodDisruptionBudget>(&doc),
+                "ClusterRole" => round_trip::<ClusterRole>(&doc),
+                "ClusterRoleBinding" => round_trip::<ClusterRoleBinding>(&doc),
+                "Role" => round_trip::<Role>(&doc),
+                "RoleBinding" => round_trip::<RoleBinding>(&doc),
+                "CustomResourceDefinition" => round_trip::<CustomResourceDefinition>(&doc),
+                "TesseraPolicy" => round_trip::<tessera_kube::crd::TesseraPolicy>(&doc),
+                other => panic!("{}: kind {other} is not checked here", file.display()),
+            };
+            let typed = typed.unwrap_or_else(|e| panic!("{} {kind}: {e}", file.display()));
+            let mut diffs = Vec::new();
+            differences(&kind, &doc, &typed, &mut diffs);
+            assert!(diffs.is_empty(), "{}: {diffs:#?}", file.display());
+            kinds.push(kind);
+        }
+    }
+    for k in [
+        "Deployment",
+        "DaemonSet",
+        "ClusterRole",
+        "Role",
+        "CustomResourceDefinition",
+        "TesseraPolicy",
+        "CronJob",
+        "Job",
+    ] {
+        assert!(kinds.iter().any(|x| x == k), "no {k} in deploy/: {kinds:?}");
+    }
+}
+
+#[test]
+fn the_crd_is_generated_from_the_rust_type_and_the_embedded_configurations_are_valid() {
+    let crd = std::fs::read_to_string(repo().join("deploy/kubernetes/crd.yaml")).unwrap();
+    assert_eq!(
+        crd,
+        tessera_kube::crd::crd_yaml(),
+        "deploy/kubernetes/crd.yaml is stale: run `tessera crd > deploy/kubernetes/crd.yaml`"
+    );
+
+    let docs = documents(&repo().join("deploy/kubernetes/scheduler.yaml"));
+    let serve = docs.iter().find(|d| d["kind"] == "ConfigMap").unwrap()["data"]["serve.yaml"].as_str().unwrap();
+    let cfg = tessera_server::ServeConfig::parse(serve, "deploy/kubernetes/scheduler.yaml").unwrap();
+    assert_eq!(cfg.backend, tessera_server::config::BackendKind::Kubernetes);
+    let deployment = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    assert_eq!(deployment["spec"]["replicas"], 2, "two replicas, one leader");
+    assert_eq!(cfg.kube.lease_namespace, deployment["metadata"]["namespace"].as_str().unwrap());
+
+    let obs = documents(&repo().join("deploy/kubernetes/observability.yaml"));
+    let rules = obs.iter().find(|d| d["metadata"]["name"] == "tessera-prometheus-rules").unwrap();
+    assert_eq!(
+        rules["data"]["rules.yaml"].as_str().unwrap(),
+        std::fs::read_to_string(repo().join("deploy/prometheus/rules.yaml")).unwrap(),
+        "the rules ConfigMap must carry deploy/prometheus/rules.yaml"
+    );
+
+    let policy = &documents(&repo().join("deploy/kubernetes/policy.yaml"))[0];
+    let p: tessera_kube::crd::TesseraPolicy = serde_json::from_value(policy.clone()).unwrap();
+    let doc = tessera_policy::PolicyDocument::parse(&p.spec.document, "deploy/kubernetes/policy.yaml").unwrap();
+    for c in &p.spec.components {
+        c.source().unwrap();
+        assert!(doc.plugins.iter().any(|e| e.name == c.plugin), "component for unknown plugin {}", c.plugin);
+    }
+
+    // kube-scheduler's extender configuration points at the Service and
+    // at the verbs Tessera serves.
+    let ext = &documents(&repo().join("deploy/kube-scheduler/extender.yaml"))[0]["extenders"][0];
+    assert_eq!(ext["urlPrefix"], "http://tessera-scheduler.tessera-system.svc:8080/extender");
+    for (verb, route) in
+        [("filterVerb", "filter"), ("prioritizeVerb", "prioritize"), ("bindVerb", "bind"), ("preemptVerb", "preempt")]
+    {
+        assert_eq!(ext[verb], route);
+    }
+    assert_eq!(ext["nodeCacheCapable"], true);
+}
+
+fn kubectl() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join("kubectl")).find(|p| p.is_file())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_applies_every_manifest_with_a_client_dry_run() {
+    let Some(kubectl) = kubectl() else {
+        assert!(std::env::var_os("CI").is_none(), "CI installs kubectl (Debian's kubernetes-client)");
+        eprintln!("kubectl is not installed (Debian: kubernetes-client); skipped");
+        return;
+    };
+    let srv = ApiServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = srv.kubeconfig(dir.path());
+    let mut cmd = tokio::process::Command::new(kubectl);
+    cmd.env("KUBECONFIG", &kubeconfig).env("HOME", dir.path()).args(["apply", "--dry-run=client", "--validate=false"]);
+    for f in manifest_files() {
+        cmd.arg("-f").arg(f);
+    }
+    let out = tokio::time::timeout(std::time::Duration::from_secs(60), cmd.output()).await.unwrap().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "kubectl failed:\n{stdout}\n{stderr}");
+    let objects: usize = manifest_files().iter().map(|f| documents(f).len()).sum();
+    let created =
+        stdout.lines().filter(|l| l.ends_with("created (dry run)") || l.ends_with("configured (dry run)")).count();
+    assert_eq!(created, objects, "{stdout}\n{stderr}");
+    assert!(stdout.contains("tesserapolicy.tessera.io/gpu-health created (dry run)"), "{stdout}");
+    assert!(srv.list("deployments").is_empty(), "a dry run creates nothing");
+}

@@ -23,6 +23,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{EvictParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Api, Client};
+use tessera_agent::AgentSample;
 use tessera_core::cluster::{Cluster, GpuSet, Placement};
 use tessera_core::metrics::TargetWorkload;
 use tessera_core::model::{Node, Pod};
@@ -71,7 +72,6 @@ pub struct KubeBackend {
     client: Client,
     /// The same API without the client's retries (evictions).
     evict_client: Client,
-    cfg: KubeBackendConfig,
     nodes: Vec<Node>,
     /// Node names by the loop's id (the order the loop learnt them in).
     node_names: Vec<String>,
@@ -82,6 +82,8 @@ pub struct KubeBackend {
     /// Announcements after a failed eviction, for the next pass.
     requeued: Vec<ClusterEvent>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// The election, which releases the lease when told to stop.
+    elector: Option<tokio::task::JoinHandle<()>>,
     stop: Arc<tokio::sync::Notify>,
 }
 
@@ -156,11 +158,19 @@ impl KubeBackend {
         let stop = Arc::new(tokio::sync::Notify::new());
         let mut tasks = Vec::new();
         let (synced_tx, mut synced_rx) = tokio::sync::mpsc::channel::<()>(1);
-        tasks.push(tokio::spawn(watch_nodes(node_api, NodeTracker::new(&nodes), tx.clone(), live.addresses.clone())));
+        let (health_tx, health_rx) = tokio::sync::mpsc::channel(1024);
+        tasks.push(tokio::spawn(watch_nodes(
+            node_api,
+            NodeTracker::new(&nodes),
+            tx.clone(),
+            live.addresses.clone(),
+            health_rx,
+        )));
         let tracker = PodTracker::new(&cfg.scheduler_name, live.index.clone(), live.binding.clone());
         tasks.push(tokio::spawn(watch_pods(pod_api, tracker, tx, synced_tx)));
         let pdb_api: Api<PodDisruptionBudget> = Api::all(client.clone());
         tasks.push(tokio::spawn(watch_budgets(pdb_api)));
+        let mut elector_task = None;
         let leadership = if cfg.leader_election {
             let lease_api: Api<Lease> = Api::namespaced(client.clone(), &cfg.lease_namespace);
             let (elector, leadership) = Elector::new(
@@ -174,13 +184,20 @@ impl KubeBackend {
                 },
             );
             let s = stop.clone();
-            tasks.push(tokio::spawn(elector.run(async move { s.notified().await })));
+            elector_task = Some(tokio::spawn(elector.run(async move { s.notified().await })));
             leadership
         } else {
             Leadership::always()
         };
         if let Some(port) = cfg.agent_port {
-            tasks.push(tokio::spawn(scrape_agents(port, live.addresses.clone(), live.samples.clone())));
+            let every = Duration::from_secs(cfg.agent_interval_s);
+            tasks.push(tokio::spawn(scrape_agents(
+                port,
+                every,
+                live.addresses.clone(),
+                live.samples.clone(),
+                health_tx,
+            )));
         }
         let timeout = Duration::from_secs(cfg.sync_timeout_s);
         tokio::time::timeout(timeout, synced_rx.recv()).await.map_err(|_| KubeError::SyncTimeout(timeout))?;
@@ -189,7 +206,6 @@ impl KubeBackend {
             rt: tokio::runtime::Handle::current(),
             client,
             evict_client,
-            cfg,
             nodes,
             node_names,
             workload,
@@ -198,6 +214,7 @@ impl KubeBackend {
             started: Instant::now(),
             requeued: Vec::new(),
             tasks,
+            elector: elector_task,
             stop,
         })
     }
@@ -211,12 +228,10 @@ impl KubeBackend {
     pub async fn shutdown(mut self) {
         self.stop.notify_waiters();
         // The elector releases the lease on stop; the others just end.
-        let mut tasks = std::mem::take(&mut self.tasks);
-        if self.cfg.leader_election && tasks.len() > 3 {
-            let elector = tasks.remove(3);
-            let _ = tokio::time::timeout(Duration::from_secs(5), elector).await;
+        if let Some(e) = self.elector.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), e).await;
         }
-        for t in tasks {
+        for t in std::mem::take(&mut self.tasks) {
             t.abort();
         }
     }
@@ -257,7 +272,7 @@ impl KubeBackend {
 
 impl Drop for KubeBackend {
     fn drop(&mut self) {
-        for t in &self.tasks {
+        for t in self.tasks.iter().chain(&self.elector) {
             t.abort();
         }
     }
@@ -268,32 +283,39 @@ async fn watch_nodes(
     mut tracker: NodeTracker,
     tx: std::sync::mpsc::Sender<ClusterEvent>,
     addresses: Arc<Mutex<HashMap<String, String>>>,
+    mut health: tokio::sync::mpsc::Receiver<(String, Vec<tessera_core::model::GpuHealth>)>,
 ) {
     let mut reported = 0;
     let mut stream = watcher(api, watcher::Config::default()).boxed();
-    while let Some(ev) = stream.next().await {
-        match ev {
-            Ok(ev) => {
-                if let watcher::Event::Apply(n) | watcher::Event::InitApply(n) = &ev
-                    && let (Some(name), Some(a)) = (n.metadata.name.clone(), convert::node_address(n))
-                {
-                    addresses.lock().unwrap_or_else(|p| p.into_inner()).insert(name, a);
-                }
-                for e in tracker.on(ev) {
-                    if tx.send(e).is_err() {
-                        return;
+    loop {
+        let events = tokio::select! {
+            ev = stream.next() => match ev {
+                None => return,
+                Some(Ok(ev)) => {
+                    if let watcher::Event::Apply(n) | watcher::Event::InitApply(n) = &ev
+                        && let (Some(name), Some(a)) = (n.metadata.name.clone(), convert::node_address(n))
+                    {
+                        addresses.lock().unwrap_or_else(|p| p.into_inner()).insert(name, a);
                     }
+                    tracker.on(ev)
                 }
-                for r in &tracker.rejected[reported..] {
-                    tracing::warn!("{r}; the node is left out");
+                Some(Err(e)) => {
+                    tracing::warn!("node watch: {e}; retrying");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
                 }
-                reported = tracker.rejected.len();
-            }
-            Err(e) => {
-                tracing::warn!("node watch: {e}; retrying");
-                tokio::time::sleep(Duration::from_secs(1)).await;
+            },
+            Some((node, h)) = health.recv() => tracker.agent_health(&node, h),
+        };
+        for e in events {
+            if tx.send(e).is_err() {
+                return;
             }
         }
+        for r in &tracker.rejected[reported..] {
+            tracing::warn!("{r}; the node is left out");
+        }
+        reported = tracker.rejected.len();
     }
 }
 
@@ -344,30 +366,15 @@ async fn watch_budgets(api: Api<PodDisruptionBudget>) {
     }
 }
 
-/// What Tessera reads of a node agent's `/v1/sample`.
-#[derive(Debug, serde::Deserialize)]
-struct AgentView {
-    cpu: AgentUtil,
-    memory: AgentUtil,
-    #[serde(default)]
-    gpus: Vec<AgentGpu>,
-}
-
-#[derive(Debug, serde::Deserialize)]
-struct AgentUtil {
-    util_permille: u16,
-}
-
-#[derive(Debug, serde::Deserialize)]
-struct AgentGpu {
-    util_permille: u16,
-    memory_used_mib: u32,
-}
-
+/// Scrapes every node's agent (`http://{InternalIP}:{port}/v1/sample`)
+/// every `every`: utilisation for the loop's telemetry, GPU health for the
+/// model (through the node task).
 async fn scrape_agents(
     port: u16,
+    every: Duration,
     addresses: Arc<Mutex<HashMap<String, String>>>,
     samples: Arc<Mutex<HashMap<String, NodeSample>>>,
+    health: tokio::sync::mpsc::Sender<(String, Vec<tessera_core::model::GpuHealth>)>,
 ) {
     let http = match reqwest::Client::builder().timeout(Duration::from_secs(2)).build() {
         Ok(h) => h,
@@ -381,21 +388,18 @@ async fn scrape_agents(
             addresses.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(n, a)| (n.clone(), a.clone())).collect();
         for (node, addr) in targets {
             let url = format!("http://{addr}:{port}/v1/sample");
-            let got = async { http.get(&url).send().await?.error_for_status()?.json::<AgentView>().await };
+            let got = async { http.get(&url).send().await?.error_for_status()?.json::<AgentSample>().await };
             match got.await {
-                Ok(v) => {
-                    let s = NodeSample {
-                        cpu_util_permille: v.cpu.util_permille,
-                        memory_util_permille: v.memory.util_permille,
-                        gpu_util_permille: v.gpus.iter().map(|g| g.util_permille).collect(),
-                        gpu_memory_used_mib: v.gpus.iter().map(|g| g.memory_used_mib).collect(),
-                    };
-                    samples.lock().unwrap_or_else(|p| p.into_inner()).insert(node, s);
+                Ok(s) => {
+                    samples.lock().unwrap_or_else(|p| p.into_inner()).insert(node.clone(), s.to_node_sample());
+                    if health.send((node, s.gpu_health())).await.is_err() {
+                        return;
+                    }
                 }
                 Err(e) => tracing::debug!("agent on {node}: {e}"),
             }
         }
-        tokio::time::sleep(Duration::from_secs(10)).await;
+        tokio::time::sleep(every).await;
     }
 }
 

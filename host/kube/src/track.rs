@@ -195,6 +195,10 @@ impl PodTracker {
 #[derive(Debug, Default)]
 pub struct NodeTracker {
     known: HashMap<String, Node>,
+    /// Each node as the API shows it, before the agents' health.
+    base: HashMap<String, Node>,
+    /// GPU health the node agents report, by node (index order).
+    agents: HashMap<String, Vec<tessera_core::model::GpuHealth>>,
     relist: Option<HashSet<String>>,
     /// Nodes that could not be taken, with why.
     pub rejected: Vec<ConvertError>,
@@ -203,7 +207,8 @@ pub struct NodeTracker {
 impl NodeTracker {
     /// A tracker that already knows `nodes` (the first list).
     pub fn new(nodes: &[Node]) -> Self {
-        Self { known: nodes.iter().map(|n| (n.name.clone(), n.clone())).collect(), ..Self::default() }
+        let known: HashMap<String, Node> = nodes.iter().map(|n| (n.name.clone(), n.clone())).collect();
+        Self { base: known.clone(), known, ..Self::default() }
     }
 
     /// Folds one watch event.
@@ -222,6 +227,7 @@ impl NodeTracker {
                     let gone: Vec<String> = self.known.keys().filter(|n| !seen.contains(*n)).cloned().collect();
                     for name in gone {
                         self.known.remove(&name);
+                        self.base.remove(&name);
                         out.push(ClusterEvent::NodeRemoved { name });
                     }
                 }
@@ -231,6 +237,7 @@ impl NodeTracker {
                 if let Some(name) = n.metadata.name
                     && self.known.remove(&name).is_some()
                 {
+                    self.base.remove(&name);
                     out.push(ClusterEvent::NodeRemoved { name });
                 }
             }
@@ -238,9 +245,45 @@ impl NodeTracker {
         out
     }
 
+    /// The node agent on `name` reports its GPUs' health: a GPU is as
+    /// unhealthy as the worse of the agent and the node's annotation say.
+    pub fn agent_health(&mut self, name: &str, health: Vec<tessera_core::model::GpuHealth>) -> Vec<ClusterEvent> {
+        let mut out = Vec::new();
+        if self.agents.get(name) == Some(&health) {
+            return out;
+        }
+        self.agents.insert(name.to_string(), health);
+        if let Some(mut node) = self.base.get(name).cloned() {
+            self.overlay(&mut node);
+            if self.known.get(name) != Some(&node) {
+                self.known.insert(name.to_string(), node.clone());
+                out.push(ClusterEvent::NodeUpsert { node });
+            }
+        }
+        out
+    }
+
+    fn overlay(&self, node: &mut Node) {
+        use tessera_core::model::GpuHealth;
+        let rank = |h: GpuHealth| match h {
+            GpuHealth::Healthy => 0,
+            GpuHealth::Degraded => 1,
+            GpuHealth::Failed => 2,
+        };
+        if let Some(h) = self.agents.get(&node.name) {
+            for (g, &a) in node.gpus.iter_mut().zip(h) {
+                if rank(a) > rank(g.health) {
+                    g.health = a;
+                }
+            }
+        }
+    }
+
     fn apply(&mut self, n: &KNode, out: &mut Vec<ClusterEvent>) {
         match convert::node(n) {
-            Ok(node) => {
+            Ok(mut node) => {
+                self.base.insert(node.name.clone(), node.clone());
+                self.overlay(&mut node);
                 if self.known.get(&node.name) != Some(&node) {
                     self.known.insert(node.name.clone(), node.clone());
                     out.push(ClusterEvent::NodeUpsert { node });

@@ -179,6 +179,8 @@ pub struct KubeBackendConfig {
     /// Port of the node agents' `/v1/sample` (on each node's InternalIP);
     /// unset: no GPU telemetry is scraped.
     pub agent_port: Option<u16>,
+    /// Seconds between two scrapes of every agent.
+    pub agent_interval_s: u64,
     /// Seconds to wait for the first list of nodes and pods.
     pub sync_timeout_s: u64,
 }
@@ -196,6 +198,7 @@ impl Default for KubeBackendConfig {
             renew_deadline_s: 10,
             retry_period_s: 2,
             agent_port: Some(9402),
+            agent_interval_s: 10,
             sync_timeout_s: 60,
         }
     }
@@ -383,6 +386,9 @@ impl ServeConfig {
         let k = &self.kube;
         if k.scheduler_name.is_empty() || k.lease_name.is_empty() || k.lease_namespace.is_empty() {
             return bad("kube", "scheduler_name, lease_name and lease_namespace must not be empty");
+        }
+        if k.agent_interval_s == 0 {
+            return bad("kube.agent_interval_s", "must be at least 1");
         }
         if !(k.retry_period_s >= 1 && k.retry_period_s < k.renew_deadline_s && k.renew_deadline_s < k.lease_duration_s)
         {

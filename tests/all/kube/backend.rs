@@ -115,6 +115,11 @@ fn watches_resume_after_a_drop_and_relist_after_410_gone() {
     let a = id_of(&ev, "ml/a");
 
     // A dropped watch resumes from its resourceVersion: nothing is lost.
+    let t0 = Instant::now();
+    while srv.counters().watches.get("pods").is_none() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "the pod watch never opened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let watches = srv.counters().watches["pods"];
     srv.drop_all_watches();
     std::thread::sleep(Duration::from_millis(300));
@@ -133,5 +138,59 @@ fn watches_resume_after_a_drop_and_relist_after_410_gone() {
     let ev = events_until(&mut b, |e| e.contains(&ClusterEvent::Deleted { id: a }));
     assert!(srv.counters().gone >= 1, "{:?}", srv.counters());
     assert!(!ev.iter().any(|e| matches!(e, ClusterEvent::Submitted { .. })), "the others are not queued twice: {ev:?}");
+    rt.block_on(b.shutdown());
+}
+
+#[test]
+fn node_agents_are_scraped_for_telemetry_and_gpu_health() {
+    use std::sync::Arc;
+    use tessera_agent::gpu::{GpuSource, RecordedSource};
+    use tessera_agent::serve::{Published, router, sample_and_publish};
+    use tessera_core::model::GpuHealth;
+
+    let rt = runtime();
+    let srv = rt.block_on(ApiServer::start());
+    // The node's InternalIP is 127.0.0.1: its agent is the one below.
+    srv.put(node("gpu-node-1", 8, "zone-a"));
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../host/agent/tests/fixtures/nvml-h100x8.json");
+    let source: Box<dyn GpuSource> = Box::new(RecordedSource::from_file(&fixture).unwrap());
+    let host = tessera_agent::host::HostSource::new().first_interval(Duration::from_millis(20));
+    let agent = tessera_agent::Agent::new("gpu-node-1", Ok(source), host, tessera_agent::health::Tracker::default());
+    let published = Arc::new(Published::new());
+    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let agent = rt.block_on(sample_and_publish(agent, &published));
+    rt.spawn(axum::serve(listener, router(published.clone())).into_future());
+
+    let mut cfg = kube_config("solo", false);
+    cfg.agent_port = Some(port);
+    cfg.agent_interval_s = 1;
+    let mut b = rt.block_on(KubeBackend::connect(srv.config(), cfg, workload)).unwrap();
+    let node = b.nodes()[0].clone();
+    let t0 = Instant::now();
+    // The recording's first sample: GPU 0 at 97%, GPU 5 hot (degraded).
+    let sample = loop {
+        let s = b.sample(&node, &[], 0);
+        // Until the first scrape, the model's own (idle) values.
+        if s.gpu_util_permille.first().is_some_and(|&u| u > 0) {
+            break s;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "no agent sample scraped");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(sample.gpu_util_permille[0], 970);
+    assert_eq!(sample.gpu_memory_used_mib[0], 73_216);
+    let ev = events_until(&mut b, |e| !e.is_empty());
+    assert!(
+        matches!(&ev[..], [ClusterEvent::NodeUpsert { node }] if node.gpus[5].health == GpuHealth::Degraded),
+        "{ev:?}"
+    );
+    // The second: GPU 3's uncorrected ECC errors fail it in the model.
+    rt.block_on(sample_and_publish(agent, &published));
+    let ev = events_until(&mut b, |e| {
+        e.iter().any(|e| matches!(e, ClusterEvent::NodeUpsert { node } if node.gpus[3].health == GpuHealth::Failed))
+    });
+    assert!(!ev.is_empty());
     rt.block_on(b.shutdown());
 }

@@ -107,3 +107,19 @@ fn nodes_pass_only_real_changes() {
     assert!(t.on(Event::Apply(knode("n3", "True", "1.5"))).is_empty());
     assert_eq!(t.rejected.len(), 1);
 }
+
+#[test]
+fn agent_health_marks_gpus_until_it_recovers_and_survives_heartbeats() {
+    use tessera_core::model::GpuHealth::{Degraded, Failed, Healthy};
+    let first = convert::node(&knode("n1", "True", "4")).unwrap();
+    let mut t = NodeTracker::new(&[first]);
+    let ev = t.agent_health("n1", vec![Healthy, Failed, Healthy, Degraded]);
+    assert!(
+        matches!(&ev[..], [ClusterEvent::NodeUpsert { node }] if node.gpus[1].health == Failed && node.gpus[3].health == Degraded)
+    );
+    assert!(t.agent_health("n1", vec![Healthy, Failed, Healthy, Degraded]).is_empty(), "no change, no event");
+    assert!(t.on(Event::Apply(knode("n1", "True", "4"))).is_empty(), "a heartbeat keeps the agent's view");
+    let ev = t.agent_health("n1", vec![Healthy, Failed, Healthy, Healthy]);
+    assert!(matches!(&ev[..], [ClusterEvent::NodeUpsert { node }] if node.gpus[3].health == Healthy), "{ev:?}");
+    assert!(t.agent_health("unknown", vec![Failed]).is_empty());
+}

@@ -155,9 +155,18 @@ pub async fn start_kube(cfg: ServeConfig, config: kube::Config) -> Result<(Serve
     }
     let mut doc = crate::sim::policy_document(&cfg.policy, seed)?;
     crate::sim::inject_workload(&mut doc, backend.workload());
+    let (client, leadership) = (backend.client(), backend.leadership());
+    let (namespace, cache) =
+        (cfg.kube.lease_namespace.clone(), tessera_kube::policies::cache_dir(cfg.cache_dir.as_deref()));
     let (mut server, listener) = start_on(cfg, Box::new(backend), doc).await?;
-    // Clusters that keep kube-scheduler call these (deploy/kube-scheduler-extender.yaml).
+    // Clusters that keep kube-scheduler call these (deploy/kube-scheduler/extender.yaml).
     server.mount(tessera_kube::extender::routes(server.extender()));
+    // TesseraPolicy objects in the service's namespace reach the loop
+    // through the rollout path.
+    let controller =
+        tessera_kube::policies::PolicyController::new(client, Some(namespace), cache, server.policies(), leadership);
+    let task = tokio::spawn(controller.run());
+    server.own(task);
     Ok((server, listener))
 }
 

@@ -219,6 +219,11 @@ impl KubeBackend {
         })
     }
 
+    /// The API client.
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
     /// Whether this replica leads.
     pub fn leadership(&self) -> Leadership {
         self.leadership.clone()

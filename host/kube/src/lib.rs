@@ -11,6 +11,8 @@ pub mod convert;
 pub mod crd;
 pub mod extender;
 pub mod leader;
+pub mod oci;
+pub mod policies;
 pub mod track;
 
 pub use backend::{KubeBackend, KubeError};

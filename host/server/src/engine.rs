@@ -125,6 +125,10 @@ pub struct Engine {
     next_telemetry_s: u64,
     next_reschedule_s: u64,
     intervals: u64,
+    /// Pods whose bind the backend refused, waiting out their backoff.
+    held: Vec<events::Held>,
+    /// Refused binds per pod, for the backoff.
+    bind_failures: HashMap<PodId, u32>,
     tracing: Tracing,
     shared: Arc<Shared>,
 }
@@ -167,6 +171,8 @@ impl Engine {
             now_s: 0,
             next_telemetry_s: 0,
             intervals: 0,
+            held: Vec::new(),
+            bind_failures: HashMap::new(),
             tracing,
             shared,
         };
@@ -376,6 +382,7 @@ impl Engine {
         self.now_s = self.backend.advance(tick);
         let now = self.now_s;
         self.arrivals_and_departures(now);
+        self.release_held(now);
         let anomalies = self.telemetry_until(now);
         if !self.backend.active() {
             // A standby: its model follows the cluster; the leader acts.
@@ -424,26 +431,16 @@ impl Engine {
                 self.requeue(pod);
                 continue;
             }
-            if let Err(err) = self.backend.bind(pod, placement) {
-                tracing::warn!(backend = self.backend.name(), "{err}");
-                self.count_backend_error("BACKEND-BIND");
-                self.requeue(pod);
+            match self.backend.bind(pod, placement) {
+                Ok(()) => {
+                    self.bind_failures.remove(&pod);
+                }
+                Err(err) => {
+                    tracing::warn!(backend = self.backend.name(), "{err}");
+                    self.count_backend_error("BACKEND-BIND");
+                    self.requeue(pod);
+                }
             }
-        }
-    }
-
-    /// A decision the backend could not carry out: the pod leaves the
-    /// model's node and waits again (if someone else bound it, the
-    /// backend's events say where it runs).
-    fn requeue(&mut self, id: PodId) {
-        let at = self.sched.placement(id);
-        if let Some(pod) = self.sched.remove(id)
-            && self.sched.submit(id, pod, self.now_s).is_err()
-        {
-            self.pods.remove(&id);
-        }
-        if let Some(p) = at {
-            self.tracker.update(&self.sched.cluster().nodes()[p.node as usize], &self.workload);
         }
     }
 

@@ -57,6 +57,55 @@ pub trait Loader: Send + Sync + 'static {
     fn load_plugin(&self, entry: &PluginEntry, seed: u64, wasm: &[u8]) -> Result<Arc<PluginVersion>, String>;
 }
 
+/// Loads policy documents and hands them to the loop: as the rollout's
+/// candidate (shadow) or as the active policy.
+#[derive(Clone)]
+pub struct PolicyHandle {
+    control: std::sync::mpsc::Sender<engine::Control>,
+    loader: Arc<dyn Loader>,
+}
+
+impl std::fmt::Debug for PolicyHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PolicyHandle").finish_non_exhaustive()
+    }
+}
+
+impl PolicyHandle {
+    async fn load(&self, doc: &PolicyDocument) -> Result<Policy, String> {
+        let (loader, d) = (self.loader.clone(), doc.clone());
+        tokio::task::spawn_blocking(move || loader.load_policy(&d))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|m| format!("policy {}: {m}", doc.name))
+    }
+
+    async fn send<T: Send + 'static>(
+        &self,
+        make: impl FnOnce(std::sync::mpsc::Sender<T>) -> engine::Control,
+    ) -> Result<T, String> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.control.send(make(tx)).map_err(|_| "the scheduling loop has stopped".to_string())?;
+        tokio::task::spawn_blocking(move || rx.recv_timeout(std::time::Duration::from_secs(30)))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|_| "the scheduling loop did not take the policy".to_string())
+    }
+
+    /// Loads `doc` (every plugin, or nothing changes) and makes it the
+    /// rollout's candidate, in shadow.
+    pub async fn set_candidate(&self, doc: PolicyDocument) -> Result<(), String> {
+        let policy = self.load(&doc).await?;
+        self.send(|done| engine::Control::SetCandidate { candidate: Some((policy, Box::new(doc))), done }).await
+    }
+
+    /// Loads `doc` and makes it the active policy at once.
+    pub async fn replace(&self, doc: PolicyDocument) -> Result<(), String> {
+        let policy = self.load(&doc).await?;
+        self.send(|done| engine::Control::SwapPolicy { policy, doc: Box::new(doc), done }).await
+    }
+}
+
 /// The policy in force, as the API shows it.
 #[derive(Debug, Clone)]
 pub struct PolicyView {
@@ -148,6 +197,8 @@ pub struct Server {
     chaos_task: Option<tokio::task::JoinHandle<()>>,
     /// Routes served beside the API.
     extra: Option<axum::Router>,
+    /// Tasks that live as long as the service (e.g. a policy controller).
+    owned: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Server {
@@ -231,6 +282,7 @@ impl Server {
             chaos,
             chaos_task,
             extra: None,
+            owned: Vec::new(),
         })
     }
 
@@ -244,9 +296,23 @@ impl Server {
         &self.cfg
     }
 
+    /// Applies policy documents from outside the API (the Kubernetes
+    /// `TesseraPolicy` controller) through the same path as the API.
+    pub fn policies(&self) -> PolicyHandle {
+        PolicyHandle {
+            control: self.control.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+            loader: self.loader.clone(),
+        }
+    }
+
     /// Sends scheduler-extender calls to the loop.
     pub fn extender(&self) -> extend::ExtenderHandle {
         extend::ExtenderHandle { control: self.control.lock().unwrap_or_else(|p| p.into_inner()).clone() }
+    }
+
+    /// Ties `task` to the service: it is stopped with it.
+    pub fn own(&mut self, task: tokio::task::JoinHandle<()>) {
+        self.owned.push(task);
     }
 
     /// Serves `routes` beside the API (e.g. the scheduler-extender
@@ -295,7 +361,7 @@ impl Server {
     /// flushes the traces. Idempotent.
     pub fn stop(&mut self) {
         self.shared.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
-        if let Some(t) = self.chaos_task.take() {
+        for t in self.chaos_task.take().into_iter().chain(self.owned.drain(..)) {
             t.abort();
         }
         if let Some(h) = self.engine.take() {
@@ -308,7 +374,7 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.shared.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
-        if let Some(t) = self.chaos_task.take() {
+        for t in self.chaos_task.take().into_iter().chain(self.owned.drain(..)) {
             t.abort();
         }
         if let Some(h) = self.engine.take() {

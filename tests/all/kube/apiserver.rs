@@ -342,6 +342,8 @@ impl ApiServer {
         let existed = s.objects.get(&key).cloned();
         object["apiVersion"] = json!(kind.api_version());
         object["kind"] = json!(kind.kind);
+        // metadata.generation moves with the spec only (status writes keep it).
+        let spec_changed = existed.as_ref().is_some_and(|old| old.get("spec") != object.get("spec"));
         let meta = &mut object["metadata"];
         meta["resourceVersion"] = json!(rv.to_string());
         meta["name"] = json!(name);
@@ -352,12 +354,16 @@ impl ApiServer {
             Some(old) => {
                 meta["uid"] = old["metadata"]["uid"].clone();
                 meta["creationTimestamp"] = old["metadata"]["creationTimestamp"].clone();
+                let generation = old["metadata"]["generation"].as_i64().unwrap_or(1);
+                meta["generation"] = json!(if spec_changed { generation + 1 } else { generation });
             }
             None if meta["uid"].is_string() => {
                 meta["creationTimestamp"] = json!("2026-12-01T00:00:00Z");
+                meta["generation"] = json!(1);
             }
             None => {
                 s.uid += 1;
+                meta["generation"] = json!(1);
                 meta["uid"] = json!(format!("00000000-0000-0000-0000-{:012}", s.uid));
                 meta["creationTimestamp"] = json!("2026-12-01T00:00:00Z");
             }
@@ -466,7 +472,7 @@ async fn handle(
             let o = srv.store(&mut s, t.kind, &ns, name, body);
             axum::Json(o).into_response()
         }
-        (&Method::PATCH, Some(name), None) => {
+        (&Method::PATCH, Some(name), None | Some(_)) if t.sub.as_deref().is_none_or(|s| s == "status") => {
             let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
             if !(ct.starts_with("application/merge-patch+json")
                 || ct.starts_with("application/strategic-merge-patch+json"))

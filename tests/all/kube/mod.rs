@@ -9,6 +9,7 @@ pub mod apiserver;
 mod backend;
 mod deploy;
 mod extender;
+mod policies;
 mod service;
 
 use serde_json::{Value, json};

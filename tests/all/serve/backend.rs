@@ -1,8 +1,9 @@
 //! The loop on a backend other than the simulator, through the `Backend`
 //! trait the Kubernetes backend will implement: a scripted cluster submits
 //! and deletes pods, records every bind and eviction the loop asks for, and
-//! refuses one bind. The loop follows the script, carries out each
-//! decision exactly once, counts the refusal and keeps going.
+//! refuses one bind once. The loop follows the script, carries out each
+//! decision once, counts the refusal, queues that pod again after a
+//! backoff and binds it then.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -83,9 +84,10 @@ impl Backend for Scripted {
     }
 
     fn bind(&mut self, id: PodId, at: Placement) -> Result<(), BackendError> {
-        self.calls.lock().unwrap().binds.push((id, at));
-        if id == self.refuse_bind {
-            return Err(BackendError { op: "bind", pod: id, reason: "409 Conflict: the pod changed".into() });
+        let mut calls = self.calls.lock().unwrap();
+        calls.binds.push((id, at));
+        if id == self.refuse_bind && calls.binds.iter().filter(|(p, _)| *p == id).count() == 1 {
+            return Err(BackendError { op: "bind", pod: id, reason: "503: the API server is unavailable".into() });
         }
         Ok(())
     }
@@ -139,6 +141,12 @@ async fn the_loop_runs_on_any_backend_and_has_it_carry_out_each_decision_once() 
         assert!(t0.elapsed() < Duration::from_secs(60), "the script ran through");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let refused_at = std::time::Instant::now();
+    while calls.lock().unwrap().binds.iter().filter(|(p, _)| *p == 14).count() < 2 {
+        assert!(refused_at.elapsed() < Duration::from_secs(10), "the refused pod was bound again after its backoff");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(refused_at.elapsed() >= Duration::from_millis(700), "not before its backoff");
     // Let a few more passes run: nothing is bound twice.
     tokio::time::sleep(Duration::from_millis(200)).await;
     tokio::task::spawn_blocking(move || server.stop()).await.unwrap();
@@ -148,14 +156,17 @@ async fn the_loop_runs_on_any_backend_and_has_it_carry_out_each_decision_once() 
         m.entry(*id).or_insert_with(Vec::new).push(*at);
         m
     });
-    assert_eq!(by_pod.keys().copied().collect::<Vec<_>>(), [10, 11, 12, 14], "each placed pod is bound, once");
-    assert!(by_pod.values().all(|v| v.len() == 1), "{by_pod:?}");
+    assert_eq!(by_pod.keys().copied().collect::<Vec<_>>(), [10, 11, 12, 14], "each placed pod is bound");
+    assert!(
+        by_pod.iter().all(|(id, v)| v.len() == if *id == 14 { 2 } else { 1 }),
+        "once, d after its refusal: {by_pod:?}"
+    );
     assert!(calls.evictions.is_empty(), "nothing was preempted: {:?}", calls.evictions);
     let decisions = shared.decisions.read().unwrap();
     for (name, id) in [("a", 10), ("b", 11), ("c", 12), ("d", 14)] {
         let d = decisions.get(name).unwrap();
-        assert_eq!(d.node.as_deref(), Some(format!("node-{}", by_pod[&id][0].node).as_str()), "{d:?}");
-        assert_eq!(d.gpus.len(), by_pod[&id][0].gpus.len() as usize);
+        assert_eq!(d.node.as_deref(), Some(format!("node-{}", by_pod[&id].last().unwrap().node).as_str()), "{d:?}");
+        assert_eq!(d.gpus.len(), by_pod[&id].last().unwrap().gpus.len() as usize);
     }
     let big = decisions.get("too-big").unwrap();
     assert_eq!(big.reason.as_deref(), Some("SCHED-GPU-INSUFFICIENT"), "{big:?}");

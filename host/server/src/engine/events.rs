@@ -2,14 +2,68 @@
 //! submitted, already running elsewhere, or gone; nodes joining, changing
 //! and leaving.
 
-use tessera_core::model::{Node, NodeId};
+use std::time::{Duration, Instant};
+
+use tessera_core::model::{Node, NodeId, Pod};
+use tessera_core::sched::PodId;
 
 use super::{Engine, PodMeta};
 use crate::backend::ClusterEvent;
 
+/// A pod whose bind the backend refused, out of the queue until `until`.
+pub(super) struct Held {
+    id: PodId,
+    pod: Pod,
+    until: Instant,
+}
+
+/// Wait after a pod's `n`-th refused bind: 1, 2, 4, 8, then 10 s
+/// (kube-scheduler's pod backoff), so a refusing backend is not hammered.
+pub(super) fn backoff(n: u32) -> Duration {
+    Duration::from_secs((1u64 << n.saturating_sub(1).min(4)).min(10))
+}
+
 impl Engine {
+    /// A decision the backend could not carry out: the pod leaves the
+    /// model's node and waits out a backoff before it is queued again (if
+    /// someone else bound it, the backend's events say where it runs).
+    pub(super) fn requeue(&mut self, id: PodId) {
+        let at = self.sched.placement(id);
+        if let Some(pod) = self.sched.remove(id) {
+            let n = self.bind_failures.entry(id).or_insert(0);
+            *n += 1;
+            self.held.push(Held { id, pod, until: Instant::now() + backoff(*n) });
+        }
+        if let Some(p) = at {
+            self.tracker.update(&self.sched.cluster().nodes()[p.node as usize], &self.workload);
+        }
+    }
+
+    /// Queues again the held pods whose backoff is over.
+    pub(super) fn release_held(&mut self, now: u64) {
+        let t = Instant::now();
+        let (due, wait): (Vec<Held>, Vec<Held>) =
+            std::mem::take(&mut self.held).into_iter().partition(|h| h.until <= t);
+        self.held = wait;
+        for h in due {
+            if self.sched.submit(h.id, h.pod, now).is_err() {
+                self.pods.remove(&h.id);
+            }
+        }
+    }
+
     pub(super) fn arrivals_and_departures(&mut self, now: u64) {
         for event in self.backend.events(now) {
+            // Whatever the backend says of a held pod supersedes the hold.
+            if let ClusterEvent::Deleted { id }
+            | ClusterEvent::Running { id, .. }
+            | ClusterEvent::Submitted { id, .. } = &event
+            {
+                self.held.retain(|h| h.id != *id);
+                if matches!(event, ClusterEvent::Deleted { .. }) {
+                    self.bind_failures.remove(id);
+                }
+            }
             match event {
                 ClusterEvent::Deleted { id } => {
                     let at = self.sched.placement(id);
@@ -111,5 +165,14 @@ fn apply(n: &mut Node, from: &Node) {
     }
     if !from.gpu_model.is_empty() {
         n.gpu_model.clone_from(&from.gpu_model);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn bind_backoff_doubles_to_ten_seconds() {
+        let secs: Vec<u64> = (1..=7).map(|n| super::backoff(n).as_secs()).collect();
+        assert_eq!(secs, [1, 2, 4, 8, 10, 10, 10]);
     }
 }

@@ -1,0 +1,172 @@
+//! Fetching a plugin component from an OCI registry (the distribution
+//! API): the manifest by tag or digest, then the blob of its Wasm layer,
+//! checked against the layer's digest. Anonymous pulls, with the bearer
+//! token dance public registries ask for (`WWW-Authenticate: Bearer
+//! realm=…,service=…,scope=…`). Registries on `localhost` or a loopback
+//! address are spoken to over plain HTTP, as Docker does; the rest over
+//! HTTPS.
+
+use sha2::{Digest as _, Sha256};
+
+/// Media types a Wasm component layer comes with.
+pub const WASM_LAYER_TYPES: [&str; 3] = [
+    "application/wasm",
+    "application/vnd.wasm.content.layer.v1+wasm",
+    "application/vnd.module.wasm.content.layer.v1+wasm",
+];
+
+/// Largest component accepted, bytes.
+pub const MAX_BYTES: usize = 64 << 20;
+
+/// A parsed reference: `registry/repository[:tag][@sha256:digest]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reference {
+    /// `host[:port]`.
+    pub registry: String,
+    /// `org/name`.
+    pub repository: String,
+    /// Tag or `sha256:…` digest.
+    pub reference: String,
+}
+
+impl Reference {
+    /// Parses `r`; the registry part is required (no implicit Docker Hub).
+    pub fn parse(r: &str) -> Result<Self, String> {
+        let bad = |why: &str| format!("OCI reference {r:?}: {why}");
+        let (name, reference) = match r.split_once('@') {
+            Some((n, d)) => {
+                if !d.starts_with("sha256:") || d.len() != 71 {
+                    return Err(bad("the digest must be sha256:<64 hex digits>"));
+                }
+                (n, d.to_string())
+            }
+            None => match r.rsplit_once(':') {
+                Some((n, tag)) if !tag.contains('/') => (n, tag.to_string()),
+                _ => (r, "latest".to_string()),
+            },
+        };
+        let (registry, repository) = name.split_once('/').ok_or_else(|| bad("no registry"))?;
+        if !(registry.contains('.') || registry.contains(':') || registry == "localhost") || repository.is_empty() {
+            return Err(bad("expected registry.example/repository[:tag|@sha256:…]"));
+        }
+        Ok(Self { registry: registry.to_string(), repository: repository.to_string(), reference })
+    }
+
+    fn base(&self) -> String {
+        let host = self.registry.split(':').next().unwrap_or_default();
+        let plain = host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|a| a.is_loopback());
+        format!("{}://{}/v2/{}", if plain { "http" } else { "https" }, self.registry, self.repository)
+    }
+}
+
+/// Lowercase hex SHA-256.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// GET with the registry's token dance when it answers 401.
+async fn get(http: &reqwest::Client, url: &str, accept: &str) -> Result<reqwest::Response, String> {
+    let r = http.get(url).header("Accept", accept).send().await.map_err(|e| format!("{url}: {e}"))?;
+    if r.status() != reqwest::StatusCode::UNAUTHORIZED {
+        return Ok(r);
+    }
+    let challenge = r.headers().get("www-authenticate").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+    let params = challenge.strip_prefix("Bearer ").ok_or_else(|| format!("{url}: 401 and no bearer challenge"))?;
+    let field = |k: &str| {
+        params.split(',').find_map(|p| p.trim().strip_prefix(&format!("{k}=")).map(|v| v.trim_matches('"').to_string()))
+    };
+    let realm = field("realm").ok_or_else(|| format!("{url}: bearer challenge without a realm"))?;
+    let mut query = Vec::new();
+    for k in ["service", "scope"] {
+        if let Some(v) = field(k) {
+            query.push((k, v));
+        }
+    }
+    #[derive(serde::Deserialize)]
+    struct Token {
+        token: Option<String>,
+        access_token: Option<String>,
+    }
+    let t: Token = http
+        .get(&realm)
+        .query(&query)
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .map_err(|e| format!("token from {realm}: {e}"))?
+        .json()
+        .await
+        .map_err(|e| format!("token from {realm}: {e}"))?;
+    let token = t.token.or(t.access_token).ok_or_else(|| format!("{realm}: no token in the answer"))?;
+    http.get(url).header("Accept", accept).bearer_auth(token).send().await.map_err(|e| format!("{url}: {e}"))
+}
+
+/// The component `reference` names: its Wasm layer's bytes, checked
+/// against the layer digest.
+pub async fn pull(http: &reqwest::Client, reference: &str) -> Result<Vec<u8>, String> {
+    let r = Reference::parse(reference)?;
+    let manifest_url = format!("{}/manifests/{}", r.base(), r.reference);
+    let accept = "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json";
+    let m = get(http, &manifest_url, accept).await?;
+    if !m.status().is_success() {
+        return Err(format!("{manifest_url}: {}", m.status()));
+    }
+    let body = m.bytes().await.map_err(|e| format!("{manifest_url}: {e}"))?;
+    if let Some(d) = r.reference.strip_prefix("sha256:")
+        && sha256_hex(&body) != d
+    {
+        return Err(format!("{manifest_url}: the manifest does not match its digest"));
+    }
+    #[derive(serde::Deserialize)]
+    struct Layer {
+        #[serde(rename = "mediaType")]
+        media_type: String,
+        digest: String,
+        size: Option<u64>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Manifest {
+        layers: Vec<Layer>,
+    }
+    let manifest: Manifest =
+        serde_json::from_slice(&body).map_err(|e| format!("{manifest_url}: not an image manifest: {e}"))?;
+    let layer = manifest
+        .layers
+        .iter()
+        .find(|l| WASM_LAYER_TYPES.contains(&l.media_type.as_str()))
+        .or(if manifest.layers.len() == 1 { manifest.layers.first() } else { None })
+        .ok_or_else(|| format!("{manifest_url}: no Wasm layer ({})", WASM_LAYER_TYPES.join(", ")))?;
+    if layer.size.is_some_and(|s| s > MAX_BYTES as u64) {
+        return Err(format!("{manifest_url}: the layer is larger than {MAX_BYTES} bytes"));
+    }
+    let blob_url = format!("{}/blobs/{}", r.base(), layer.digest);
+    let b = get(http, &blob_url, "application/octet-stream").await?;
+    if !b.status().is_success() {
+        return Err(format!("{blob_url}: {}", b.status()));
+    }
+    let bytes = b.bytes().await.map_err(|e| format!("{blob_url}: {e}"))?.to_vec();
+    let want = layer.digest.strip_prefix("sha256:").unwrap_or(&layer.digest);
+    if sha256_hex(&bytes) != want {
+        return Err(format!("{blob_url}: the blob does not match its digest"));
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn references_parse_with_tags_digests_and_ports() {
+        let d = format!("sha256:{}", "a".repeat(64));
+        let r = Reference::parse(&format!("ghcr.io/tessera/fgd@{d}")).unwrap();
+        assert_eq!((r.registry.as_str(), r.repository.as_str(), r.reference.as_str()), ("ghcr.io", "tessera/fgd", &*d));
+        assert_eq!(r.base(), "https://ghcr.io/v2/tessera/fgd");
+        let r = Reference::parse("127.0.0.1:5000/plugins/binpack:0.1").unwrap();
+        assert_eq!((r.reference.as_str(), r.base().as_str()), ("0.1", "http://127.0.0.1:5000/v2/plugins/binpack"));
+        assert_eq!(Reference::parse("localhost/p/x").unwrap().reference, "latest");
+        for bad in ["binpack", "tessera/fgd:1", "ghcr.io/x@sha256:12"] {
+            assert!(Reference::parse(bad).is_err(), "{bad}");
+        }
+    }
+}

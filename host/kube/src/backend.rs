@@ -81,6 +81,8 @@ pub struct KubeBackend {
     started: Instant,
     /// Announcements after a failed eviction, for the next pass.
     requeued: Vec<ClusterEvent>,
+    /// The reason last reported for each waiting pod.
+    reported: HashMap<PodId, String>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     /// The election, which releases the lease when told to stop.
     elector: Option<tokio::task::JoinHandle<()>>,
@@ -167,7 +169,7 @@ impl KubeBackend {
             health_rx,
         )));
         let tracker = PodTracker::new(&cfg.scheduler_name, live.index.clone(), live.binding.clone());
-        tasks.push(tokio::spawn(watch_pods(pod_api, tracker, tx, synced_tx)));
+        tasks.push(tokio::spawn(watch_pods(pod_api, tracker, tx, synced_tx, client.clone())));
         let pdb_api: Api<PodDisruptionBudget> = Api::all(client.clone());
         tasks.push(tokio::spawn(watch_budgets(pdb_api)));
         let mut elector_task = None;
@@ -213,6 +215,7 @@ impl KubeBackend {
             leadership,
             started: Instant::now(),
             requeued: Vec::new(),
+            reported: HashMap::new(),
             tasks,
             elector: elector_task,
             stop,
@@ -329,6 +332,7 @@ async fn watch_pods(
     mut tracker: PodTracker,
     tx: std::sync::mpsc::Sender<ClusterEvent>,
     synced: tokio::sync::mpsc::Sender<()>,
+    client: Client,
 ) {
     let mut reported = 0;
     let mut stream = watcher(api, watcher::Config::default()).boxed();
@@ -346,6 +350,15 @@ async fn watch_pods(
                 }
                 for r in &tracker.rejected[reported..] {
                     tracing::warn!("{r}; the pod is not scheduled");
+                    let (namespace, name) = r.name.split_once('/').unwrap_or(("default", &r.name));
+                    let w = crate::report::Waiting {
+                        namespace: namespace.to_string(),
+                        name: name.to_string(),
+                        uid: None,
+                        reason: "SchedulerError",
+                        message: format!("Tessera cannot schedule this pod: {}", r.message),
+                    };
+                    tokio::spawn(crate::report::waiting(client.clone(), w));
                 }
                 reported = tracker.rejected.len();
             }
@@ -433,6 +446,11 @@ impl Backend for KubeBackend {
         let mut out = std::mem::take(&mut self.requeued);
         out.extend(self.live.events.try_iter());
         for e in &out {
+            if let ClusterEvent::Deleted { id } = e {
+                self.reported.remove(id);
+            }
+        }
+        for e in &out {
             if let ClusterEvent::NodeUpsert { node } = e
                 && !self.node_names.contains(&node.name)
             {
@@ -501,6 +519,22 @@ impl Backend for KubeBackend {
                 Err(fail(describe(&e)))
             }
         }
+    }
+
+    fn unschedulable(&mut self, id: PodId, code: &str) {
+        if self.reported.get(&id).is_some_and(|c| c == code) || !self.leadership.is_leader() {
+            return;
+        }
+        let Some(p) = self.pod_ref(id) else { return };
+        self.reported.insert(id, code.to_string());
+        let w = crate::report::Waiting {
+            namespace: p.namespace,
+            name: p.name,
+            uid: Some(p.uid),
+            reason: "Unschedulable",
+            message: format!("Tessera: no node can take the pod ({code}); it waits until the cluster changes"),
+        };
+        self.rt.spawn(crate::report::waiting(self.client.clone(), w));
     }
 
     fn bind_named(&mut self, ns: &str, name: &str, uid: &str, node: &str, gpus: GpuSet) -> Result<(), String> {

@@ -13,6 +13,7 @@ pub mod extender;
 pub mod leader;
 pub mod oci;
 pub mod policies;
+pub mod report;
 pub mod track;
 
 pub use backend::{KubeBackend, KubeError};

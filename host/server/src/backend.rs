@@ -134,6 +134,14 @@ pub trait Backend: Send + 'static {
     /// the preemptor.
     fn evict(&mut self, id: PodId) -> Result<(), BackendError>;
 
+    /// The loop could not place pod `id` (`code`, e.g.
+    /// `SCHED-GPU-INSUFFICIENT`); it waits. A backend tells whoever watches
+    /// (on Kubernetes: the pod's `PodScheduled` condition, which cluster
+    /// autoscalers read, and an event).
+    fn unschedulable(&mut self, id: PodId, code: &str) {
+        let _ = (id, code);
+    }
+
     /// Binds a pod another scheduler decided (a scheduler extender's
     /// bind): `namespace/name` (`uid`) to `node` on `gpus`.
     fn bind_named(&mut self, namespace: &str, name: &str, uid: &str, node: &str, gpus: GpuSet) -> Result<(), String> {

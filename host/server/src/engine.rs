@@ -415,7 +415,10 @@ impl Engine {
             let (pod, placement, victims) = match e {
                 Event::Bound { pod, placement, .. } => (*pod, *placement, &[][..]),
                 Event::Preempted { pod, placement, victims, .. } => (*pod, *placement, victims.as_slice()),
-                Event::Unschedulable { .. } => continue,
+                Event::Unschedulable { pod, reason } => {
+                    self.backend.unschedulable(*pod, reason.code());
+                    continue;
+                }
             };
             let mut room = true;
             for &v in victims {

@@ -118,3 +118,40 @@ async fn needs_cluster_binds_a_pod_on_a_real_cluster() {
     pods.delete("tessera-e2e", &DeleteParams::default()).await.unwrap();
     svc.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_that_waits_says_why_on_its_condition_and_in_an_event() {
+    let srv = ApiServer::start().await;
+    srv.put(node("gpu-0", 8, "zone-a"));
+    srv.put(pod("ml", "huge", "tessera", None, 16, "train"));
+    let mut bad = pod("ml", "bad", "tessera", None, 0, "train");
+    bad["metadata"]["annotations"] = serde_json::json!({"tessera.io/gpu-milli": "2000"});
+    srv.put(bad);
+    let mut cfg = replica("solo");
+    cfg.kube.leader_election = false;
+    let (server, listener) = tessera::serve::start_kube(cfg, srv.config()).await.unwrap();
+    let svc = Running::serve(server, listener).await;
+    let condition = |name: &str| {
+        srv.get("pods", "ml", name)
+            .and_then(|p| p["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == "PodScheduled").cloned())
+    };
+    until("both conditions", Duration::from_secs(20), || condition("huge").is_some() && condition("bad").is_some())
+        .await;
+    let c = condition("huge").unwrap();
+    assert_eq!((c["status"].as_str(), c["reason"].as_str()), (Some("False"), Some("Unschedulable")), "{c}");
+    assert!(c["message"].as_str().unwrap().contains("SCHED-GPU-INSUFFICIENT"), "{c}");
+    let c = condition("bad").unwrap();
+    assert_eq!(c["reason"], "SchedulerError", "{c}");
+    assert!(c["message"].as_str().unwrap().contains("2000"), "{c}");
+    until("the events", Duration::from_secs(10), || srv.list("events").len() >= 2).await;
+    let events = srv.list("events");
+    for name in ["huge", "bad"] {
+        let e = events.iter().find(|e| e["involvedObject"]["name"] == name).unwrap();
+        assert_eq!((e["reason"].as_str(), e["type"].as_str()), (Some("FailedScheduling"), Some("Warning")), "{e}");
+        assert_eq!(e["source"]["component"], "tessera");
+    }
+    // Once per pod and reason, not every pass.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(srv.list("events").len(), 2);
+    svc.stop().await;
+}

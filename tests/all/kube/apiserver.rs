@@ -14,14 +14,19 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, watch};
+
+mod discovery;
+mod pods;
+mod watching;
+
+use discovery::{discovery_groups, discovery_resources};
 
 /// A resource the server serves.
 #[derive(Debug, Clone)]
@@ -503,208 +508,5 @@ async fn handle(
             srv.evict(&ns.unwrap_or_default(), name)
         }
         _ => status(405, "MethodNotAllowed", format!("{method} {path} is not supported here")),
-    }
-}
-
-fn discovery_groups() -> Response {
-    let mut groups: Vec<(&str, &str)> =
-        KINDS.iter().filter(|k| !k.group.is_empty()).map(|k| (k.group, k.version)).collect();
-    groups.dedup();
-    let groups: Vec<Value> = groups
-        .into_iter()
-        .map(|(g, v)| {
-            let gv = json!({"groupVersion": format!("{g}/{v}"), "version": v});
-            json!({"name": g, "versions": [gv.clone()], "preferredVersion": gv})
-        })
-        .collect();
-    axum::Json(json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})).into_response()
-}
-
-fn discovery_resources(path: &str) -> Option<Response> {
-    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let (group, version) = match segs.as_slice() {
-        ["api", v] => ("", *v),
-        ["apis", g, v] => (*g, *v),
-        _ => return None,
-    };
-    let resources: Vec<Value> = KINDS
-        .iter()
-        .filter(|k| k.group == group && k.version == version)
-        .flat_map(|k| {
-            let main = json!({
-                "name": k.plural, "singularName": k.kind.to_lowercase(), "namespaced": k.namespaced, "kind": k.kind,
-                "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
-            });
-            let subs: Vec<Value> = if k.plural == "pods" {
-                vec![
-                    json!({"name": "pods/binding", "singularName": "", "namespaced": true, "kind": "Binding", "verbs": ["create"]}),
-                    json!({"name": "pods/eviction", "singularName": "", "namespaced": true, "group": "policy", "version": "v1", "kind": "Eviction", "verbs": ["create"]}),
-                ]
-            } else {
-                Vec::new()
-            };
-            std::iter::once(main).chain(subs)
-        })
-        .collect();
-    if resources.is_empty() {
-        return Some(status(404, "NotFound", format!("no group version {path}")));
-    }
-    let gv = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
-    Some(
-        axum::Json(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}))
-            .into_response(),
-    )
-}
-
-impl ApiServer {
-    fn list_response(&self, kind: &'static Kind, namespace: Option<&str>) -> Response {
-        let s = self.inner.lock().unwrap();
-        let items: Vec<Value> = s
-            .objects
-            .iter()
-            .filter(|((p, ns, _), _)| *p == kind.plural && namespace.is_none_or(|n| n == ns))
-            .map(|(_, v)| v.clone())
-            .collect();
-        axum::Json(json!({
-            "kind": format!("{}List", kind.kind), "apiVersion": kind.api_version(),
-            "metadata": {"resourceVersion": s.rv.to_string()}, "items": items,
-        }))
-        .into_response()
-    }
-
-    fn watch(&self, kind: &'static Kind, namespace: Option<String>, q: &HashMap<String, String>) -> Response {
-        let from: u64 = q.get("resourceVersion").and_then(|v| v.parse().ok()).unwrap_or(0);
-        let bookmarks = q.get("allowWatchBookmarks").is_some_and(|b| b == "true");
-        let timeout = q.get("timeoutSeconds").and_then(|t| t.parse().ok()).unwrap_or(300u64);
-        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(1024);
-        let line = |v: Value| Ok(Bytes::from(format!("{v}\n")));
-        let relevant =
-            move |c: &Change| c.plural == kind.plural && namespace.as_ref().is_none_or(|n| *n == c.namespace);
-        let mut live = self.changes.subscribe();
-        let mut dropped = self.drop_watches.subscribe();
-        let backlog: Result<Vec<Change>, ()> = {
-            let mut s = self.inner.lock().unwrap();
-            *s.counters.watches.entry(kind.plural.to_string()).or_insert(0) += 1;
-            if from != 0 && from < s.compacted_to {
-                s.counters.gone += 1;
-                Err(())
-            } else {
-                Ok(s.history.iter().filter(|c| c.rv > from && relevant(c)).cloned().collect())
-            }
-        };
-        let current_rv = self.inner.lock().unwrap().rv;
-        tokio::spawn(async move {
-            let Ok(backlog) = backlog else {
-                let gone = json!({"type": "ERROR", "object": {
-                    "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                    "message": format!("too old resource version: {from} ({})", current_rv),
-                    "reason": "Expired", "code": 410,
-                }});
-                let _ = tx.send(line(gone)).await;
-                return;
-            };
-            let mut last = from;
-            for c in backlog {
-                last = c.rv;
-                if tx.send(line(json!({"type": c.kind, "object": c.object}))).await.is_err() {
-                    return;
-                }
-            }
-            let deadline = tokio::time::sleep(Duration::from_secs(timeout));
-            tokio::pin!(deadline);
-            let mut tick = tokio::time::interval(Duration::from_millis(500));
-            loop {
-                tokio::select! {
-                    () = &mut deadline => return,
-                    _ = dropped.changed() => return,
-                    _ = tick.tick(), if bookmarks => {
-                        let mark = json!({"type": "BOOKMARK", "object": {
-                            "kind": kind.kind, "apiVersion": kind.api_version(),
-                            "metadata": {"resourceVersion": last.max(from).to_string()},
-                        }});
-                        if tx.send(line(mark)).await.is_err() { return; }
-                    }
-                    c = live.recv() => match c {
-                        Ok(c) if c.rv > last && relevant(&c) => {
-                            last = c.rv;
-                            if tx.send(line(json!({"type": c.kind, "object": c.object}))).await.is_err() { return; }
-                        }
-                        Ok(_) => {}
-                        Err(_) => return,
-                    },
-                }
-            }
-        });
-        Response::builder()
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx)))
-            .unwrap()
-    }
-
-    fn bind(&self, ns: &str, name: &str, body: &Value) -> Response {
-        let Some(node) = body["target"]["name"].as_str() else {
-            return status(400, "BadRequest", "a Binding needs target.name");
-        };
-        let kind = find_kind("", "v1", "pods").unwrap();
-        let mut s = self.inner.lock().unwrap();
-        let Some(mut pod) = s.objects.get(&("pods", ns.to_string(), name.to_string())).cloned() else {
-            return status(404, "NotFound", format!("pods \"{name}\" not found"));
-        };
-        if let Some(bound) = pod["spec"]["nodeName"].as_str() {
-            s.counters.binding_conflicts += 1;
-            return status(409, "Conflict", format!("pod {name} is already assigned to node \"{bound}\""));
-        }
-        pod["spec"]["nodeName"] = json!(node);
-        // The kubelet's part: the pod starts.
-        pod["status"]["phase"] = json!("Running");
-        self.store(&mut s, kind, ns, name, pod);
-        *s.counters.bindings.entry(format!("{ns}/{name}")).or_insert(0) += 1;
-        (
-            StatusCode::CREATED,
-            axum::Json(json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201})),
-        )
-            .into_response()
-    }
-
-    fn evict(&self, ns: &str, name: &str) -> Response {
-        let mut s = self.inner.lock().unwrap();
-        let Some(pod) = s.objects.get(&("pods", ns.to_string(), name.to_string())).cloned() else {
-            return status(404, "NotFound", format!("pods \"{name}\" not found"));
-        };
-        let labels = pod["metadata"]["labels"].clone();
-        let budgets: Vec<(String, Value)> = s
-            .objects
-            .iter()
-            .filter(|((p, n, _), pdb)| {
-                *p == "poddisruptionbudgets" && n == ns && labels_match(&pdb["spec"]["selector"], &labels)
-            })
-            .map(|((_, _, n), v)| (n.clone(), v.clone()))
-            .collect();
-        if let Some((pdb, _)) =
-            budgets.iter().find(|(_, b)| b["status"]["disruptionsAllowed"].as_i64().unwrap_or(0) <= 0)
-        {
-            s.counters.evictions_refused += 1;
-            return status(
-                429,
-                "TooManyRequests",
-                format!(
-                    "Cannot evict pod as it would violate the pod's disruption budget. The disruption budget {pdb} needs more healthy pods."
-                ),
-            );
-        }
-        let pdb_kind = find_kind("policy", "v1", "poddisruptionbudgets").unwrap();
-        for (n, mut b) in budgets {
-            let allowed = b["status"]["disruptionsAllowed"].as_i64().unwrap_or(0);
-            b["status"]["disruptionsAllowed"] = json!(allowed - 1);
-            self.store(&mut s, pdb_kind, ns, &n, b);
-        }
-        let kind = find_kind("", "v1", "pods").unwrap();
-        self.remove(&mut s, kind, ns, name);
-        s.counters.evictions += 1;
-        (
-            StatusCode::CREATED,
-            axum::Json(json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201})),
-        )
-            .into_response()
     }
 }

@@ -174,7 +174,9 @@ impl KubeBackend {
         tasks.push(tokio::spawn(watch_budgets(pdb_api)));
         let mut elector_task = None;
         let leadership = if cfg.leader_election {
-            let lease_api: Api<Lease> = Api::namespaced(client.clone(), &cfg.lease_namespace);
+            // No client retries: a renewal that cannot get through must fail
+            // within the retry period, not hold leadership while it retries.
+            let lease_api: Api<Lease> = Api::namespaced(evict_client.clone(), &cfg.lease_namespace);
             let (elector, leadership) = Elector::new(
                 lease_api,
                 ElectionConfig {
@@ -234,7 +236,7 @@ impl KubeBackend {
 
     /// Stops the watchers and releases the lease (if held).
     pub async fn shutdown(mut self) {
-        self.stop.notify_waiters();
+        self.stop.notify_one();
         // The elector releases the lease on stop; the others just end.
         if let Some(e) = self.elector.take() {
             let _ = tokio::time::timeout(Duration::from_secs(5), e).await;
@@ -428,6 +430,14 @@ impl Backend for KubeBackend {
 
     fn active(&self) -> bool {
         self.leadership.is_leader()
+    }
+
+    fn shutdown(&mut self) {
+        // Hand the lease over now rather than let it expire.
+        self.stop.notify_one();
+        if let Some(e) = self.elector.take() {
+            let _ = self.rt.block_on(async { tokio::time::timeout(Duration::from_secs(5), e).await });
+        }
     }
 
     fn nodes(&self) -> &[Node] {

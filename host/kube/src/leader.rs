@@ -11,10 +11,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Api;
 use kube::api::PostParams;
+use kube::runtime::WatchStreamExt;
 
 /// Timing and identity of an election.
 #[derive(Debug, Clone)]
@@ -78,7 +80,9 @@ impl Elector {
 
     /// Tries to acquire or renew once; whether it leads now.
     pub async fn step(&mut self) -> bool {
-        let leads = match self.try_acquire_or_renew().await {
+        let attempt = tokio::time::timeout(self.cfg.retry_period, self.try_acquire_or_renew()).await;
+        let attempt = attempt.unwrap_or_else(|_| Err(kube::Error::Service("the lease update timed out".into())));
+        let leads = match attempt {
             Ok(true) => {
                 self.last_renewed = Some(Instant::now());
                 true
@@ -100,17 +104,34 @@ impl Elector {
         leads
     }
 
-    /// Steps until `stop` resolves, then releases the lease if it leads.
+    /// Steps every `retry_period`, and at once when a reflector on the
+    /// Lease sees it released, until `stop` resolves; then releases the
+    /// lease if it leads.
     pub async fn run(mut self, stop: impl std::future::Future<Output = ()>) {
         tokio::pin!(stop);
+        let (_store, writer) = kube::runtime::reflector::store::<Lease>();
+        let fields = format!("metadata.name={}", self.cfg.name);
+        let watch = kube::runtime::watcher(self.api.clone(), kube::runtime::watcher::Config::default().fields(&fields));
+        let mut seen = kube::runtime::reflector(writer, watch).applied_objects().boxed();
         loop {
             self.step().await;
-            tokio::select! {
-                () = &mut stop => break,
-                () = tokio::time::sleep(self.cfg.retry_period) => {}
+            loop {
+                tokio::select! {
+                    () = &mut stop => {
+                        self.release().await;
+                        return;
+                    }
+                    () = tokio::time::sleep(self.cfg.retry_period) => break,
+                    Some(Ok(lease)) = seen.next() => {
+                        let free = lease.metadata.name.as_deref() == Some(self.cfg.name.as_str())
+                            && lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref()).is_none_or(str::is_empty);
+                        if free {
+                            break;
+                        }
+                    }
+                }
             }
         }
-        self.release().await;
     }
 
     /// Gives the lease up (a standby may take it at once).

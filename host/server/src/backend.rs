@@ -104,6 +104,9 @@ pub trait Backend: Send + 'static {
         true
     }
 
+    /// The loop stopped: let go of what the backend holds (a leader lease).
+    fn shutdown(&mut self) {}
+
     /// The nodes at start.
     fn nodes(&self) -> &[Node];
 

@@ -216,6 +216,7 @@ impl Engine {
             next = next.max(Instant::now() - tick);
         }
         self.shared.ready.store(false, Ordering::SeqCst);
+        self.backend.shutdown();
         self.tracing.flush();
     }
 

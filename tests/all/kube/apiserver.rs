@@ -140,6 +140,9 @@ struct Inner {
     compacted_to: u64,
     counters: Counters,
     uid: u64,
+    /// Lease writes naming this holder fail with 503 (a partitioned
+    /// replica).
+    partitioned: Option<String>,
 }
 
 /// The server's state.
@@ -243,6 +246,7 @@ impl ApiServer {
                 compacted_to: 0,
                 counters: Counters::default(),
                 uid: 0,
+                partitioned: None,
             })),
             changes,
             drop_watches: Arc::new(watch::channel(0).0),
@@ -277,6 +281,11 @@ impl ApiServer {
     /// What happened so far.
     pub fn counters(&self) -> Counters {
         self.inner.lock().unwrap().counters.clone()
+    }
+
+    /// Cuts off `holder`: its Lease writes fail with 503 from now on.
+    pub fn partition(&self, holder: &str) {
+        self.inner.lock().unwrap().partitioned = Some(holder.to_string());
     }
 
     /// Ends every open watch (clients must re-watch).
@@ -432,6 +441,12 @@ async fn handle(
         }
     };
     let ns = if t.kind.namespaced { t.namespace.clone() } else { Some(String::new()) };
+    if t.kind.plural == "leases" && matches!(method, Method::PUT | Method::POST) {
+        let cut = srv.inner.lock().unwrap().partitioned.clone();
+        if cut.is_some() && body["spec"]["holderIdentity"].as_str() == cut.as_deref() {
+            return status(503, "ServiceUnavailable", "this replica is cut off");
+        }
+    }
     match (&method, &t.name, &t.sub) {
         (&Method::GET, None, None) if q.get("watch").is_some_and(|w| w == "true" || w == "1") => {
             srv.watch(t.kind, t.namespace.clone(), &q)

@@ -1,7 +1,9 @@
 //! `tessera serve` on Kubernetes, two replicas on the in-process API
 //! server: the leader of the Lease binds every pending pod naming Tessera,
-//! the standby decides nothing; when the leader dies the standby takes the
-//! expired lease and binds the rest, and no pod is ever bound twice.
+//! the standby decides nothing; when the leader is cut off it stops acting
+//! once it cannot renew, the standby takes the expired lease and binds the
+//! rest, and no pod is ever bound twice; a leader that stops hands the
+//! lease over at once.
 
 use std::time::{Duration, Instant};
 
@@ -69,9 +71,11 @@ async fn the_leader_binds_the_standby_follows_and_takes_over_without_a_double_bi
         assert_eq!(gpus.split(',').count().to_string(), want, "{p}");
     }
 
-    // The leader dies without releasing the lease; the standby waits for
-    // it to expire, takes it and binds what arrives.
-    a.stop().await;
+    // The leader is cut off from the API server (its lease writes fail):
+    // past its renew deadline it stops acting; the standby waits for the
+    // lease to expire, takes it and binds what arrives.
+    srv.partition("replica-a");
+    until("replica-a to step down", Duration::from_secs(10), || !a.shared.status.read().unwrap().active).await;
     for i in 12..20 {
         srv.put(pod("ml", &format!("job-{i}"), "tessera", None, 1, "train"));
     }
@@ -83,6 +87,8 @@ async fn the_leader_binds_the_standby_follows_and_takes_over_without_a_double_bi
     let lease = srv.get("leases", "tessera-system", "tessera-scheduler").unwrap();
     assert_eq!(lease["spec"]["leaseTransitions"], 1, "{lease}");
     assert!(b.shared.status.read().unwrap().active);
+    assert!(!a.shared.status.read().unwrap().active, "one leader");
+    a.stop().await;
     b.stop().await;
 }
 
@@ -154,4 +160,32 @@ async fn a_pod_that_waits_says_why_on_its_condition_and_in_an_event() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(srv.list("events").len(), 2);
     svc.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_stops_hands_the_lease_over_at_once() {
+    let srv = ApiServer::start().await;
+    srv.put(node("gpu-0", 8, "zone-a"));
+    // A long lease: a standby waiting for it to expire would wait 30 s.
+    let long = |identity: &str| {
+        let mut cfg = replica(identity);
+        cfg.kube.lease_duration_s = 30;
+        cfg.kube.renew_deadline_s = 20;
+        cfg.kube.retry_period_s = 10;
+        cfg
+    };
+    let (server, listener) = tessera::serve::start_kube(long("replica-a"), srv.config()).await.unwrap();
+    let a = Running::serve(server, listener).await;
+    until("replica-a to lead", Duration::from_secs(20), || holder(&srv).as_deref() == Some("replica-a")).await;
+    let (server, listener) = tessera::serve::start_kube(long("replica-b"), srv.config()).await.unwrap();
+    let b = Running::serve(server, listener).await;
+    // Stopping releases the lease; the standby's reflector sees it free
+    // and takes it well before the 10 s retry period or the 30 s lease.
+    a.stop().await;
+    let stopped = Instant::now();
+    until("replica-b to lead", Duration::from_secs(8), || holder(&srv).as_deref() == Some("replica-b")).await;
+    assert!(stopped.elapsed() < Duration::from_secs(8));
+    srv.put(pod("ml", "after", "tessera", None, 1, "train"));
+    until("the pod bound by replica-b", Duration::from_secs(20), || srv.counters().bindings.len() == 1).await;
+    b.stop().await;
 }

@@ -5,7 +5,8 @@
 //! rollout path: as the candidate (shadow), or as the active policy with
 //! `rollout: immediate`. Every replica applies it (a standby must be ready
 //! to lead); the leader reports the outcome in the object's `Applied`
-//! condition. A policy that fails leaves the running one as it was.
+//! condition. A policy that fails leaves the running one as it was; one
+//! whose components could not be fetched is tried again with a backoff.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -45,6 +46,17 @@ pub struct PolicyController {
     leadership: Leadership,
     /// Generations applied by this replica, by object UID.
     applied: HashMap<String, i64>,
+    /// Policies whose components could not be fetched, to try again.
+    retries: Vec<Retry>,
+    /// Attempts so far of a policy being retried, by UID.
+    attempts: HashMap<String, u32>,
+}
+
+/// A policy to apply again once `at` has passed.
+struct Retry {
+    at: std::time::Instant,
+    attempt: u32,
+    policy: TesseraPolicy,
 }
 
 impl PolicyController {
@@ -58,7 +70,17 @@ impl PolicyController {
         leadership: Leadership,
     ) -> Self {
         let http = reqwest::Client::builder().timeout(std::time::Duration::from_secs(30)).build().unwrap_or_default();
-        Self { client, http, namespace, cache, policies, leadership, applied: HashMap::new() }
+        Self {
+            client,
+            http,
+            namespace,
+            cache,
+            policies,
+            leadership,
+            applied: HashMap::new(),
+            retries: Vec::new(),
+            attempts: HashMap::new(),
+        }
     }
 
     /// Watches the policies until the stream ends.
@@ -68,14 +90,37 @@ impl PolicyController {
             None => Api::all(self.client.clone()),
         };
         let mut stream = watcher(api, watcher::Config::default()).boxed();
-        while let Some(ev) = stream.next().await {
-            match ev {
-                Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => self.reconcile(&p).await,
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::warn!("policy watch: {e}; retrying");
-                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-                }
+        let mut tick = tokio::time::interval(std::time::Duration::from_millis(500));
+        loop {
+            tokio::select! {
+                ev = stream.next() => match ev {
+                    None => return,
+                    Some(Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p))) => self.reconcile(&p).await,
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => {
+                        tracing::warn!("policy watch: {e}; retrying");
+                        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                    }
+                },
+                _ = tick.tick() => self.retry_due().await,
+            }
+        }
+    }
+
+    /// Tries again the policies whose fetch failed, once their backoff
+    /// is over (a registry or URL that was down may be back).
+    async fn retry_due(&mut self) {
+        let now = std::time::Instant::now();
+        let (due, wait): (Vec<Retry>, Vec<Retry>) =
+            std::mem::take(&mut self.retries).into_iter().partition(|r| r.at <= now);
+        self.retries = wait;
+        for r in due {
+            let uid = r.policy.metadata.uid.clone().unwrap_or_default();
+            // A newer generation seen meanwhile was applied on its own.
+            if self.applied.get(&uid) == Some(&r.policy.metadata.generation.unwrap_or(0)) {
+                self.applied.remove(&uid);
+                self.attempts.insert(uid, r.attempt);
+                self.reconcile(&r.policy).await;
             }
         }
     }
@@ -85,9 +130,17 @@ impl PolicyController {
         if self.applied.get(&uid) == Some(&generation) {
             return;
         }
-        self.applied.insert(uid, generation);
+        self.applied.insert(uid.clone(), generation);
+        let attempt = self.attempts.remove(&uid).unwrap_or(0) + 1;
         let outcome = self.apply(p).await;
         let name = format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any());
+        if let Err(r) = &outcome
+            && r.reason == "FetchFailed"
+        {
+            // Transient, perhaps: try again after 1, 2, 4 … 300 s.
+            let wait = std::time::Duration::from_secs((1u64 << (attempt - 1).min(9)).min(300));
+            self.retries.push(Retry { at: std::time::Instant::now() + wait, attempt, policy: p.clone() });
+        }
         match &outcome {
             Ok(doc) => tracing::info!("TesseraPolicy {name}: policy {doc} applied ({:?})", p.spec.rollout),
             Err(r) => tracing::warn!("TesseraPolicy {name}: {}: {}", r.reason, r.message),

@@ -25,6 +25,15 @@ struct Registry {
     manifest: Vec<u8>,
     blob: Vec<u8>,
     token_url: String,
+    /// Requests to `/flaky.wasm` so far (the first one fails).
+    flaky: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+async fn flaky(State(r): State<Registry>) -> Response {
+    if r.flaky.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+        return (StatusCode::SERVICE_UNAVAILABLE, "try again").into_response();
+    }
+    r.blob.clone().into_response()
 }
 
 async fn registry_get(State(r): State<Registry>, Path(path): Path<String>, headers: HeaderMap) -> Response {
@@ -61,10 +70,12 @@ async fn registry(blob: &[u8]) -> String {
         manifest: serde_json::to_vec(&manifest).unwrap(),
         blob: blob.to_vec(),
         token_url: format!("http://{addr}/token"),
+        flaky: Default::default(),
     };
     let app = axum::Router::new()
         .route("/token", axum::routing::get(|| async { axum::Json(json!({"token": "pull-token"})) }))
         .route("/v2/{*path}", axum::routing::get(registry_get))
+        .route("/flaky.wasm", axum::routing::get(flaky))
         .with_state(r);
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     addr.to_string()
@@ -160,5 +171,14 @@ async fn policies_in_the_cluster_load_pinned_components_through_the_rollout_path
     let members: Vec<String> =
         svc.shared.policy.read().unwrap().doc.plugins.iter().map(|p| p.source.to_string()).collect();
     assert!(members.iter().all(|s| s.ends_with(".wasm") && s.contains("components")), "{members:?}");
+
+    // A URL that fails once: reported, then tried again and applied.
+    let flaky_doc = "name: flaky\nplugins:\n  - name: binpack\n    source: binpack.wasm\n";
+    let url = json!([{"plugin": "binpack", "url": format!("http://{reg}/flaky.wasm"), "sha256": sha256_hex(binpack)}]);
+    srv.put(policy("flaky", "candidate", flaky_doc, url));
+    until("the first refusal", || condition(&srv, "flaky").is_some_and(|c| c["reason"] == "FetchFailed")).await;
+    assert!(condition(&srv, "flaky").unwrap()["message"].as_str().unwrap().contains("503"));
+    until("the retry", || condition(&srv, "flaky").is_some_and(|c| c["status"] == "True")).await;
+    assert_eq!(svc.shared.rollout.read().unwrap().candidate.as_deref(), Some("flaky"));
     svc.stop().await;
 }

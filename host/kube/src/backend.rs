@@ -20,7 +20,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Binding, Node as KNode, ObjectReference, Pod as KPod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{EvictParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{EvictParams, ListParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use tessera_agent::AgentSample;
@@ -246,33 +246,10 @@ impl KubeBackend {
         }
     }
 
-    /// Writes the GPU indices (if any) on the pod, then binds it.
+    /// Binds the pod, in one call: the API server copies the Binding's
+    /// annotations (the GPU indices chosen) onto the pod.
     fn post_binding(&self, ns: &str, name: &str, uid: &str, node: &str, gpus: GpuSet) -> Result<(), kube::Error> {
-        let api: Api<KPod> = Api::namespaced(self.client.clone(), ns);
-        let binding = Binding {
-            metadata: ObjectMeta {
-                name: Some(name.to_string()),
-                namespace: Some(ns.to_string()),
-                uid: Some(uid.to_string()),
-                ..ObjectMeta::default()
-            },
-            target: ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Node".into()),
-                name: Some(node.to_string()),
-                ..ObjectReference::default()
-            },
-        };
-        let gpus = (!gpus.is_empty()).then(|| convert::format_gpu_index(gpus));
-        self.rt.block_on(async {
-            if let Some(g) = gpus {
-                let patch = serde_json::json!({"metadata": {"annotations": {convert::GPU_INDEX_ANNOTATION: g}}});
-                api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
-            }
-            api.create_subresource::<Binding, serde_json::Value>("binding", name, &PostParams::default(), &binding)
-                .await
-                .map(|_| ())
-        })
+        self.rt.block_on(binding_call(self.client.clone(), ns, name, uid, node, gpus))
     }
 
     fn pod_ref(&self, id: PodId) -> Option<crate::track::PodRef> {
@@ -510,6 +487,66 @@ impl Backend for KubeBackend {
         }
     }
 
+    fn bind_all(&mut self, binds: &[(PodId, Placement)]) -> Vec<Result<(), BackendError>> {
+        let fail = |id: PodId, reason: String| BackendError { op: "bind", pod: id, reason };
+        if !self.leadership.is_leader() {
+            return binds.iter().map(|&(id, _)| Err(fail(id, "this replica does not lead".into()))).collect();
+        }
+        // Who and where, or why not, in order.
+        let targets: Vec<Result<(crate::track::PodRef, String), BackendError>> = binds
+            .iter()
+            .map(|&(id, at)| {
+                let p = self.pod_ref(id).ok_or_else(|| fail(id, "unknown pod".into()))?;
+                let node = self.node_names.get(at.node as usize).cloned();
+                Ok((p, node.ok_or_else(|| fail(id, format!("unknown node {}", at.node)))?))
+            })
+            .collect();
+        {
+            let mut binding = self.live.binding.lock().unwrap_or_else(|e| e.into_inner());
+            for (p, node) in targets.iter().flatten() {
+                binding.insert(p.uid.clone(), node.clone());
+            }
+        }
+        let calls = targets.iter().zip(binds).map(|(t, &(_, at))| {
+            let client = self.client.clone();
+            let t = t.as_ref().ok().map(|(p, n)| (p.clone(), n.clone()));
+            async move {
+                match t {
+                    Some((p, node)) => Some(binding_call(client, &p.namespace, &p.name, &p.uid, &node, at.gpus).await),
+                    None => None,
+                }
+            }
+        });
+        // Concurrently (kube-scheduler binds asynchronously too), results
+        // in order.
+        let results: Vec<Option<Result<(), kube::Error>>> =
+            self.rt.block_on(futures_util::stream::iter(calls).buffered(BIND_CONCURRENCY).collect());
+        let mut index = self.live.index.lock().unwrap_or_else(|e| e.into_inner());
+        let mut binding = self.live.binding.lock().unwrap_or_else(|e| e.into_inner());
+        targets
+            .into_iter()
+            .zip(results)
+            .zip(binds)
+            .map(|((t, r), &(id, at))| {
+                let (p, node) = t?;
+                match r {
+                    Some(Ok(())) => {
+                        if let Some(r) = index.get_mut(&id) {
+                            r.node = Some(node);
+                            r.gpus = Some(at.gpus);
+                        }
+                        Ok(())
+                    }
+                    Some(Err(e)) => {
+                        binding.remove(&p.uid);
+                        Err(fail(id, describe(&e)))
+                    }
+                    None => Err(fail(id, "not attempted".into())),
+                }
+            })
+            .collect()
+    }
+
     fn evict(&mut self, id: PodId) -> Result<(), BackendError> {
         let fail = |reason: String| BackendError { op: "evict", pod: id, reason };
         if !self.leadership.is_leader() {
@@ -563,6 +600,42 @@ impl Backend for KubeBackend {
         Box::new(crate::actuator::Refusing::new(cluster, pods))
     }
 }
+
+/// `POST pods/{name}/binding`, the chosen GPU indices as the Binding's
+/// annotations (which the API server sets on the pod).
+async fn binding_call(
+    client: Client,
+    ns: &str,
+    name: &str,
+    uid: &str,
+    node: &str,
+    gpus: GpuSet,
+) -> Result<(), kube::Error> {
+    let api: Api<KPod> = Api::namespaced(client, ns);
+    let annotations = (!gpus.is_empty())
+        .then(|| [(convert::GPU_INDEX_ANNOTATION.to_string(), convert::format_gpu_index(gpus))].into());
+    let binding = Binding {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: Some(ns.to_string()),
+            uid: Some(uid.to_string()),
+            annotations,
+            ..ObjectMeta::default()
+        },
+        target: ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(node.to_string()),
+            ..ObjectReference::default()
+        },
+    };
+    api.create_subresource::<Binding, serde_json::Value>("binding", name, &PostParams::default(), &binding)
+        .await
+        .map(|_| ())
+}
+
+/// Binds in flight at once in [`Backend::bind_all`].
+const BIND_CONCURRENCY: usize = 32;
 
 /// An API error, with what it means for Tessera.
 pub fn describe(e: &kube::Error) -> String {

@@ -131,6 +131,12 @@ pub trait Backend: Send + 'static {
     /// queues the pod again.
     fn bind(&mut self, id: PodId, at: Placement) -> Result<(), BackendError>;
 
+    /// Carries out several binds of one pass (a backend may run them
+    /// concurrently); the results in order.
+    fn bind_all(&mut self, binds: &[(PodId, Placement)]) -> Vec<Result<(), BackendError>> {
+        binds.iter().map(|&(id, at)| self.bind(id, at)).collect()
+    }
+
     /// The loop preempted pod `id` (it goes back to the queue): stop it.
     /// On error the pod still runs: the backend announces it again
     /// (`Deleted`, then `Running` where it is), and the loop does not bind

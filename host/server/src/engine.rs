@@ -412,9 +412,22 @@ impl Engine {
     /// Has the backend bind what the pass bound and stop what it preempted.
     fn carry_out(&mut self, events: &[tessera_core::sched::Event]) {
         use tessera_core::sched::Event;
+        // Plain binds go to the backend together (it may run them at once);
+        // a preemption evicts first, then binds.
+        let batch: Vec<(PodId, tessera_core::cluster::Placement)> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Bound { pod, placement, .. } => Some((*pod, *placement)),
+                _ => None,
+            })
+            .collect();
+        let results = if batch.is_empty() { Vec::new() } else { self.backend.bind_all(&batch) };
+        for (&(pod, _), result) in batch.iter().zip(results) {
+            self.after_bind(pod, result);
+        }
         for e in events {
             let (pod, placement, victims) = match e {
-                Event::Bound { pod, placement, .. } => (*pod, *placement, &[][..]),
+                Event::Bound { .. } => continue,
                 Event::Preempted { pod, placement, victims, .. } => (*pod, *placement, victims.as_slice()),
                 Event::Unschedulable { pod, reason } => {
                     self.backend.unschedulable(*pod, reason.code());
@@ -435,15 +448,20 @@ impl Engine {
                 self.requeue(pod);
                 continue;
             }
-            match self.backend.bind(pod, placement) {
-                Ok(()) => {
-                    self.bind_failures.remove(&pod);
-                }
-                Err(err) => {
-                    tracing::warn!(backend = self.backend.name(), "{err}");
-                    self.count_backend_error("BACKEND-BIND");
-                    self.requeue(pod);
-                }
+            let result = self.backend.bind(pod, placement);
+            self.after_bind(pod, result);
+        }
+    }
+
+    fn after_bind(&mut self, pod: PodId, result: Result<(), crate::backend::BackendError>) {
+        match result {
+            Ok(()) => {
+                self.bind_failures.remove(&pod);
+            }
+            Err(err) => {
+                tracing::warn!(backend = self.backend.name(), "{err}");
+                self.count_backend_error("BACKEND-BIND");
+                self.requeue(pod);
             }
         }
     }

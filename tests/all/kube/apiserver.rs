@@ -22,8 +22,11 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, watch};
 
+#[path = "apiserver/discovery.rs"]
 mod discovery;
+#[path = "apiserver/pods.rs"]
 mod pods;
+#[path = "apiserver/watching.rs"]
 mod watching;
 
 use discovery::{discovery_groups, discovery_resources};

@@ -194,3 +194,43 @@ fn node_agents_are_scraped_for_telemetry_and_gpu_health() {
     assert!(!ev.is_empty());
     rt.block_on(b.shutdown());
 }
+
+#[test]
+fn a_pass_binds_together_and_each_result_comes_back_in_order() {
+    let rt = runtime();
+    let srv = rt.block_on(ApiServer::start());
+    srv.put(node("n1", 8, "zone-a"));
+    srv.put(node("n2", 8, "zone-b"));
+    for i in 0..30 {
+        srv.put(pod("ml", &format!("p{i}"), "tessera", None, 1, "x"));
+    }
+    let mut b = rt.block_on(KubeBackend::connect(srv.config(), kube_config("solo", false), workload)).unwrap();
+    let ev = events_until(&mut b, |e| e.len() >= 30);
+    let ids: Vec<u64> = (0..30).map(|i| id_of(&ev, &format!("ml/p{i}"))).collect();
+    // p7 is bound behind Tessera's back first: its bind must fail alone.
+    let mut p7 = srv.get("pods", "ml", "p7").unwrap();
+    p7["spec"]["nodeName"] = serde_json::json!("n1");
+    srv.put(p7);
+    let binds: Vec<(u64, Placement)> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, &id)| (id, Placement { node: (i % 2) as u32, gpus: GpuSet(1 << (i / 2 % 8)) }))
+        .collect();
+    let results = b.bind_all(&binds);
+    assert_eq!(results.len(), 30);
+    for (i, r) in results.iter().enumerate() {
+        assert_eq!(r.is_ok(), i != 7, "p{i}: {r:?}");
+    }
+    assert!(results[7].as_ref().unwrap_err().reason.contains("already assigned"));
+    for i in (0..30).filter(|&i| i != 7) {
+        let p = srv.get("pods", "ml", &format!("p{i}")).unwrap();
+        assert_eq!(p["spec"]["nodeName"], if i % 2 == 0 { "n1" } else { "n2" });
+        assert_eq!(
+            p["metadata"]["annotations"]["tessera.io/gpu-index"],
+            (i / 2 % 8).to_string(),
+            "one call: the Binding's annotations"
+        );
+    }
+    assert_eq!(srv.counters().bindings.len(), 29);
+    rt.block_on(b.shutdown());
+}

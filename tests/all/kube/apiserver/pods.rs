@@ -23,6 +23,12 @@ impl ApiServer {
             return status(409, "Conflict", format!("pod {name} is already assigned to node \"{bound}\""));
         }
         pod["spec"]["nodeName"] = json!(node);
+        // As the API server does: the Binding's annotations go onto the pod.
+        if let Some(a) = body["metadata"]["annotations"].as_object() {
+            for (k, v) in a {
+                pod["metadata"]["annotations"][k] = v.clone();
+            }
+        }
         // The kubelet's part: the pod starts.
         pod["status"]["phase"] = json!("Running");
         self.store(&mut s, kind, ns, name, pod);

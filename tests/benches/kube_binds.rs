@@ -8,7 +8,6 @@
 //! `cargo bench -p tessera-tests --bench kube_binds [-- PODS]`
 
 #[path = "../all/kube/apiserver.rs"]
-#[allow(dead_code)]
 mod apiserver;
 
 use std::time::Instant;

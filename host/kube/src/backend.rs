@@ -463,28 +463,9 @@ impl Backend for KubeBackend {
     }
 
     fn bind(&mut self, id: PodId, at: Placement) -> Result<(), BackendError> {
-        let fail = |reason: String| BackendError { op: "bind", pod: id, reason };
-        if !self.leadership.is_leader() {
-            return Err(fail("this replica does not lead".into()));
-        }
-        let p = self.pod_ref(id).ok_or_else(|| fail("unknown pod".into()))?;
-        let node =
-            self.node_names.get(at.node as usize).cloned().ok_or_else(|| fail(format!("unknown node {}", at.node)))?;
-        self.live.binding.lock().unwrap_or_else(|e| e.into_inner()).insert(p.uid.clone(), node.clone());
-        let result = self.post_binding(&p.namespace, &p.name, &p.uid, &node, at.gpus);
-        match result {
-            Ok(_) => {
-                if let Some(r) = self.live.index.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&id) {
-                    r.node = Some(node);
-                    r.gpus = Some(at.gpus);
-                }
-                Ok(())
-            }
-            Err(e) => {
-                self.live.binding.lock().unwrap_or_else(|e| e.into_inner()).remove(&p.uid);
-                Err(fail(describe(&e)))
-            }
-        }
+        self.bind_all(&[(id, at)])
+            .pop()
+            .unwrap_or_else(|| Err(BackendError { op: "bind", pod: id, reason: "not attempted".into() }))
     }
 
     fn bind_all(&mut self, binds: &[(PodId, Placement)]) -> Vec<Result<(), BackendError>> {

@@ -37,6 +37,31 @@ pub struct PodRef {
 /// Pods by the loop's id, shared with the backend's binds and evictions.
 pub type PodIndex = Arc<Mutex<HashMap<PodId, PodRef>>>;
 
+/// What a re-list (`Init` … `InitDone`) saw, by key: what it did not see
+/// is gone.
+#[derive(Debug, Default)]
+struct Relist(Option<HashSet<String>>);
+
+impl Relist {
+    fn start(&mut self) {
+        self.0 = Some(HashSet::new());
+    }
+
+    fn saw(&mut self, key: Option<&String>) {
+        if let (Some(seen), Some(k)) = (&mut self.0, key) {
+            seen.insert(k.clone());
+        }
+    }
+
+    /// The known keys the re-list did not see (none outside a re-list).
+    fn unseen<'a>(&mut self, known: impl Iterator<Item = &'a String>) -> Vec<String> {
+        match self.0.take() {
+            Some(seen) => known.filter(|k| !seen.contains(*k)).cloned().collect(),
+            None => Vec::new(),
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Tracked {
     id: PodId,
@@ -49,7 +74,7 @@ pub struct PodTracker {
     scheduler: String,
     next_id: PodId,
     by_uid: HashMap<String, Tracked>,
-    relist: Option<HashSet<String>>,
+    relist: Relist,
     index: PodIndex,
     /// Pods this replica is binding (uid → node): their binding shows up
     /// as a change the loop already knows.
@@ -65,7 +90,7 @@ impl PodTracker {
             scheduler: scheduler.to_string(),
             next_id: 1,
             by_uid: HashMap::new(),
-            relist: None,
+            relist: Relist::default(),
             index,
             binding,
             rejected: Vec::new(),
@@ -76,19 +101,14 @@ impl PodTracker {
     pub fn on(&mut self, ev: Event<KPod>) -> Vec<ClusterEvent> {
         let mut out = Vec::new();
         match ev {
-            Event::Init => self.relist = Some(HashSet::new()),
+            Event::Init => self.relist.start(),
             Event::InitApply(p) => {
-                if let (Some(seen), Some(uid)) = (&mut self.relist, p.metadata.uid.clone()) {
-                    seen.insert(uid);
-                }
+                self.relist.saw(p.metadata.uid.as_ref());
                 self.apply(&p, &mut out);
             }
             Event::InitDone => {
-                if let Some(seen) = self.relist.take() {
-                    let gone: Vec<String> = self.by_uid.keys().filter(|u| !seen.contains(*u)).cloned().collect();
-                    for uid in gone {
-                        self.forget(&uid, &mut out);
-                    }
+                for uid in self.relist.unseen(self.by_uid.keys()) {
+                    self.forget(&uid, &mut out);
                 }
             }
             Event::Apply(p) => self.apply(&p, &mut out),
@@ -199,7 +219,7 @@ pub struct NodeTracker {
     base: HashMap<String, Node>,
     /// GPU health the node agents report, by node (index order).
     agents: HashMap<String, Vec<tessera_core::model::GpuHealth>>,
-    relist: Option<HashSet<String>>,
+    relist: Relist,
     /// Nodes that could not be taken, with why.
     pub rejected: Vec<ConvertError>,
 }
@@ -215,21 +235,16 @@ impl NodeTracker {
     pub fn on(&mut self, ev: Event<KNode>) -> Vec<ClusterEvent> {
         let mut out = Vec::new();
         match ev {
-            Event::Init => self.relist = Some(HashSet::new()),
+            Event::Init => self.relist.start(),
             Event::InitApply(n) => {
-                if let (Some(seen), Some(name)) = (&mut self.relist, n.metadata.name.clone()) {
-                    seen.insert(name);
-                }
+                self.relist.saw(n.metadata.name.as_ref());
                 self.apply(&n, &mut out);
             }
             Event::InitDone => {
-                if let Some(seen) = self.relist.take() {
-                    let gone: Vec<String> = self.known.keys().filter(|n| !seen.contains(*n)).cloned().collect();
-                    for name in gone {
-                        self.known.remove(&name);
-                        self.base.remove(&name);
-                        out.push(ClusterEvent::NodeRemoved { name });
-                    }
+                for name in self.relist.unseen(self.known.keys()) {
+                    self.known.remove(&name);
+                    self.base.remove(&name);
+                    out.push(ClusterEvent::NodeRemoved { name });
                 }
             }
             Event::Apply(n) => self.apply(&n, &mut out),

@@ -24,7 +24,6 @@ use utoipa::ToSchema;
 use crate::api::{ApiError, AppState, authorize};
 use crate::engine::Control;
 use crate::metrics::Metrics;
-use crate::rollout::VerdictRecord;
 use crate::{Shared, now_unix_ms};
 
 /// Campaign runs kept for `GET /v1/chaos`.
@@ -334,14 +333,7 @@ fn record_for(shared: &Shared, o: &CampaignOutcome, name: &str, candidate_id: u6
     if v.candidate.as_deref() != Some(name) || v.candidate_id != candidate_id {
         return false;
     }
-    v.verdict = Some(VerdictRecord {
-        verdict: o.verdict.clone(),
-        campaign: o.campaign.clone(),
-        failing: o.failing.clone(),
-        for_candidate: name.to_string(),
-        recorded_unix_ms: now_unix_ms(),
-    });
-    true
+    v.record(o.verdict.clone(), o.campaign.clone(), o.failing.clone())
 }
 
 /// The chaos routes.

@@ -106,6 +106,22 @@ pub struct RolloutView {
     pub promotions: u64,
 }
 
+impl RolloutView {
+    /// Records a chaos verdict for the current candidate; false when there
+    /// is none.
+    pub fn record(&mut self, verdict: String, campaign: String, failing: Vec<String>) -> bool {
+        let Some(candidate) = self.candidate.clone() else { return false };
+        self.verdict = Some(VerdictRecord {
+            verdict,
+            campaign,
+            failing,
+            for_candidate: candidate,
+            recorded_unix_ms: crate::now_unix_ms(),
+        });
+        true
+    }
+}
+
 /// Rollout settings.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -238,18 +254,8 @@ pub async fn record_verdict(
             format!("verdict {:?} is not PROMOTE or BLOCK", r.verdict),
         ));
     }
-    {
-        let mut v = s.shared.rollout.write().unwrap_or_else(|p| p.into_inner());
-        let Some(candidate) = v.candidate.clone() else {
-            return Err(conflict("ROLLOUT-NO-CANDIDATE", "no candidate to record a verdict for"));
-        };
-        v.verdict = Some(VerdictRecord {
-            verdict: r.verdict,
-            campaign: r.campaign,
-            failing: r.failing,
-            for_candidate: candidate,
-            recorded_unix_ms: crate::now_unix_ms(),
-        });
+    if !s.shared.rollout.write().unwrap_or_else(|p| p.into_inner()).record(r.verdict, r.campaign, r.failing) {
+        return Err(conflict("ROLLOUT-NO-CANDIDATE", "no candidate to record a verdict for"));
     }
     Ok(view(State(s)).await)
 }

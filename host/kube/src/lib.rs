@@ -10,6 +10,7 @@ pub mod backend;
 pub mod convert;
 pub mod crd;
 pub mod extender;
+pub mod journal;
 pub mod leader;
 pub mod oci;
 pub mod policies;

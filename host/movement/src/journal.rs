@@ -65,6 +65,10 @@ pub enum JournalError {
         /// Why.
         source: serde_json::Error,
     },
+    /// A journal kept elsewhere (in the cluster) refused or failed a
+    /// write; with a conflict, another writer (a new leader) owns it now.
+    #[error("journal: {0}")]
+    Remote(String),
     /// The process stopped here (crash injection in tests).
     #[error("crashed after journal write {0}")]
     Crashed(u64),

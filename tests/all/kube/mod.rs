@@ -9,6 +9,7 @@ pub mod apiserver;
 mod backend;
 mod deploy;
 mod extender;
+mod journal;
 mod policies;
 mod service;
 

@@ -555,6 +555,7 @@ impl Engine {
         }
         status.backend_time_s = self.now_s();
         status.active = self.backend.active();
+        m.leader.set(i64::from(status.active));
         status.nodes = nodes.len();
         status.pods_running = self.sched.running().count();
         status.pods_waiting = self.sched.waiting().count();

@@ -179,6 +179,9 @@ pub struct Metrics {
     pub chaos_campaigns: Family<VerdictLabel, Counter>,
     /// Wall time of a chaos campaign run by the service.
     pub chaos_campaign_duration: Histogram,
+    /// 1 while this replica decides and acts (it holds the leader lease;
+    /// always on the simulator), 0 while it stands by.
+    pub leader: Gauge,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -222,6 +225,7 @@ impl Metrics {
             chaos_campaigns: Family::default(),
             // 1 s … 4.5 h.
             chaos_campaign_duration: Histogram::new(exponential_buckets(1.0, 2.0, 15)),
+            leader: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register("decisions", "Placement decisions by outcome", m.decisions.clone());
@@ -289,6 +293,11 @@ impl Metrics {
             "Wall time of a chaos campaign the service ran",
             prometheus_client::registry::Unit::Seconds,
             m.chaos_campaign_duration.clone(),
+        );
+        registry.register(
+            "leader",
+            "1 while this replica decides and acts (holds the leader lease), 0 while it stands by",
+            m.leader.clone(),
         );
         registry.register(
             "backend_errors",

@@ -58,6 +58,8 @@ async fn the_leader_binds_the_standby_follows_and_takes_over_without_a_double_bi
     assert!(a.shared.status.read().unwrap().active);
     assert!(!b.shared.status.read().unwrap().active, "one leader");
     assert_eq!(b.shared.metrics.decisions_total(), 0, "the standby decides nothing");
+    assert!(a.shared.metrics.encode().contains("\ntessera_leader 1\n"));
+    assert!(b.shared.metrics.encode().contains("\ntessera_leader 0\n"), "an alert can tell when no one leads");
     // The standby's model follows the cluster all the same.
     until("the standby to see 12 pods running", Duration::from_secs(10), || {
         b.shared.status.read().unwrap().pods_running == 12

@@ -234,3 +234,47 @@ fn a_pass_binds_together_and_each_result_comes_back_in_order() {
     assert_eq!(srv.counters().bindings.len(), 29);
     rt.block_on(b.shutdown());
 }
+
+/// The eviction half of the scenario against a real cluster: a pod under
+/// a disruption budget that allows nothing is not evicted (429), and is
+/// once the budget is gone. Needs `KUBECONFIG` and a node that runs a
+/// pause container; cleans up after itself.
+#[test]
+#[ignore = "needs cluster"]
+fn needs_cluster_eviction_honours_a_disruption_budget() {
+    use k8s_openapi::api::core::v1::Pod as KPod;
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    use kube::api::{Api, DeleteParams, PostParams};
+    let rt = runtime();
+    let config = rt.block_on(kube::Config::infer()).expect("KUBECONFIG names a reachable cluster");
+    let client = rt.block_on(async { kube::Client::try_from(config.clone()).unwrap() });
+    let pods: Api<KPod> = Api::namespaced(client.clone(), "default");
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client, "default");
+    let mut p: KPod =
+        serde_json::from_value(pod("default", "tessera-e2e-pdb", "default-scheduler", None, 0, "tessera-e2e-pdb"))
+            .unwrap();
+    let c = &mut p.spec.as_mut().unwrap().containers[0];
+    c.resources = None;
+    c.image = Some("registry.k8s.io/pause:3.10".into());
+    p.status = None;
+    rt.block_on(pods.create(&PostParams::default(), &p)).unwrap();
+    let pdb: PodDisruptionBudget =
+        serde_json::from_value(budget("default", "tessera-e2e-pdb", "tessera-e2e-pdb", 0)).unwrap();
+    let pdb = PodDisruptionBudget { status: None, ..pdb };
+    rt.block_on(budgets.create(&PostParams::default(), &pdb)).unwrap();
+    let mut cfg = kube_config("tessera-e2e", false);
+    cfg.namespace = Some("default".into());
+    let mut b = rt.block_on(KubeBackend::connect(config, cfg, workload)).unwrap();
+    let ev = events_until(&mut b, |e| {
+        e.iter().any(|e| matches!(e, ClusterEvent::Running { pod, .. } if pod.name == "default/tessera-e2e-pdb"))
+    });
+    let id = id_of(&ev, "default/tessera-e2e-pdb");
+    // The budget controller needs a moment to compute disruptionsAllowed.
+    std::thread::sleep(Duration::from_secs(5));
+    let e = b.evict(id).unwrap_err().to_string();
+    assert!(e.contains("429"), "{e}");
+    rt.block_on(budgets.delete("tessera-e2e-pdb", &DeleteParams::default())).unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    b.evict(id).unwrap();
+    rt.block_on(b.shutdown());
+}

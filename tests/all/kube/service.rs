@@ -96,7 +96,10 @@ async fn the_leader_binds_the_standby_follows_and_takes_over_without_a_double_bi
 
 /// The same scenario's first half against a real cluster: Tessera binds a
 /// pod that names it. Needs `KUBECONFIG`, GPU nodes are not required (the
-/// pod asks for none).
+/// pod asks for none). With `needs_cluster_eviction_honours_a_disruption_budget`
+/// it is the in-process scenario's binding and eviction on a real cluster;
+/// dropped watches and failover need control of the API server, which only
+/// the in-process one gives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs cluster"]
 async fn needs_cluster_binds_a_pod_on_a_real_cluster() {

@@ -64,6 +64,8 @@ struct Live {
     samples: Arc<Mutex<HashMap<String, NodeSample>>>,
     /// Node addresses by name (where agents listen).
     addresses: Arc<Mutex<HashMap<String, String>>>,
+    /// The disruption budgets, as the reflector last saw them.
+    budgets: kube::runtime::reflector::Store<PodDisruptionBudget>,
 }
 
 /// The Kubernetes backend.
@@ -71,7 +73,7 @@ pub struct KubeBackend {
     rt: tokio::runtime::Handle,
     client: Client,
     /// The same API without the client's retries (evictions).
-    evict_client: Client,
+    no_retry_client: Client,
     nodes: Vec<Node>,
     /// Node names by the loop's id (the order the loop learnt them in).
     node_names: Vec<String>,
@@ -112,7 +114,7 @@ pub fn identity(cfg: &KubeBackendConfig) -> String {
 impl KubeBackend {
     /// Lists the nodes, starts the watchers (and the election and the
     /// agent scraper when configured) and waits for the first list of
-    /// pods. The target workload is learnt from the pods there are (GPU
+    /// pods and of disruption budgets. The target workload is learnt from the pods there are (GPU
     /// pods), else `fallback`. Call inside a Tokio runtime.
     pub async fn connect(
         config: kube::Config,
@@ -124,7 +126,7 @@ impl KubeBackend {
         // budget is an answer, handled by the caller.
         let mut no_retry = config;
         no_retry.default_retry = false;
-        let evict_client = Client::try_from(no_retry).map_err(api_err("build a client"))?;
+        let no_retry_client = Client::try_from(no_retry).map_err(api_err("build a client"))?;
         let node_api: Api<KNode> = Api::all(client.clone());
         let listed = node_api.list(&ListParams::default()).await.map_err(api_err("list nodes"))?;
         let mut nodes = Vec::new();
@@ -150,12 +152,14 @@ impl KubeBackend {
         let workload = if shapes.is_empty() { fallback(&nodes) } else { TargetWorkload::from_pods(&shapes, 0.95) };
 
         let (tx, events) = std::sync::mpsc::channel();
+        let (budgets, budget_writer) = kube::runtime::reflector::store();
         let live = Live {
             events,
             index: PodIndex::default(),
             binding: Arc::default(),
             samples: Arc::default(),
             addresses: Arc::new(Mutex::new(addresses)),
+            budgets,
         };
         let stop = Arc::new(tokio::sync::Notify::new());
         let mut tasks = Vec::new();
@@ -171,12 +175,12 @@ impl KubeBackend {
         let tracker = PodTracker::new(&cfg.scheduler_name, live.index.clone(), live.binding.clone());
         tasks.push(tokio::spawn(watch_pods(pod_api, tracker, tx, synced_tx, client.clone())));
         let pdb_api: Api<PodDisruptionBudget> = Api::all(client.clone());
-        tasks.push(tokio::spawn(watch_budgets(pdb_api)));
+        tasks.push(tokio::spawn(watch_budgets(pdb_api, budget_writer)));
         let mut elector_task = None;
         let leadership = if cfg.leader_election {
             // No client retries: a renewal that cannot get through must fail
             // within the retry period, not hold leadership while it retries.
-            let lease_api: Api<Lease> = Api::namespaced(evict_client.clone(), &cfg.lease_namespace);
+            let lease_api: Api<Lease> = Api::namespaced(no_retry_client.clone(), &cfg.lease_namespace);
             let (elector, leadership) = Elector::new(
                 lease_api,
                 ElectionConfig {
@@ -204,12 +208,16 @@ impl KubeBackend {
             )));
         }
         let timeout = Duration::from_secs(cfg.sync_timeout_s);
-        tokio::time::timeout(timeout, synced_rx.recv()).await.map_err(|_| KubeError::SyncTimeout(timeout))?;
+        let synced = async {
+            synced_rx.recv().await;
+            let _ = live.budgets.wait_until_ready().await;
+        };
+        tokio::time::timeout(timeout, synced).await.map_err(|_| KubeError::SyncTimeout(timeout))?;
         let node_names = nodes.iter().map(|n| n.name.clone()).collect();
         Ok(Self {
             rt: tokio::runtime::Handle::current(),
             client,
-            evict_client,
+            no_retry_client,
             nodes,
             node_names,
             workload,
@@ -349,10 +357,12 @@ async fn watch_pods(
     }
 }
 
-/// Keeps the disruption budgets in view (the reflector's store is what
-/// the planner will read; evictions are checked by the API server).
-async fn watch_budgets(api: Api<PodDisruptionBudget>) {
-    let (_reader, writer) = kube::runtime::reflector::store();
+/// Keeps the disruption budgets in view: an eviction a budget refuses
+/// (it allows no disruption now) is not even sent.
+async fn watch_budgets(
+    api: Api<PodDisruptionBudget>,
+    writer: kube::runtime::reflector::store::Writer<PodDisruptionBudget>,
+) {
     let stream = kube::runtime::reflector(writer, watcher(api, watcher::Config::default()));
     let mut stream = stream.boxed();
     while let Some(ev) = stream.next().await {
@@ -361,6 +371,26 @@ async fn watch_budgets(api: Api<PodDisruptionBudget>) {
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }
+}
+
+/// The budget, if any, that covers a pod of `namespace` with `labels` and
+/// allows no disruption now (as its status last said).
+fn blocking_budget(
+    budgets: &kube::runtime::reflector::Store<PodDisruptionBudget>,
+    namespace: &str,
+    labels: &std::collections::BTreeMap<String, String>,
+) -> Option<String> {
+    use kube::core::SelectorExt;
+    budgets.state().iter().find_map(|b| {
+        let covers = b.metadata.namespace.as_deref() == Some(namespace)
+            && b.spec
+                .as_ref()
+                .and_then(|s| s.selector.clone())
+                .and_then(|sel| kube::core::Selector::try_from(sel).ok())
+                .is_some_and(|sel| sel.matches(labels));
+        let none_left = b.status.as_ref().is_some_and(|s| s.disruptions_allowed <= 0);
+        (covers && none_left).then(|| format!("{namespace}/{}", b.metadata.name.as_deref().unwrap_or("?")))
+    })
 }
 
 /// Scrapes every node's agent (`http://{InternalIP}:{port}/v1/sample`)
@@ -534,7 +564,15 @@ impl Backend for KubeBackend {
             return Err(fail("this replica does not lead".into()));
         }
         let p = self.pod_ref(id).ok_or_else(|| fail("unknown pod".into()))?;
-        let api: Api<KPod> = Api::namespaced(self.evict_client.clone(), &p.namespace);
+        if let Some(b) = blocking_budget(&self.live.budgets, &p.namespace, &p.labels) {
+            // Not even sent: the budget allows no disruption now.
+            if let Some(node) = p.node.clone() {
+                self.requeued.push(ClusterEvent::Deleted { id });
+                self.requeued.push(ClusterEvent::Running { id, pod: p.pod.clone(), node, gpus: p.gpus });
+            }
+            return Err(fail(format!("refused by the disruption budget {b}: it allows no disruption now")));
+        }
+        let api: Api<KPod> = Api::namespaced(self.no_retry_client.clone(), &p.namespace);
         match self.rt.block_on(api.evict(&p.name, &EvictParams::default())) {
             Ok(_) => Ok(()),
             Err(e) => {

@@ -32,6 +32,8 @@ pub struct PodRef {
     pub node: Option<String>,
     /// Its GPUs there, when known.
     pub gpus: Option<tessera_core::cluster::GpuSet>,
+    /// Its labels (which disruption budgets cover it).
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// Pods by the loop's id, shared with the backend's binds and evictions.
@@ -146,6 +148,7 @@ impl PodTracker {
             pod: pod.clone(),
             node,
             gpus,
+            labels: p.metadata.labels.clone().unwrap_or_default(),
         };
         self.index.lock().unwrap_or_else(|p| p.into_inner()).insert(id, r);
         id

@@ -315,6 +315,17 @@ impl ApiServer {
         self.drop_all_watches();
     }
 
+    /// Changes an object without telling any watch (a change still on its
+    /// way to the clients).
+    pub fn put_unseen(&self, object: Value) {
+        let mut s = self.inner.lock().unwrap();
+        let kind = KINDS.iter().find(|k| k.kind == object["kind"].as_str().unwrap_or("")).unwrap();
+        let ns = object["metadata"]["namespace"].as_str().unwrap_or("default").to_string();
+        let name = object["metadata"]["name"].as_str().unwrap().to_string();
+        s.rv += 1;
+        s.objects.insert((kind.plural, ns, name), object);
+    }
+
     /// An object, if it exists.
     pub fn get(&self, plural: &str, namespace: &str, name: &str) -> Option<Value> {
         let s = self.inner.lock().unwrap();

@@ -58,7 +58,7 @@ fn binds_adopts_and_evicts_through_the_api_respecting_disruption_budgets() {
     srv.put(pod("ml", "web-0", "default-scheduler", Some("n1"), 2, "web"));
     srv.put(pod("ml", "train-0", "tessera", None, 1, "train"));
     srv.put(pod("ml", "other-0", "default-scheduler", None, 1, "other"));
-    srv.put(budget("ml", "web", "web", 0));
+    srv.put(budget("ml", "web", "web", 1));
     let mut b = rt.block_on(KubeBackend::connect(srv.config(), kube_config("solo", false), workload)).unwrap();
     assert!(b.active(), "without an election the replica acts");
     assert_eq!(b.nodes().iter().map(|n| n.name.as_str()).collect::<Vec<_>>(), ["n1", "n2"]);
@@ -83,23 +83,49 @@ fn binds_adopts_and_evicts_through_the_api_respecting_disruption_budgets() {
     assert!(e.contains("conflict (409)") && e.contains("already assigned"), "{e}");
     assert_eq!(srv.counters().binding_conflicts, 1);
 
-    // Evict: the budget allows no disruption, so the pod stays and is
-    // announced again where it runs.
+    // Evict while the budget's change to "no disruption" has not reached
+    // the watch: the API server refuses (429) and the client does not retry;
+    // the pod stays and is announced again where it runs.
+    srv.put_unseen(budget("ml", "web", "web", 0));
     let e = b.evict(web).unwrap_err().to_string();
     assert!(e.contains("429") && e.contains("disruption budget"), "{e}");
+    assert_eq!(srv.counters().evictions_refused, 1, "sent once, not retried");
     let ev = b.events(0);
     assert!(
         matches!(&ev[..], [ClusterEvent::Deleted { id }, ClusterEvent::Running { id: id2, node, .. }] if *id == web && *id2 == web && node == "n1"),
         "{ev:?}"
     );
     assert!(srv.get("pods", "ml", "web-0").is_some());
+    // Once the budget in view says no disruption, the eviction is not even
+    // sent.
+    srv.put(budget("ml", "web", "web", 0));
+    let t0 = Instant::now();
+    let e = loop {
+        let e = b.evict(web).unwrap_err();
+        b.events(0);
+        if e.reason.contains("allows no disruption now") {
+            break e.to_string();
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "the reflector never saw the budget");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(e.contains("disruption budget ml/web"), "{e}");
+    let refused = srv.counters().evictions_refused;
+    assert!(b.evict(web).is_err());
+    assert_eq!(srv.counters().evictions_refused, refused, "the budget in view spared the API a refusal");
+    b.events(0);
+    // The budget allows one: evicted.
     srv.put(budget("ml", "web", "web", 1));
-    b.evict(web).unwrap();
+    let t0 = Instant::now();
+    while b.evict(web).is_err() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "the reflector never saw the budget change");
+        std::thread::sleep(Duration::from_millis(20));
+        b.events(0);
+    }
     assert!(srv.get("pods", "ml", "web-0").is_none());
-    let ev = events_until(&mut b, |e| !e.is_empty());
-    assert_eq!(ev, [ClusterEvent::Deleted { id: web }]);
-    let c = srv.counters();
-    assert_eq!((c.evictions, c.evictions_refused), (1, 1));
+    let ev = events_until(&mut b, |e| e.contains(&ClusterEvent::Deleted { id: web }));
+    assert!(!ev.iter().any(|e| matches!(e, ClusterEvent::Submitted { .. })), "{ev:?}");
+    assert_eq!(srv.counters().evictions, 1);
     rt.block_on(b.shutdown());
 }
 
@@ -272,7 +298,7 @@ fn needs_cluster_eviction_honours_a_disruption_budget() {
     // The budget controller needs a moment to compute disruptionsAllowed.
     std::thread::sleep(Duration::from_secs(5));
     let e = b.evict(id).unwrap_err().to_string();
-    assert!(e.contains("429"), "{e}");
+    assert!(e.contains("429") || e.contains("allows no disruption now"), "{e}");
     rt.block_on(budgets.delete("tessera-e2e-pdb", &DeleteParams::default())).unwrap();
     std::thread::sleep(Duration::from_secs(2));
     b.evict(id).unwrap();

@@ -231,6 +231,8 @@ pub struct Scheduler {
     stats: SchedStats,
     last_rejected: [u32; 5],
     attempts: Option<Vec<Attempt>>,
+    /// Running pods that may not be preempted now (a disruption budget).
+    protected: BTreeSet<PodId>,
 }
 
 impl Scheduler {
@@ -250,6 +252,7 @@ impl Scheduler {
             stats: SchedStats::default(),
             last_rejected: [0; 5],
             attempts: None,
+            protected: BTreeSet::new(),
         }
     }
 
@@ -342,6 +345,7 @@ impl Scheduler {
     /// The pod left (finished, deleted): its capacity frees and parked
     /// pods get another chance. `None` if unknown.
     pub fn remove(&mut self, id: PodId) -> Option<Pod> {
+        self.protected.remove(&id);
         let e = self.pods.remove(&id)?;
         match e.state {
             // Popped later and skipped: the queue has no removal by item.
@@ -541,7 +545,7 @@ impl Scheduler {
             .pods
             .iter()
             .filter_map(|(&pid, e)| match e.state {
-                State::Running { placement, started_at, .. } => {
+                State::Running { placement, started_at, .. } if !self.protected.contains(&pid) => {
                     Some((pid, Running { pod: std::borrow::Cow::Borrowed(&e.pod), placement, started_at }))
                 }
                 _ => None,

@@ -173,9 +173,10 @@ impl KubeBackend {
             health_rx,
         )));
         let tracker = PodTracker::new(&cfg.scheduler_name, live.index.clone(), live.binding.clone());
-        tasks.push(tokio::spawn(watch_pods(pod_api, tracker, tx, synced_tx, client.clone())));
+        tasks.push(tokio::spawn(watch_pods(pod_api, tracker, tx.clone(), synced_tx, client.clone())));
         let pdb_api: Api<PodDisruptionBudget> = Api::all(client.clone());
         tasks.push(tokio::spawn(watch_budgets(pdb_api, budget_writer)));
+        tasks.push(tokio::spawn(protect_pods(live.budgets.clone(), live.index.clone(), tx)));
         let mut elector_task = None;
         let leadership = if cfg.leader_election {
             // No client retries: a renewal that cannot get through must fail
@@ -370,6 +371,35 @@ async fn watch_budgets(
             tracing::debug!("budget watch: {e}");
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
+    }
+}
+
+/// Tells the loop which running pods a budget protects from preemption
+/// now, as budgets and pods change (checked every second).
+async fn protect_pods(
+    budgets: kube::runtime::reflector::Store<PodDisruptionBudget>,
+    index: PodIndex,
+    tx: std::sync::mpsc::Sender<ClusterEvent>,
+) {
+    let mut last: HashMap<PodId, bool> = HashMap::new();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        let now: HashMap<PodId, bool> = index
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|(_, r)| r.node.is_some())
+            .map(|(&id, r)| (id, blocking_budget(&budgets, &r.namespace, &r.labels).is_some()))
+            .collect();
+        for (&id, &protected) in &now {
+            if last.get(&id).copied().unwrap_or(false) != protected
+                && tx.send(ClusterEvent::Protected { id, protected }).is_err()
+            {
+                return;
+            }
+        }
+        last = now;
     }
 }
 

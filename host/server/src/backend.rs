@@ -57,6 +57,14 @@ pub enum ClusterEvent {
         /// to it are not counted in its free capacity).
         node: Node,
     },
+    /// A running pod may (or may no longer) not be preempted: a
+    /// disruption budget covering it allows no disruption now.
+    Protected {
+        /// The pod.
+        id: PodId,
+        /// Protected from preemption.
+        protected: bool,
+    },
     /// A node left: it takes no more pods (its pods leave by their own
     /// events).
     NodeRemoved {

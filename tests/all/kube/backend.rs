@@ -100,9 +100,10 @@ fn binds_adopts_and_evicts_through_the_api_respecting_disruption_budgets() {
     // sent.
     srv.put(budget("ml", "web", "web", 0));
     let t0 = Instant::now();
+    let mut seen = Vec::new();
     let e = loop {
         let e = b.evict(web).unwrap_err();
-        b.events(0);
+        seen.extend(b.events(0));
         if e.reason.contains("allows no disruption now") {
             break e.to_string();
         }
@@ -110,6 +111,12 @@ fn binds_adopts_and_evicts_through_the_api_respecting_disruption_budgets() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(e.contains("disruption budget ml/web"), "{e}");
+    // And the loop is told, so that preemption looks elsewhere.
+    let protected = ClusterEvent::Protected { id: web, protected: true };
+    if !seen.contains(&protected) {
+        seen.extend(events_until(&mut b, |e| e.contains(&protected)));
+    }
+    assert!(!seen.contains(&ClusterEvent::Protected { id: web, protected: false }), "{seen:?}");
     let refused = srv.counters().evictions_refused;
     assert!(b.evict(web).is_err());
     assert_eq!(srv.counters().evictions_refused, refused, "the budget in view spared the API a refusal");

@@ -19,6 +19,16 @@ pub enum AdoptError {
 }
 
 impl Scheduler {
+    /// Whether running pod `id` may be chosen as a preemption victim: a
+    /// disruption budget that allows no disruption now protects it.
+    pub fn protect(&mut self, id: PodId, protected: bool) {
+        if protected {
+            self.protected.insert(id);
+        } else {
+            self.protected.remove(&id);
+        }
+    }
+
     /// A node joins: the placer is told, parked pods that fit on it get
     /// another chance. Its id.
     pub fn add_node(&mut self, node: Node) -> NodeId {
@@ -128,6 +138,28 @@ mod tests {
             "the parked pod got another chance: {ev:?}"
         );
         assert_eq!(s.placement(1).unwrap().node, 1);
+    }
+
+    #[test]
+    fn a_protected_pod_is_never_a_preemption_victim() {
+        use crate::model::Tier;
+        let mut s = Scheduler::new(vec![node("a", 2)], super::super::SchedConfig::default());
+        let low = |name: &str| Pod { tier: Tier::Opportunistic, ..pod(name, 1) };
+        s.adopt(1, low("batch-1"), 0, None, 0).unwrap();
+        s.adopt(2, low("batch-2"), 0, None, 0).unwrap();
+        s.protect(1, true);
+        s.submit(3, Pod { priority: 100, ..pod("urgent", 1) }, 1).unwrap();
+        let ev = s.schedule(&mut First, 1);
+        assert!(
+            matches!(ev.first(), Some(crate::sched::Event::Preempted { pod: 3, victims, .. }) if victims == &[2]),
+            "only the unprotected pod is preempted: {ev:?}"
+        );
+        // Both protected: nothing to preempt.
+        s.protect(3, true);
+        s.protect(1, true);
+        s.submit(4, Pod { priority: 100, ..pod("urgent-2", 1) }, 2).unwrap();
+        let ev = s.schedule(&mut First, 2);
+        assert!(ev.iter().all(|e| !matches!(e, crate::sched::Event::Preempted { pod: 4, .. })), "{ev:?}");
     }
 
     #[test]

@@ -104,6 +104,7 @@ impl Engine {
                     }
                 }
                 ClusterEvent::NodeUpsert { node } => self.upsert_node(node),
+                ClusterEvent::Protected { id, protected } => self.sched.protect(id, protected),
                 ClusterEvent::NodeRemoved { name } => {
                     if let Some(&id) = self.node_ids.get(&name) {
                         self.sched.update_node(id, |n| n.ready = false);

@@ -375,52 +375,71 @@ async fn watch_budgets(
 }
 
 /// Tells the loop which running pods a budget protects from preemption
-/// now, as budgets and pods change (checked every second).
+/// now, as budgets and pods change (checked every second; only budgets
+/// that allow no disruption are matched, usually none).
 async fn protect_pods(
     budgets: kube::runtime::reflector::Store<PodDisruptionBudget>,
     index: PodIndex,
     tx: std::sync::mpsc::Sender<ClusterEvent>,
 ) {
-    let mut last: HashMap<PodId, bool> = HashMap::new();
+    use kube::core::SelectorExt;
+    let mut protected: std::collections::HashSet<PodId> = std::collections::HashSet::new();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         tick.tick().await;
-        let now: HashMap<PodId, bool> = index
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .filter(|(_, r)| r.node.is_some())
-            .map(|(&id, r)| (id, blocking_budget(&budgets, &r.namespace, &r.labels).is_some()))
-            .collect();
-        for (&id, &protected) in &now {
-            if last.get(&id).copied().unwrap_or(false) != protected
-                && tx.send(ClusterEvent::Protected { id, protected }).is_err()
-            {
+        let blocking = blocking_budgets(&budgets);
+        let now: std::collections::HashSet<PodId> = if blocking.is_empty() {
+            std::collections::HashSet::new()
+        } else {
+            index
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .filter(|(_, r)| {
+                    r.node.is_some() && blocking.iter().any(|(ns, _, sel)| *ns == r.namespace && sel.matches(&r.labels))
+                })
+                .map(|(&id, _)| id)
+                .collect()
+        };
+        let changes =
+            now.difference(&protected).map(|&id| (id, true)).chain(protected.difference(&now).map(|&id| (id, false)));
+        for (id, p) in changes.collect::<Vec<_>>() {
+            if tx.send(ClusterEvent::Protected { id, protected: p }).is_err() {
                 return;
             }
         }
-        last = now;
+        protected = now;
     }
 }
 
+/// The budgets that allow no disruption now (as their status last said):
+/// namespace, name, selector.
+fn blocking_budgets(
+    budgets: &kube::runtime::reflector::Store<PodDisruptionBudget>,
+) -> Vec<(String, String, kube::core::Selector)> {
+    budgets
+        .state()
+        .iter()
+        .filter(|b| b.status.as_ref().is_some_and(|s| s.disruptions_allowed <= 0))
+        .filter_map(|b| {
+            let sel = b.spec.as_ref()?.selector.clone()?;
+            Some((b.metadata.namespace.clone()?, b.metadata.name.clone()?, kube::core::Selector::try_from(sel).ok()?))
+        })
+        .collect()
+}
+
 /// The budget, if any, that covers a pod of `namespace` with `labels` and
-/// allows no disruption now (as its status last said).
+/// allows no disruption now.
 fn blocking_budget(
     budgets: &kube::runtime::reflector::Store<PodDisruptionBudget>,
     namespace: &str,
     labels: &std::collections::BTreeMap<String, String>,
 ) -> Option<String> {
     use kube::core::SelectorExt;
-    budgets.state().iter().find_map(|b| {
-        let covers = b.metadata.namespace.as_deref() == Some(namespace)
-            && b.spec
-                .as_ref()
-                .and_then(|s| s.selector.clone())
-                .and_then(|sel| kube::core::Selector::try_from(sel).ok())
-                .is_some_and(|sel| sel.matches(labels));
-        let none_left = b.status.as_ref().is_some_and(|s| s.disruptions_allowed <= 0);
-        (covers && none_left).then(|| format!("{namespace}/{}", b.metadata.name.as_deref().unwrap_or("?")))
-    })
+    blocking_budgets(budgets)
+        .into_iter()
+        .find(|(ns, _, sel)| ns == namespace && sel.matches(labels))
+        .map(|(ns, name, _)| format!("{ns}/{name}"))
 }
 
 /// Scrapes every node's agent (`http://{InternalIP}:{port}/v1/sample`)

@@ -80,6 +80,8 @@ pub struct KubeBackend {
     workload: TargetWorkload,
     live: Live,
     leadership: Leadership,
+    /// This replica's name (lease holder, reporting instance of events).
+    identity: String,
     started: Instant,
     /// Announcements after a failed eviction, for the next pass.
     requeued: Vec<ClusterEvent>,
@@ -146,11 +148,7 @@ impl KubeBackend {
             Some(ns) => Api::namespaced(client.clone(), ns),
             None => Api::all(client.clone()),
         };
-        let pods = pod_api.list(&ListParams::default()).await.map_err(api_err("list pods"))?;
-        let shapes: Vec<Pod> =
-            pods.items.iter().filter_map(|p| convert::pod(p).ok()).filter(|p| p.gpu_count > 0).collect();
-        let workload = if shapes.is_empty() { fallback(&nodes) } else { TargetWorkload::from_pods(&shapes, 0.95) };
-
+        let me = identity(&cfg);
         let (tx, events) = std::sync::mpsc::channel();
         let (budgets, budget_writer) = kube::runtime::reflector::store();
         let live = Live {
@@ -163,7 +161,7 @@ impl KubeBackend {
         };
         let stop = Arc::new(tokio::sync::Notify::new());
         let mut tasks = Vec::new();
-        let (synced_tx, mut synced_rx) = tokio::sync::mpsc::channel::<()>(1);
+        let (synced_tx, mut synced_rx) = tokio::sync::mpsc::channel::<Vec<Pod>>(1);
         let (health_tx, health_rx) = tokio::sync::mpsc::channel(1024);
         tasks.push(tokio::spawn(watch_nodes(
             node_api,
@@ -173,7 +171,8 @@ impl KubeBackend {
             health_rx,
         )));
         let tracker = PodTracker::new(&cfg.scheduler_name, live.index.clone(), live.binding.clone());
-        tasks.push(tokio::spawn(watch_pods(pod_api, tracker, tx.clone(), synced_tx, client.clone())));
+        let reporter = (client.clone(), me.clone());
+        tasks.push(tokio::spawn(watch_pods(pod_api, tracker, tx.clone(), synced_tx, reporter)));
         let pdb_api: Api<PodDisruptionBudget> = Api::all(client.clone());
         tasks.push(tokio::spawn(watch_budgets(pdb_api, budget_writer)));
         tasks.push(tokio::spawn(protect_pods(live.budgets.clone(), live.index.clone(), tx)));
@@ -186,7 +185,7 @@ impl KubeBackend {
                 lease_api,
                 ElectionConfig {
                     name: cfg.lease_name.clone(),
-                    identity: identity(&cfg),
+                    identity: me.clone(),
                     lease_duration: Duration::from_secs(cfg.lease_duration_s),
                     renew_deadline: Duration::from_secs(cfg.renew_deadline_s),
                     retry_period: Duration::from_secs(cfg.retry_period_s),
@@ -210,10 +209,12 @@ impl KubeBackend {
         }
         let timeout = Duration::from_secs(cfg.sync_timeout_s);
         let synced = async {
-            synced_rx.recv().await;
+            let shapes = synced_rx.recv().await.unwrap_or_default();
             let _ = live.budgets.wait_until_ready().await;
+            shapes
         };
-        tokio::time::timeout(timeout, synced).await.map_err(|_| KubeError::SyncTimeout(timeout))?;
+        let shapes = tokio::time::timeout(timeout, synced).await.map_err(|_| KubeError::SyncTimeout(timeout))?;
+        let workload = if shapes.is_empty() { fallback(&nodes) } else { TargetWorkload::from_pods(&shapes, 0.95) };
         let node_names = nodes.iter().map(|n| n.name.clone()).collect();
         Ok(Self {
             rt: tokio::runtime::Handle::current(),
@@ -224,6 +225,7 @@ impl KubeBackend {
             workload,
             live,
             leadership,
+            identity: me,
             started: Instant::now(),
             requeued: Vec::new(),
             reported: HashMap::new(),
@@ -319,22 +321,31 @@ async fn watch_pods(
     api: Api<KPod>,
     mut tracker: PodTracker,
     tx: std::sync::mpsc::Sender<ClusterEvent>,
-    synced: tokio::sync::mpsc::Sender<()>,
-    client: Client,
+    synced: tokio::sync::mpsc::Sender<Vec<Pod>>,
+    (client, reporter): (Client, String),
 ) {
     let mut reported = 0;
+    // The GPU pods of the first list (every namespace watched, whatever
+    // their scheduler): the target workload is learnt from them.
+    let mut first_list: Option<Vec<Pod>> = Some(Vec::new());
     let mut stream = watcher(api, watcher::Config::default()).boxed();
     while let Some(ev) = stream.next().await {
         match ev {
             Ok(ev) => {
+                if let (Some(shapes), watcher::Event::InitApply(p)) = (&mut first_list, &ev)
+                    && let Ok(pod) = convert::pod(p)
+                    && pod.gpu_count > 0
+                {
+                    shapes.push(pod);
+                }
                 let done = matches!(ev, watcher::Event::InitDone);
                 for e in tracker.on(ev) {
                     if tx.send(e).is_err() {
                         return;
                     }
                 }
-                if done {
-                    let _ = synced.try_send(());
+                if done && let Some(shapes) = first_list.take() {
+                    let _ = synced.try_send(shapes);
                 }
                 for r in &tracker.rejected[reported..] {
                     tracing::warn!("{r}; the pod is not scheduled");
@@ -345,6 +356,7 @@ async fn watch_pods(
                         uid: None,
                         reason: "SchedulerError",
                         message: format!("Tessera cannot schedule this pod: {}", r.message),
+                        reporter: reporter.clone(),
                     };
                     tokio::spawn(crate::report::waiting(client.clone(), w));
                 }
@@ -648,6 +660,7 @@ impl Backend for KubeBackend {
             uid: Some(p.uid),
             reason: "Unschedulable",
             message: format!("Tessera: no node can take the pod ({code}); it waits until the cluster changes"),
+            reporter: self.identity.clone(),
         };
         self.rt.spawn(crate::report::waiting(self.client.clone(), w));
     }

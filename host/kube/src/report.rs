@@ -26,6 +26,8 @@ pub struct Waiting {
     pub reason: &'static str,
     /// For a person.
     pub message: String,
+    /// The replica reporting (the event's reporting instance).
+    pub reporter: String,
 }
 
 /// Writes the condition and the event; failures are logged, never fatal.
@@ -59,7 +61,7 @@ pub async fn waiting(client: Client, w: Waiting) {
         type_: Some("Warning".into()),
         source: Some(EventSource { component: Some(COMPONENT.into()), ..EventSource::default() }),
         reporting_component: Some(COMPONENT.into()),
-        reporting_instance: Some(crate::backend::identity(&Default::default())),
+        reporting_instance: Some(w.reporter.clone()),
         action: Some("Scheduling".into()),
         first_timestamp: Some(Time(now)),
         last_timestamp: Some(Time(now)),

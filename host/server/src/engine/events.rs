@@ -41,6 +41,9 @@ impl Engine {
 
     /// Queues again the held pods whose backoff is over.
     pub(super) fn release_held(&mut self, now: u64) {
+        if self.held.is_empty() {
+            return;
+        }
         let t = Instant::now();
         let (due, wait): (Vec<Held>, Vec<Held>) =
             std::mem::take(&mut self.held).into_iter().partition(|h| h.until <= t);

@@ -26,7 +26,7 @@ use crate::preempt::{self, Running};
 use crate::queue::{Mlfq, MlfqConfig};
 use crate::sim::{Choice, Placer};
 
-pub use live::AdoptError;
+pub use live::{AdoptError, PlaceError};
 
 /// Which nodes a decision looks at (kube-scheduler's
 /// `percentageOfNodesToScore`): every feasible node in clusters of up to

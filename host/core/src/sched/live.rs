@@ -18,6 +18,17 @@ pub enum AdoptError {
     Unfit(#[from] crate::cluster::BindError),
 }
 
+/// A waiting pod could not be placed where it was told.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlaceError {
+    /// No such pod waits (unknown, or already running).
+    #[error("pod id {0} is not waiting")]
+    NotWaiting(PodId),
+    /// It does not fit there, as the model sees the node.
+    #[error(transparent)]
+    Unfit(#[from] crate::cluster::BindError),
+}
+
 impl Scheduler {
     /// Whether running pod `id` may be chosen as a preemption victim: a
     /// disruption budget that allows no disruption now protects it.
@@ -60,6 +71,25 @@ impl Scheduler {
         let r = self.adopt_on_ready(id, pod, node, gpus, now);
         self.cluster.update_node(node, |n| n.ready = was_ready);
         r
+    }
+
+    /// Binds queued (or parked) pod `id` at `to`, a place decided outside
+    /// the placer: a rescheduling move steering the replacement of a moved
+    /// pod onto the room reserved for it. On error nothing changes.
+    pub fn place_at(&mut self, id: PodId, to: Placement, now: u64) -> Result<Placement, PlaceError> {
+        let e = self.pods.get(&id).ok_or(PlaceError::NotWaiting(id))?;
+        if matches!(e.state, State::Running { .. }) {
+            return Err(PlaceError::NotWaiting(id));
+        }
+        let at = self.cluster.bind(to.node, &e.pod, to.gpus)?;
+        self.parked.remove(&id);
+        let level = match e.state {
+            State::Parked { level, .. } => level,
+            _ => 0,
+        };
+        self.bound(id, at, now, level);
+        self.dirty.insert(at.node);
+        Ok(at)
     }
 
     fn adopt_on_ready(
@@ -160,6 +190,27 @@ mod tests {
         s.submit(4, Pod { priority: 100, ..pod("urgent-2", 1) }, 2).unwrap();
         let ev = s.schedule(&mut First, 2);
         assert!(ev.iter().all(|e| !matches!(e, crate::sched::Event::Preempted { pod: 4, .. })), "{ev:?}");
+    }
+
+    #[test]
+    fn a_queued_or_parked_pod_is_placed_where_it_is_told_and_nowhere_else() {
+        let mut s = Scheduler::new(vec![node("a", 2), node("b", 4)], super::super::SchedConfig::default());
+        s.submit(1, pod("moved", 2), 0).unwrap();
+        let at = s.place_at(1, Placement { node: 1, gpus: GpuSet(0b1100) }, 3).unwrap();
+        assert_eq!(at, Placement { node: 1, gpus: GpuSet(0b1100) });
+        assert_eq!(s.placement(1), Some(at));
+        assert!(s.schedule(&mut First, 4).is_empty(), "its stale queue entry is skipped");
+        assert!(s.place_at(1, at, 5).is_err(), "a running pod is not placed again");
+        // A parked pod too; a place it does not fit changes nothing.
+        s.submit(2, pod("big", 8), 5).unwrap();
+        assert!(matches!(s.schedule(&mut First, 5)[..], [crate::sched::Event::Unschedulable { pod: 2, .. }]));
+        assert!(s.place_at(2, Placement { node: 0, gpus: GpuSet(0b11) }, 6).is_err());
+        assert_eq!(s.placement(2), None);
+        assert_eq!(s.parked(), 1);
+        s.submit(3, pod("small", 2), 6).unwrap();
+        s.place_at(3, Placement { node: 0, gpus: GpuSet(0b11) }, 6).unwrap();
+        assert_eq!(s.cluster().nodes()[0].free_gpu_milli(), 0);
+        assert_eq!(s.stats().bound, 2);
     }
 
     #[test]

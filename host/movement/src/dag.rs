@@ -52,6 +52,16 @@ pub struct Dag {
     pub dropped: Vec<Dropped>,
 }
 
+impl Dag {
+    /// The steps with every node id passed through `f`.
+    pub fn renumbered(mut self, f: impl Fn(NodeId) -> NodeId) -> Self {
+        for s in &mut self.steps {
+            s.mv.renumber(&f);
+        }
+        self
+    }
+}
+
 /// Orders `plan` on `cluster` (where every moved pod runs at its `from`).
 pub fn build(cluster: &Cluster, plan: &Plan) -> Dag {
     let mut state = cluster.clone();

@@ -108,6 +108,8 @@ impl Executor {
                     ex.finished = true;
                 }
                 Entry::Plan { .. } => unreachable!("the last plan"),
+                // The caller's notes (node names, replacements).
+                Entry::Nodes { .. } | Entry::Replaced { .. } => {}
             }
         }
         // Steps between intent and outcome: ask the cluster.
@@ -163,6 +165,11 @@ impl Executor {
     /// When pods moved in this plan (the next plan's history).
     pub fn moved(&self) -> &BTreeMap<PodId, u64> {
         &self.moved_at
+    }
+
+    /// The ordered steps.
+    pub fn dag(&self) -> &Dag {
+        &self.dag
     }
 
     /// The plan's id.
@@ -283,7 +290,9 @@ impl Executor {
             return Ok(());
         }
         if self.batch.is_empty() {
-            if now < self.pause_until {
+            // The pause lets the cluster settle before the next batch; with
+            // no step left to start, the plan ends now.
+            if now < self.pause_until && self.states.contains(&StepState::Pending) {
                 return Ok(());
             }
             self.next_batch(act, journal, now)?;

@@ -2,10 +2,14 @@
 //! written (and committed) before the executor acts on it, so a restarted
 //! executor knows exactly where it stopped.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use redb::{Database, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
+
+use tessera_core::model::NodeId;
+use tessera_core::sched::PodId;
 
 use crate::Plan;
 use crate::dag::Dag;
@@ -48,6 +52,21 @@ pub enum Entry {
     Finished {
         /// Its report.
         report: MovementReport,
+    },
+    /// The names of the plan's nodes (node ids are one replica's model's;
+    /// a new leader maps them back through these names). Written by the
+    /// caller right after the plan.
+    Nodes {
+        /// Name by node id.
+        names: BTreeMap<NodeId, String>,
+    },
+    /// A moved pod is now another pod: its owner recreated it after the
+    /// eviction and the replacement took the room held for the move.
+    Replaced {
+        /// The pod the plan moves.
+        pod: PodId,
+        /// Its replacement.
+        by: PodId,
     },
 }
 

@@ -58,6 +58,24 @@ impl Move {
     }
 }
 
+impl Plan {
+    /// The plan with every node id passed through `f` (another replica's
+    /// model numbers the same nodes differently).
+    pub fn renumbered(mut self, f: impl Fn(NodeId) -> NodeId) -> Self {
+        for m in &mut self.moves {
+            m.renumber(&f);
+        }
+        self
+    }
+}
+
+impl Move {
+    pub(crate) fn renumber(&mut self, f: &impl Fn(NodeId) -> NodeId) {
+        self.from.node = f(self.from.node);
+        self.to = f(self.to);
+    }
+}
+
 /// A plan: moves in the planner's order of preference.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Plan {

@@ -352,3 +352,19 @@ fn the_redb_journal_survives_reopening_and_resumes() {
     assert!(matches!(entries.first(), Some(Entry::Plan { .. })));
     assert!(matches!(entries.last(), Some(Entry::Finished { .. })));
 }
+
+#[test]
+fn the_pause_separates_batches_but_does_not_delay_the_end() {
+    // Two moves, one per batch, 100 s pause: the second batch waits it
+    // out; nothing waits after the last.
+    let mut s = scene(nodes(4, 1), &[(0, "a"), (1, "b")], &[(0, 2), (1, 3)], SimActuatorConfig::default());
+    let d = dag::build(s.act.cluster(), &s.plan);
+    let mut j = MemJournal::default();
+    let cfg = MovementConfig { batch_size: BatchSize::Count(1), pause_duration_s: 100, ..MovementConfig::default() };
+    let mut ex = Executor::start(cfg, &s.plan, d, &mut j).unwrap();
+    let end = drive(&mut ex, &mut s.act, &mut j, 0);
+    let ready = SimActuatorConfig::default().ready_delay_s;
+    assert!(end >= 100 + 2 * ready, "the second batch waited for the pause: ended at {end}");
+    assert!(end < 2 * 100, "the plan did not wait a pause after its last batch: ended at {end}");
+    assert_eq!(ex.report().executed, 2);
+}

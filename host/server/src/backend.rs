@@ -19,6 +19,7 @@ use tessera_core::model::{Node, Pod};
 use tessera_core::sched::PodId;
 use tessera_core::telemetry::NodeSample;
 use tessera_movement::exec::Actuator;
+use tessera_movement::journal::Journal;
 
 pub use sim::SimBackend;
 pub use stream::ArrivalStream;
@@ -173,7 +174,42 @@ pub trait Backend: Send + 'static {
         None
     }
 
-    /// An actuator executing plan `plan`'s moves over the pods running now
-    /// on `cluster`.
-    fn actuator(&mut self, cluster: &Cluster, pods: Vec<(PodId, Pod, Placement)>, plan: u64) -> Box<dyn MoveActuator>;
+    /// How plan `plan`'s moves over the pods running now on `cluster` are
+    /// carried out.
+    fn actuator(&mut self, cluster: &Cluster, pods: Vec<(PodId, Pod, Placement)>, plan: u64) -> Moves;
+
+    /// Whether running pod `id` may be moved by evicting it (live moves):
+    /// something recreates it. `Err` says why not; nothing is evicted.
+    fn movable(&self, id: PodId) -> Result<(), String> {
+        let _ = id;
+        Ok(())
+    }
+
+    /// Whether pod `id` is ready (serves), as the cluster reports it.
+    fn ready(&self, id: PodId) -> bool {
+        let _ = id;
+        true
+    }
+
+    /// The movement journal live moves are written to before each step
+    /// (a new leader resumes the plan from it). Opened when this replica
+    /// starts leading; an error leaves moves off until the next attempt.
+    fn journal(&mut self) -> Result<Box<dyn Journal + Send>, String> {
+        Ok(Box::new(tessera_movement::journal::MemJournal::default()))
+    }
+}
+
+/// How a backend carries out a rescheduling plan.
+pub enum Moves {
+    /// Within one pass, on the actuator's own (simulated) time: the
+    /// simulator, where a moved pod keeps its identity.
+    Simulated(Box<dyn MoveActuator>),
+    /// In real time, across passes: the loop holds the target's room in
+    /// its model, evicts through [`Backend::evict`], and binds the
+    /// replacement the pod's owner creates (a pod of the same workload
+    /// and shape) onto the held room; a step is done once the replacement
+    /// is [`Backend::ready`]. Every step is journaled first in
+    /// [`Backend::journal`]. Kubernetes, where an evicted pod is recreated
+    /// by its controller under a new identity.
+    Live,
 }

@@ -183,6 +183,9 @@ pub struct KubeBackendConfig {
     pub agent_interval_s: u64,
     /// Seconds to wait for the first list of nodes and pods.
     pub sync_timeout_s: u64,
+    /// The ConfigMap (in the Lease's namespace) the leader journals
+    /// rescheduling moves to; a new leader resumes the plan from it.
+    pub journal_name: String,
 }
 
 impl Default for KubeBackendConfig {
@@ -200,6 +203,7 @@ impl Default for KubeBackendConfig {
             agent_port: Some(9402),
             agent_interval_s: 10,
             sync_timeout_s: 60,
+            journal_name: "tessera-movement-journal".into(),
         }
     }
 }

@@ -14,6 +14,7 @@ mod cycle;
 mod decide;
 mod events;
 mod extend;
+mod moving;
 mod recorder;
 
 use std::collections::{BTreeMap, HashMap};
@@ -129,6 +130,12 @@ pub struct Engine {
     held: Vec<events::Held>,
     /// Refused binds per pod, for the backoff.
     bind_failures: HashMap<PodId, u32>,
+    /// A plan executing live, across passes.
+    live: Option<moving::Live>,
+    /// The movement journal, while this replica leads and no plan runs.
+    journal: Option<Box<dyn tessera_movement::journal::Journal + Send>>,
+    /// This replica led in the last pass.
+    leading: bool,
     tracing: Tracing,
     shared: Arc<Shared>,
 }
@@ -173,6 +180,9 @@ impl Engine {
             intervals: 0,
             held: Vec::new(),
             bind_failures: HashMap::new(),
+            live: None,
+            journal: None,
+            leading: false,
             tracing,
             shared,
         };
@@ -216,6 +226,8 @@ impl Engine {
             next = next.max(Instant::now() - tick);
         }
         self.shared.ready.store(false, Ordering::SeqCst);
+        // A live plan stays in the journal for the next leader.
+        self.abandon_live();
         self.backend.shutdown();
         self.tracing.flush();
     }
@@ -387,9 +399,17 @@ impl Engine {
         let anomalies = self.telemetry_until(now);
         if !self.backend.active() {
             // A standby: its model follows the cluster; the leader acts.
+            if std::mem::take(&mut self.leading) {
+                self.abandon_live();
+            }
             self.gauges();
             return;
         }
+        if !std::mem::replace(&mut self.leading, true) {
+            self.resume_live();
+        }
+        // Replacements of moved pods take their held room before the pass.
+        self.steer();
         let pass_wall = SystemTime::now();
         let pass_start = Instant::now();
         let events = self.sched.schedule(&mut self.placer, now);
@@ -399,11 +419,12 @@ impl Engine {
         let recorded = std::mem::take(&mut self.placer.recorded);
         self.fold_comparisons();
         self.record_pass(now, pass_wall, pass, events, attempts, recorded);
+        self.tick_live();
         let periodic = self.cfg.reschedule_every_s > 0 && now >= self.next_reschedule_s;
         if periodic {
             self.next_reschedule_s = now + self.cfg.reschedule_every_s;
         }
-        if self.cfg.max_migrations_pct > 0.0 && (periodic || anomalies.is_some()) {
+        if self.cfg.max_migrations_pct > 0.0 && (periodic || anomalies.is_some()) && !self.moving() {
             self.reschedule(now, anomalies);
         }
         self.gauges();

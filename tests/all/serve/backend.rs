@@ -14,7 +14,7 @@ use tessera_core::metrics::TargetWorkload;
 use tessera_core::model::{Node, Pod, Resources};
 use tessera_core::sched::PodId;
 use tessera_core::telemetry::NodeSample;
-use tessera_server::backend::{Backend, BackendError, ClusterEvent, MoveActuator};
+use tessera_server::backend::{Backend, BackendError, ClusterEvent, Moves};
 use tessera_server::{ServeConfig, Server};
 
 use super::TOKEN;
@@ -97,12 +97,12 @@ impl Backend for Scripted {
         Ok(())
     }
 
-    fn actuator(&mut self, cluster: &Cluster, pods: Vec<(PodId, Pod, Placement)>, plan: u64) -> Box<dyn MoveActuator> {
-        Box::new(tessera_movement::sim::SimActuator::new(
+    fn actuator(&mut self, cluster: &Cluster, pods: Vec<(PodId, Pod, Placement)>, plan: u64) -> Moves {
+        Moves::Simulated(Box::new(tessera_movement::sim::SimActuator::new(
             cluster.clone(),
             pods,
             tessera_movement::sim::SimActuatorConfig { seed: plan, ..Default::default() },
-        ))
+        )))
     }
 }
 
@@ -177,4 +177,122 @@ async fn the_loop_runs_on_any_backend_and_has_it_carry_out_each_decision_once() 
     assert_eq!(status.backend, "scripted");
     // b was deleted; a, c and d run (too-big waits).
     assert_eq!((status.pods_running, status.pods_waiting), (3, 1), "{status:?}");
+}
+
+/// A backend whose moves take real time, as on Kubernetes: an evicted pod
+/// is gone on the next pass and its owner recreates it, under a new id,
+/// a pass later. Another pod that could only use the room held for the
+/// move arrives with the eviction.
+struct Recreating {
+    nodes: Vec<Node>,
+    workload: TargetWorkload,
+    now: u64,
+    pending: Vec<Vec<ClusterEvent>>,
+    calls: Arc<Mutex<Calls>>,
+}
+
+impl Backend for Recreating {
+    fn name(&self) -> &'static str {
+        "recreating"
+    }
+    fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+    fn workload(&self) -> &TargetWorkload {
+        &self.workload
+    }
+    fn advance(&mut self, _tick: Duration) -> u64 {
+        self.now += 60;
+        self.now
+    }
+    fn events(&mut self, _now: u64) -> Vec<ClusterEvent> {
+        if self.pending.is_empty() { Vec::new() } else { self.pending.remove(0) }
+    }
+    fn sample(&mut self, node: &Node, _pods: &[(&Pod, Placement)], _t: u64) -> NodeSample {
+        NodeSample {
+            cpu_util_permille: 300,
+            memory_util_permille: 300,
+            gpu_util_permille: vec![500; node.gpus.len()],
+            gpu_memory_used_mib: vec![0; node.gpus.len()],
+        }
+    }
+    fn zone_carbon(&mut self, _zone: &str, _t: u64) -> u32 {
+        200
+    }
+    fn bind(&mut self, id: PodId, at: Placement) -> Result<(), BackendError> {
+        self.calls.lock().unwrap().binds.push((id, at));
+        Ok(())
+    }
+    fn evict(&mut self, id: PodId) -> Result<(), BackendError> {
+        self.calls.lock().unwrap().evictions.push(id);
+        let h100_only = Pod { allowed_models: vec!["H100".into()], workload: "other".into(), ..half("intruder") };
+        self.pending.push(vec![ClusterEvent::Deleted { id }, ClusterEvent::Submitted { id: 900, pod: h100_only }]);
+        self.pending.push(vec![ClusterEvent::Submitted { id: id + 100, pod: half("web-r1") }]);
+        Ok(())
+    }
+    fn actuator(&mut self, _: &Cluster, _: Vec<(PodId, Pod, Placement)>, _: u64) -> Moves {
+        Moves::Live
+    }
+}
+
+fn half(name: &str) -> Pod {
+    Pod { name: name.into(), namespace: "ml".into(), workload: "ml/web".into(), gpu_milli: 500, ..pod(name, 1) }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_move_holds_its_room_until_the_replacement_takes_it() {
+    let node = |i: u32, gpus: usize, model: &str| {
+        Node::new(i, format!("node-{i}"), Resources { cpu_milli: 32_000, memory_mib: 131_072 }, gpus, model)
+    };
+    // web-0 shares GPU 0 of node-0 (A100 ×2), web-1 GPU 0 of node-1 (H100
+    // ×1): moving web-0 beside web-1 frees node-0 for the 2-GPU pods of
+    // the workload.
+    let nodes = vec![node(0, 2, "A100"), node(1, 1, "H100")];
+    let gpu0 = Some(tessera_core::cluster::GpuSet(1));
+    let start = vec![
+        ClusterEvent::Running { id: 1, pod: half("web-0"), node: "node-0".into(), gpus: gpu0 },
+        ClusterEvent::Running { id: 2, pod: half("web-1"), node: "node-1".into(), gpus: gpu0 },
+    ];
+    let workload = TargetWorkload::from_pods(&[half("w"), pod("train", 2)], 0.95);
+    let calls = Arc::new(Mutex::new(Calls::default()));
+    let backend = Recreating { nodes, workload: workload.clone(), now: 0, pending: vec![start], calls: calls.clone() };
+    let mut cfg =
+        ServeConfig { api_token: Some(TOKEN.into()), cache_dir: Some(crate::cache_dir()), ..ServeConfig::default() };
+    cfg.engine.tick_ms = 20;
+    cfg.engine.reschedule_every_s = 60;
+    cfg.engine.max_migrations_pct = 50.0;
+    let mut doc = tessera::sim::policy_document("default", 1).unwrap();
+    tessera::sim::inject_workload(&mut doc, &workload);
+    let loader = Arc::new(tessera::serve::CliLoader::new(workload, Some(crate::cache_dir())).unwrap());
+    let mut server = Server::start(cfg, Box::new(backend), doc, loader, None).unwrap();
+    let shared = server.shared().clone();
+    let t0 = std::time::Instant::now();
+    let executed = || shared.plans.read().unwrap().newest_first().any(|p| p.state == "executed");
+    while !executed() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the move ended: {:?}",
+            shared.plans.read().unwrap().newest_first().next()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::task::spawn_blocking(move || server.stop()).await.unwrap();
+
+    let plan = shared.plans.read().unwrap().newest_first().find(|p| p.state == "executed").cloned().unwrap();
+    assert_eq!(plan.moves.len(), 1, "{plan:?}");
+    let mv = &plan.moves[0];
+    assert_eq!(
+        (mv.pod.as_str(), mv.from.as_str(), mv.to.as_str(), mv.state.as_str()),
+        ("web-0", "node-0", "node-1", "done")
+    );
+    let calls = calls.lock().unwrap();
+    assert_eq!(calls.evictions, [1], "web-0 was evicted, once");
+    // The replacement took the room held for it; the pod that could only
+    // use that room never got it.
+    let r1 = calls.binds.iter().find(|(id, _)| *id == 101).expect("the replacement was bound");
+    assert_eq!(r1.1, Placement { node: 1, gpus: tessera_core::cluster::GpuSet(1) });
+    assert!(calls.binds.iter().all(|(id, _)| *id != 900), "the held room was not given away: {:?}", calls.binds);
+    let intruder = shared.decisions.read().unwrap().get("intruder").cloned().expect("decided");
+    assert_eq!(intruder.node, None, "{intruder:?}");
 }

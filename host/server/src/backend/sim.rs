@@ -15,7 +15,7 @@ use tessera_core::sched::PodId;
 use tessera_core::telemetry::{NodeSample, TelemetryConfig, TelemetryModel};
 use tessera_movement::sim::{SimActuator, SimActuatorConfig};
 
-use super::{Backend, BackendError, ClusterEvent, MoveActuator};
+use super::{Backend, BackendError, ClusterEvent, Moves};
 use crate::backend::stream::ArrivalStream;
 use crate::config::SimBackendConfig;
 
@@ -100,9 +100,9 @@ impl Backend for SimBackend {
         Ok(())
     }
 
-    fn actuator(&mut self, cluster: &Cluster, pods: Vec<(PodId, Pod, Placement)>, plan: u64) -> Box<dyn MoveActuator> {
+    fn actuator(&mut self, cluster: &Cluster, pods: Vec<(PodId, Pod, Placement)>, plan: u64) -> Moves {
         let rate = self.cfg.move_failure_rate;
-        Box::new(SimActuator::new(
+        Moves::Simulated(Box::new(SimActuator::new(
             cluster.clone(),
             pods,
             SimActuatorConfig {
@@ -111,6 +111,6 @@ impl Backend for SimBackend {
                 seed: self.cfg.seed ^ plan,
                 ..SimActuatorConfig::default()
             },
-        ))
+        )))
     }
 }

@@ -24,6 +24,7 @@ use tessera_movement::exec::{Executor, StepState};
 use tessera_movement::journal::MemJournal;
 
 use super::Engine;
+use crate::backend::Moves;
 use crate::metrics::{CodeLabel, PhaseLabel, StrategyLabel, TraceLabel, TriggerLabel};
 use crate::observe::{self, attr};
 use crate::record::{MoveRecord, PlanRecord};
@@ -40,7 +41,7 @@ pub(crate) struct Detected {
     pub findings: Vec<Detection>,
 }
 
-fn state_of(s: &StepState) -> (String, Option<String>) {
+pub(super) fn state_of(s: &StepState) -> (String, Option<String>) {
     match s {
         StepState::Done => ("done".into(), None),
         StepState::Failed { reason } => ("failed".into(), Some(reason.clone())),
@@ -175,15 +176,46 @@ impl Engine {
             trace_id: String::new(),
         };
 
-        let mut failures = 0u64;
-        if !plan.moves.is_empty() {
-            let links: Vec<Option<SpanContext>> =
-                plan.moves.iter().map(|m| self.pods.get(&ids[m.pod]).and_then(|p| p.placed_by.clone())).collect();
-            failures = self.execute(&root, &plan, &ids, &running, &links, &mut record);
+        if plan.moves.is_empty() {
+            self.conclude(&root, record, trigger);
+            return;
         }
+        let links: Vec<Option<SpanContext>> =
+            plan.moves.iter().map(|m| self.pods.get(&ids[m.pod]).and_then(|p| p.placed_by.clone())).collect();
+        let mplan = tessera_movement::Plan {
+            id: self.plan_seq,
+            moves: plan
+                .moves
+                .iter()
+                .map(|m| {
+                    let spec = &running[m.pod].0;
+                    let sharing = spec.gpu_count == 1 && spec.gpu_milli < GPU_MILLI;
+                    tessera_movement::Move {
+                        pod: ids[m.pod],
+                        spec: spec.clone(),
+                        from: m.from,
+                        to: m.to.node,
+                        gpu_hint: if sharing { m.to.gpus.indices().next().map(|g| g as u8) } else { None },
+                    }
+                })
+                .collect(),
+        };
+        let pods = ids.iter().zip(running).map(|(&id, (p, at))| (id, p, at)).collect();
+        match self.backend.actuator(self.sched.cluster(), pods, self.plan_seq) {
+            Moves::Simulated(act) => {
+                self.execute(&root, act, &mplan, &links, &mut record);
+                self.conclude(&root, record, trigger);
+            }
+            Moves::Live => self.start_live(root, mplan, links, record, trigger),
+        }
+    }
+
+    /// The cycle is over: its root span ends, its moves are counted, its
+    /// record is kept.
+    pub(super) fn conclude(&mut self, root: &Context, mut record: PlanRecord, trigger: &str) {
         let done = record.moves.iter().filter(|m| m.state == "done").count();
         root.span().set_attribute(KeyValue::new("tessera.moves.done", done as i64));
-        let sc = observe::finish(&root, SystemTime::now(), None);
+        let sc = observe::finish(root, SystemTime::now(), None);
         let (trace_id, _, sampled) = observe::ids(&sc);
         record.trace_id = trace_id.clone();
         let m = &self.shared.metrics;
@@ -201,57 +233,31 @@ impl Engine {
                 }
             }
         }
-        debug_assert!(failures as usize <= record.moves.len());
         self.shared.plans.write().unwrap_or_else(|p| p.into_inner()).upsert(record);
     }
 
-    /// Runs the plan through the Movement Manager; applies the moves that
-    /// ended done to the cluster; the number that did not.
+    /// Runs the plan through the Movement Manager on simulated time, all
+    /// at once; applies the moves that ended done to the cluster.
     fn execute(
         &mut self,
         root: &Context,
-        plan: &tessera_resched::Plan,
-        ids: &[u64],
-        running: &[(Pod, Placement)],
+        mut act: Box<dyn crate::backend::MoveActuator>,
+        mplan: &tessera_movement::Plan,
         links: &[Option<SpanContext>],
         record: &mut PlanRecord,
-    ) -> u64 {
+    ) {
         let tracer = self.tracing.tracer().clone();
         let (exec_wall, started) = (SystemTime::now(), Instant::now());
-        let mplan = tessera_movement::Plan {
-            id: self.plan_seq,
-            moves: plan
-                .moves
-                .iter()
-                .map(|m| {
-                    let spec = &running[m.pod].0;
-                    let sharing = spec.gpu_count == 1 && spec.gpu_milli < GPU_MILLI;
-                    tessera_movement::Move {
-                        pod: m.pod as u64,
-                        spec: spec.clone(),
-                        from: m.from,
-                        to: m.to.node,
-                        gpu_hint: if sharing { m.to.gpus.indices().next().map(|g| g as u8) } else { None },
-                    }
-                })
-                .collect(),
-        };
-        let cluster = self.sched.cluster().clone();
-        let order = tessera_movement::dag::build(&cluster, &mplan);
-        let pods = running.iter().enumerate().map(|(i, (p, at))| (i as u64, p.clone(), *at)).collect();
-        let mut act = self.backend.actuator(&cluster, pods, self.plan_seq);
+        let order = tessera_movement::dag::build(self.sched.cluster(), mplan);
         let mut journal = MemJournal::default();
         let exec_cx = observe::start(&tracer, "tessera.movement.execute", root, exec_wall, Vec::new(), Vec::new());
-        let Ok(ex) = Executor::start(self.doc.movement.clone(), &mplan, order, &mut journal) else {
+        let Ok(ex) = Executor::start(self.doc.movement.clone(), mplan, order, &mut journal) else {
             record.state = "refused".into();
             observe::finish(&exec_cx, SystemTime::now(), Some("the executor refused the plan".into()));
-            return plan.moves.len() as u64;
+            return;
         };
         let mut ex = ex.with_history(std::mem::take(&mut self.exec_history));
-        // When each step first left `Pending` and when it ended, wall time.
-        let n = mplan.moves.len();
-        let mut first: Vec<Option<Duration>> = vec![None; n];
-        let mut last: Vec<Option<Duration>> = vec![None; n];
+        let mut times = StepTimes::new(ex.states().len());
         let mut clock = self.exec_clock;
         let begin = clock;
         while !ex.finished() && clock - begin < MAX_EXEC_TICKS * EXEC_TICK_S {
@@ -259,45 +265,70 @@ impl Engine {
             if ex.tick(act.as_mut(), &mut journal, clock).is_err() {
                 break;
             }
-            let after = started.elapsed();
-            for (i, s) in ex.states().iter().enumerate() {
-                if first[i].is_none() && *s != StepState::Pending {
-                    first[i] = Some(tick_at);
-                }
-                if last[i].is_none() && s.is_terminal() {
-                    last[i] = Some(after);
-                }
-            }
+            times.saw(ex.states(), tick_at, started.elapsed());
             clock += EXEC_TICK_S;
         }
         self.exec_clock = clock;
         self.exec_history = ex.moved().clone();
-        let report = ex.report().clone();
 
-        // Apply what ended done; record every move's fate.
-        let placements = act.placements();
-        let mut failed = 0u64;
-        for (i, m) in mplan.moves.iter().enumerate() {
-            let (state, reason) = state_of(&ex.states()[i]);
-            let now_at = placements.get(&m.pod).copied().flatten();
-            if let Some(to) = now_at.filter(|p| *p != m.from)
-                && self.sched.migrate(ids[m.pod as usize], to).is_ok()
+        // Apply what ended done.
+        for (&pod, &at) in &act.placements() {
+            let from = self.sched.placement(pod);
+            if let (Some(to), Some(from)) = (at, from)
+                && to != from
+                && self.sched.migrate(pod, to).is_ok()
             {
-                self.tracker.update(&self.sched.cluster().nodes()[m.from.node as usize], &self.workload);
+                self.tracker.update(&self.sched.cluster().nodes()[from.node as usize], &self.workload);
                 self.tracker.update(&self.sched.cluster().nodes()[to.node as usize], &self.workload);
             }
-            failed += u64::from(state != "done");
-            let from = exec_wall + first[i].unwrap_or_default();
-            let to = exec_wall + last[i].or(first[i]).unwrap_or_default();
+        }
+        let took = started.elapsed();
+        self.record_moves(&exec_cx, exec_wall, &ex, &times, links, record);
+        exec_cx.span().set_attribute(KeyValue::new("tessera.executor_time_s", (clock - begin) as i64));
+        observe::finish(&exec_cx, exec_wall + took, ex.report().stopped.clone());
+        self.shared.metrics.policy_execution.get_or_create(&PhaseLabel { phase: "execute".into() }).observe(
+            took.as_secs_f64(),
+            None,
+            None,
+        );
+    }
+
+    /// Each move's fate into the record and a span under `exec_cx`; the
+    /// report's counts onto `exec_cx`.
+    pub(super) fn record_moves(
+        &self,
+        exec_cx: &Context,
+        exec_wall: SystemTime,
+        ex: &Executor,
+        times: &StepTimes,
+        links: &[Option<SpanContext>],
+        record: &mut PlanRecord,
+    ) {
+        let tracer = self.tracing.tracer().clone();
+        let report = ex.report();
+        let dag = ex.dag();
+        for (k, mv) in record.moves.iter_mut().enumerate() {
+            let steps: Vec<usize> = (0..dag.steps.len()).filter(|&i| dag.steps[i].move_index == k).collect();
+            let fate = match steps.iter().map(|&i| &ex.states()[i]).find(|s| **s != StepState::Done) {
+                Some(s) => s.clone(),
+                None if steps.is_empty() => {
+                    let why = dag.dropped.iter().find(|d| d.move_index == k).map(|d| d.reason.clone());
+                    StepState::Dropped { reason: why.unwrap_or_else(|| "not ordered".into()) }
+                }
+                None => StepState::Done,
+            };
+            let (state, reason) = state_of(&fate);
+            let from = exec_wall + steps.iter().filter_map(|&i| times.first[i]).min().unwrap_or_default();
+            let to =
+                exec_wall + steps.iter().filter_map(|&i| times.last[i].or(times.first[i])).max().unwrap_or_default();
             let mut cx_links = Vec::new();
-            if let Some(l) = &links[i] {
+            if let Some(l) = &links[k] {
                 cx_links.push(l.clone());
             }
-            let mv = &mut record.moves[i];
             let span = observe::start(
                 &tracer,
                 "tessera.movement.move",
-                &exec_cx,
+                exec_cx,
                 from,
                 vec![
                     attr("tessera.pod", mv.pod.clone()),
@@ -317,21 +348,37 @@ impl Engine {
             Some(why) => format!("stopped: {why}"),
             None => "executed".into(),
         };
-        let took = started.elapsed();
         exec_cx.span().set_attributes([
             KeyValue::new("tessera.batches", i64::from(report.batches)),
             KeyValue::new("tessera.moves.executed", i64::from(report.executed)),
             KeyValue::new("tessera.moves.failed", i64::from(report.failed)),
             KeyValue::new("tessera.moves.rolled_back", i64::from(report.rolled_back)),
             KeyValue::new("tessera.moves.dropped", report.dropped.len() as i64),
-            KeyValue::new("tessera.executor_time_s", (clock - begin) as i64),
         ]);
-        observe::finish(&exec_cx, exec_wall + took, report.stopped.clone());
-        self.shared.metrics.policy_execution.get_or_create(&PhaseLabel { phase: "execute".into() }).observe(
-            took.as_secs_f64(),
-            None,
-            None,
-        );
-        failed
+    }
+}
+
+/// When each step first left `Pending` and when it ended, as offsets from
+/// the start of execution.
+pub(super) struct StepTimes {
+    first: Vec<Option<Duration>>,
+    last: Vec<Option<Duration>>,
+}
+
+impl StepTimes {
+    pub(super) fn new(steps: usize) -> Self {
+        Self { first: vec![None; steps], last: vec![None; steps] }
+    }
+
+    /// The states after a tick that began at `tick_at` and ended at `after`.
+    pub(super) fn saw(&mut self, states: &[StepState], tick_at: Duration, after: Duration) {
+        for (i, s) in states.iter().enumerate() {
+            if self.first[i].is_none() && *s != StepState::Pending {
+                self.first[i] = Some(tick_at);
+            }
+            if self.last[i].is_none() && s.is_terminal() {
+                self.last[i] = Some(after);
+            }
+        }
     }
 }

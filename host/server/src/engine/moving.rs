@@ -1,0 +1,572 @@
+//! Live moves: a plan executed in real time across passes, for a backend
+//! whose moved pods come back under a new identity (Kubernetes: evicted,
+//! then recreated by their controller).
+//!
+//! A step reserves room on its target by holding it in the loop's model
+//! (a stand-in pod placement cannot take and preemption cannot pick),
+//! evicts the pod through the backend, and from then on steers the first
+//! waiting pod of the same workload and shape (its replacement) onto the
+//! held room: the hold gives way and the replacement is bound there. The
+//! step is done once the replacement is ready. Every step is journaled
+//! before it acts, in the backend's journal, with the names of the plan's
+//! nodes and each replacement, so a new leader resumes the plan.
+
+use std::collections::BTreeMap;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use opentelemetry::trace::SpanContext;
+use opentelemetry::{Context, KeyValue};
+use tessera_core::cluster::{Placement, check, choose_gpus};
+use tessera_core::metrics::{FragmentationTracker, TargetWorkload};
+use tessera_core::model::{NodeId, Pod};
+use tessera_core::sched::{PodId, Scheduler};
+use tessera_movement::exec::{ActError, Actuator, Executor, Health, Location, StepState};
+use tessera_movement::journal::{Entry, Journal, JournalError};
+
+use super::Engine;
+use super::cycle::StepTimes;
+use crate::backend::Backend;
+use crate::metrics::PhaseLabel;
+use crate::observe::{self, attr};
+use crate::record::{MoveRecord, PlanRecord};
+
+/// Ids of the stand-ins holding room in the model (backend ids stay
+/// below).
+const HOLD: PodId = 1 << 63;
+
+/// Room held on a node for a moved pod.
+#[derive(Debug, Clone)]
+struct Hold {
+    /// The stand-in's id in the model.
+    id: PodId,
+    at: Placement,
+    spec: Pod,
+    /// The pod was evicted: its replacement is steered here.
+    armed: bool,
+}
+
+/// What live steps act on: the loop's model and the backend.
+#[derive(Default)]
+pub(super) struct Steering {
+    holds: BTreeMap<PodId, Hold>,
+    /// What each moved pod is now (its replacement), by the moved pod.
+    now_is: BTreeMap<PodId, PodId>,
+}
+
+impl Steering {
+    fn current(&self, pod: PodId) -> PodId {
+        self.now_is.get(&pod).copied().unwrap_or(pod)
+    }
+}
+
+/// A plan under way.
+pub(super) struct Live {
+    ex: Executor,
+    journal: Box<dyn Journal + Send>,
+    steering: Steering,
+    root: Context,
+    exec_cx: Context,
+    exec_wall: SystemTime,
+    started: Instant,
+    times: StepTimes,
+    links: Vec<Option<SpanContext>>,
+    record: PlanRecord,
+    trigger: String,
+}
+
+/// The executor's actuator over the model and the backend, for one tick.
+struct Act<'a> {
+    sched: &'a mut Scheduler,
+    backend: &'a mut dyn Backend,
+    tracker: &'a mut FragmentationTracker,
+    workload: &'a TargetWorkload,
+    steering: &'a mut Steering,
+    now_s: u64,
+}
+
+impl Act<'_> {
+    fn err(op: &'static str, pod: PodId, reason: impl Into<String>) -> ActError {
+        ActError { op, pod, reason: reason.into() }
+    }
+
+    fn touched(&mut self, node: NodeId) {
+        if let Some(n) = self.sched.cluster().node(node) {
+            self.tracker.update(n, self.workload);
+        }
+    }
+
+    fn pods(&self) -> impl Iterator<Item = &Pod> {
+        let running = self.sched.running().filter(|(id, ..)| *id & HOLD == 0).map(|(_, p, _)| p);
+        running.chain(self.sched.waiting().filter(|(id, ..)| *id & HOLD == 0).map(|(_, p, _)| p))
+    }
+}
+
+impl Actuator for Act<'_> {
+    fn reserve(&mut self, pod: PodId, spec: &Pod, node: NodeId, hint: Option<u8>, _now: u64) -> Result<(), ActError> {
+        if self.steering.holds.contains_key(&pod) {
+            return Err(Self::err("reserve", pod, "already holds room"));
+        }
+        let cur = self.steering.current(pod);
+        if self.sched.placement(cur).is_some() {
+            self.backend.movable(cur).map_err(|why| Self::err("reserve", pod, why))?;
+        }
+        let n = self.sched.cluster().node(node).ok_or_else(|| Self::err("reserve", pod, format!("no node {node}")))?;
+        check(n, spec).map_err(|r| Self::err("reserve", pod, format!("node {}: {}", n.name, r.code())))?;
+        let gpus = choose_gpus(n, spec, hint)
+            .ok_or_else(|| Self::err("reserve", pod, format!("no room on node {}", n.name)))?;
+        let id = HOLD | pod;
+        let stand_in = Pod { name: format!("{} (room held for its move)", spec.name), ..spec.clone() };
+        let at = self
+            .sched
+            .adopt(id, stand_in, node, Some(gpus), self.now_s)
+            .map_err(|e| Self::err("reserve", pod, e.to_string()))?;
+        self.sched.protect(id, true);
+        self.touched(node);
+        self.steering.holds.insert(pod, Hold { id, at, spec: spec.clone(), armed: false });
+        Ok(())
+    }
+
+    fn unreserve(&mut self, pod: PodId) {
+        if let Some(h) = self.steering.holds.remove(&pod) {
+            self.sched.remove(h.id);
+            self.touched(h.at.node);
+        }
+    }
+
+    fn reservation(&self, pod: PodId) -> Option<NodeId> {
+        self.steering.holds.get(&pod).map(|h| h.at.node)
+    }
+
+    fn evict(&mut self, pod: PodId, _now: u64) -> Result<(), ActError> {
+        let cur = self.steering.current(pod);
+        if self.sched.placement(cur).is_none() {
+            return Err(Self::err("evict", pod, "it does not run"));
+        }
+        if !self.steering.holds.contains_key(&pod) {
+            return Err(Self::err("evict", pod, "no room is held for it (lost in a change of leader); not evicted"));
+        }
+        self.backend.movable(cur).map_err(|why| Self::err("evict", pod, why))?;
+        self.backend.evict(cur).map_err(|e| Self::err("evict", pod, e.reason))?;
+        if let Some(h) = self.steering.holds.get_mut(&pod) {
+            h.armed = true;
+        }
+        Ok(())
+    }
+
+    fn start(&mut self, pod: PodId, _now: u64) -> Result<(), ActError> {
+        // Its owner recreates it; the replacement is steered to the room
+        // (or already took it).
+        if self.steering.now_is.contains_key(&pod) && !self.steering.holds.contains_key(&pod) {
+            return Ok(());
+        }
+        let h = self.steering.holds.get_mut(&pod).ok_or_else(|| Self::err("start", pod, "no room is held for it"))?;
+        h.armed = true;
+        Ok(())
+    }
+
+    fn locate(&self, pod: PodId, _now: u64) -> Location {
+        let cur = self.steering.current(pod);
+        match self.sched.placement(cur) {
+            Some(at) => Location::Running { node: at.node, ready: self.backend.ready(cur) },
+            None => Location::Nowhere,
+        }
+    }
+
+    fn workload_size(&self, workload: &str) -> u32 {
+        self.pods().filter(|p| p.workload == workload).count() as u32
+    }
+
+    fn pods_on(&self, node: NodeId) -> u32 {
+        self.sched.running().filter(|(id, _, at)| *id & HOLD == 0 && at.node == node).count() as u32
+    }
+
+    fn health(&mut self, _now: u64) -> Health {
+        // Live gates are readiness and its timeout; no request metrics.
+        Health::default()
+    }
+}
+
+/// Wall-clock seconds: live steps' time, the same on every replica.
+fn unix_s() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// The journal as it reads on this replica: the plan's node ids mapped
+/// to this model's through the names journaled with it.
+struct Renumbered<'a> {
+    inner: &'a mut dyn Journal,
+    entries: Vec<Entry>,
+}
+
+impl Journal for Renumbered<'_> {
+    fn append(&mut self, entry: &Entry) -> Result<(), JournalError> {
+        self.inner.append(entry)
+    }
+    fn read_all(&mut self) -> Result<Vec<Entry>, JournalError> {
+        Ok(self.entries.clone())
+    }
+}
+
+impl Engine {
+    /// Whether a live plan is under way.
+    pub(super) fn moving(&self) -> bool {
+        self.live.is_some()
+    }
+
+    fn open_journal(&mut self) -> Option<Box<dyn Journal + Send>> {
+        if let Some(j) = self.journal.take() {
+            return Some(j);
+        }
+        match self.backend.journal() {
+            Ok(j) => Some(j),
+            Err(why) => {
+                tracing::warn!(backend = self.backend.name(), "movement journal: {why}; no moves until it opens");
+                self.count_backend_error("BACKEND-JOURNAL");
+                None
+            }
+        }
+    }
+
+    /// Starts executing `plan` live; the cycle concludes when it ends.
+    pub(super) fn start_live(
+        &mut self,
+        root: Context,
+        plan: tessera_movement::Plan,
+        links: Vec<Option<SpanContext>>,
+        mut record: PlanRecord,
+        trigger: &str,
+    ) {
+        let tracer = self.tracing.tracer().clone();
+        let exec_wall = SystemTime::now();
+        let exec_cx = observe::start(&tracer, "tessera.movement.execute", &root, exec_wall, Vec::new(), Vec::new());
+        let Some(mut journal) = self.open_journal() else {
+            record.state = "refused: the movement journal did not open".into();
+            observe::finish(&exec_cx, SystemTime::now(), Some(record.state.clone()));
+            return self.conclude(&root, record, trigger);
+        };
+        let order = tessera_movement::dag::build(self.sched.cluster(), &plan);
+        let names: BTreeMap<NodeId, String> = plan
+            .moves
+            .iter()
+            .flat_map(|m| [m.from.node, m.to])
+            .chain(order.steps.iter().map(|s| s.mv.to))
+            .filter_map(|id| self.sched.cluster().node(id).map(|n| (id, n.name.clone())))
+            .collect();
+        let started = Executor::start(self.doc.movement.clone(), &plan, order, journal.as_mut())
+            .and_then(|ex| Ok((ex, journal.append(&Entry::Nodes { names })?)));
+        let ex = match started {
+            Ok((ex, ())) => ex,
+            Err(e) => {
+                record.state = format!("refused: {e}");
+                observe::finish(&exec_cx, SystemTime::now(), Some(record.state.clone()));
+                self.count_backend_error("BACKEND-JOURNAL");
+                return self.conclude(&root, record, trigger);
+            }
+        };
+        let ex = ex.with_history(std::mem::take(&mut self.exec_history));
+        record.state = "executing".into();
+        self.shared.plans.write().unwrap_or_else(|p| p.into_inner()).upsert(record.clone());
+        let times = StepTimes::new(ex.states().len());
+        self.live = Some(Live {
+            ex,
+            journal,
+            steering: Steering::default(),
+            root,
+            exec_cx,
+            exec_wall,
+            started: Instant::now(),
+            times,
+            links,
+            record,
+            trigger: trigger.to_string(),
+        });
+        self.tick_live();
+    }
+
+    /// This replica leads now: resume the plan the journal holds, if it
+    /// is not over (the previous leader stopped in the middle of it).
+    pub(super) fn resume_live(&mut self) {
+        let Some(mut journal) = self.open_journal() else { return };
+        let entries = match journal.read_all() {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::warn!("movement journal: {e}; not resumed");
+                self.count_backend_error("BACKEND-JOURNAL");
+                self.journal = Some(journal);
+                return;
+            }
+        };
+        let Some(start) = entries.iter().rposition(|e| matches!(e, Entry::Plan { .. })) else {
+            self.journal = Some(journal);
+            return;
+        };
+        if entries[start..].iter().any(|e| matches!(e, Entry::Finished { .. })) {
+            self.journal = Some(journal);
+            return;
+        }
+        // Node ids of the journal → this model's, through their names.
+        let names = entries[start..].iter().find_map(|e| match e {
+            Entry::Nodes { names } => Some(names.clone()),
+            _ => None,
+        });
+        let map: BTreeMap<NodeId, NodeId> = names
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(id, name)| (id, self.node_ids.get(&name).copied().unwrap_or(NodeId::MAX)))
+            .collect();
+        let renumber = |id: NodeId| map.get(&id).copied().unwrap_or(NodeId::MAX);
+        let mut steering = Steering::default();
+        let mut renumbered = Vec::with_capacity(entries.len() - start);
+        for e in entries.into_iter().skip(start) {
+            match e {
+                Entry::Plan { plan, dag } => {
+                    renumbered.push(Entry::Plan { plan: plan.renumbered(renumber), dag: dag.renumbered(renumber) })
+                }
+                Entry::Replaced { pod, by } => {
+                    steering.now_is.insert(pod, by);
+                    renumbered.push(Entry::Replaced { pod, by });
+                }
+                other => renumbered.push(other),
+            }
+        }
+        let now = unix_s();
+        let resumed = {
+            let mut rj = Renumbered { inner: journal.as_mut(), entries: renumbered };
+            let act = Act {
+                sched: &mut self.sched,
+                backend: self.backend.as_mut(),
+                tracker: &mut self.tracker,
+                workload: &self.workload,
+                steering: &mut steering,
+                now_s: self.now_s,
+            };
+            Executor::resume(self.doc.movement.clone(), &mut rj, &act, now)
+        };
+        let ex = match resumed {
+            Ok(Some(ex)) if !ex.finished() => ex,
+            Ok(_) => {
+                self.journal = Some(journal);
+                return;
+            }
+            Err(e) => {
+                tracing::warn!("movement journal: {e}; not resumed");
+                self.count_backend_error("BACKEND-JOURNAL");
+                return;
+            }
+        };
+        // Hold the room again for the steps between reservation and done.
+        {
+            let mut act = Act {
+                sched: &mut self.sched,
+                backend: self.backend.as_mut(),
+                tracker: &mut self.tracker,
+                workload: &self.workload,
+                steering: &mut steering,
+                now_s: self.now_s,
+            };
+            for (i, s) in ex.states().iter().enumerate() {
+                let mv = &ex.dag().steps[i].mv;
+                let armed = match s {
+                    StepState::Reserved { .. } => false,
+                    StepState::Evicted | StepState::Started { .. } => true,
+                    _ => continue,
+                };
+                if matches!(act.locate(mv.pod, now), Location::Running { node, .. } if node == mv.to) {
+                    continue;
+                }
+                if act.reserve(mv.pod, &mv.spec, mv.to, mv.gpu_hint, now).is_ok() && armed {
+                    act.start(mv.pod, now).expect("room just held");
+                }
+            }
+        }
+        let plan_id = ex.plan_id();
+        self.plan_seq = self.plan_seq.max(plan_id);
+        let tracer = self.tracing.tracer().clone();
+        let wall = SystemTime::now();
+        let root = observe::start(
+            &tracer,
+            "tessera.resched.cycle",
+            &Context::new(),
+            wall,
+            vec![attr("tessera.trigger", "resumed"), KeyValue::new("tessera.plan", plan_id as i64)],
+            Vec::new(),
+        );
+        let exec_cx = observe::start(&tracer, "tessera.movement.execute", &root, wall, Vec::new(), Vec::new());
+        let node_name = |id: NodeId| self.sched.cluster().node(id).map_or_else(|| id.to_string(), |n| n.name.clone());
+        let mut moves: Vec<MoveRecord> = Vec::new();
+        for st in &ex.dag().steps {
+            if moves.len() <= st.move_index {
+                moves.resize_with(st.move_index + 1, || MoveRecord {
+                    pod: String::new(),
+                    from: String::new(),
+                    to: String::new(),
+                    strategy: "resumed".into(),
+                    cost: 0.0,
+                    state: "planned".into(),
+                    reason: None,
+                });
+            }
+            let m = &mut moves[st.move_index];
+            if m.pod.is_empty() {
+                m.pod.clone_from(&st.mv.spec.name);
+                m.from = node_name(st.mv.from.node);
+            }
+            m.to = node_name(st.mv.to);
+        }
+        let record = PlanRecord {
+            id: plan_id,
+            at_unix_ms: crate::unix_ms(wall),
+            backend_time_s: self.now_s,
+            trigger: "resumed from the movement journal".into(),
+            anomalies: 0,
+            solver: String::new(),
+            timed_out: false,
+            plan_ms: 0.0,
+            fragmentation_before: 0.0,
+            fragmentation_after: 0.0,
+            whole_free_before: 0,
+            whole_free_after: 0,
+            gain: 0.0,
+            cost: 0.0,
+            state: "executing".into(),
+            moves,
+            trace_id: String::new(),
+        };
+        tracing::info!(plan = plan_id, "resuming the movement plan the previous leader left");
+        let times = StepTimes::new(ex.states().len());
+        let links = vec![None; record.moves.len()];
+        self.live = Some(Live {
+            ex,
+            journal,
+            steering,
+            root,
+            exec_cx,
+            exec_wall: wall,
+            started: Instant::now(),
+            times,
+            links,
+            record,
+            trigger: "resumed".into(),
+        });
+    }
+
+    /// Binds each waiting replacement of an evicted pod onto the room held
+    /// for it. Before the pass decides, so placement does not take them.
+    pub(super) fn steer(&mut self) {
+        let Some(mut live) = self.live.take() else { return };
+        let armed: Vec<(PodId, Hold)> =
+            live.steering.holds.iter().filter(|(_, h)| h.armed).map(|(&p, h)| (p, h.clone())).collect();
+        for (pod, hold) in armed {
+            let found = self.sched.waiting().find(|(id, p, _)| {
+                *id & HOLD == 0
+                    && !hold.spec.workload.is_empty()
+                    && p.workload == hold.spec.workload
+                    && p.namespace == hold.spec.namespace
+                    && (p.gpu_count, p.gpu_milli) == (hold.spec.gpu_count, hold.spec.gpu_milli)
+                    && p.requests == hold.spec.requests
+            });
+            let Some((by, ..)) = found else { continue };
+            self.sched.remove(hold.id);
+            let held_again = |sched: &mut Scheduler, now: u64| {
+                let stand_in =
+                    Pod { name: format!("{} (room held for its move)", hold.spec.name), ..hold.spec.clone() };
+                let _ = sched.adopt(hold.id, stand_in, hold.at.node, Some(hold.at.gpus), now);
+                sched.protect(hold.id, true);
+            };
+            if let Err(e) = self.sched.place_at(by, hold.at, self.now_s) {
+                tracing::warn!("the replacement of pod {pod} does not fit the room held for it: {e}");
+                held_again(&mut self.sched, self.now_s);
+                continue;
+            }
+            let result = self.backend.bind(by, hold.at);
+            match &result {
+                Ok(()) => {
+                    live.steering.holds.remove(&pod);
+                    live.steering.now_is.insert(pod, by);
+                    if let Err(e) = live.journal.append(&Entry::Replaced { pod, by }) {
+                        tracing::warn!("movement journal: {e}");
+                        self.count_backend_error("BACKEND-JOURNAL");
+                    }
+                    tracing::info!(pod, by, node = hold.at.node, "a moved pod's replacement took the room held for it");
+                }
+                // It waits out a backoff; the room is held again for it.
+                Err(_) => held_again(&mut self.sched, self.now_s),
+            }
+            self.after_bind(by, result);
+            self.tracker.update(&self.sched.cluster().nodes()[hold.at.node as usize], &self.workload);
+        }
+        self.live = Some(live);
+    }
+
+    /// Advances the live plan by one tick; concludes the cycle once the
+    /// plan is over, or stops it if the journal fails (another leader
+    /// owns it now).
+    pub(super) fn tick_live(&mut self) {
+        let Some(mut live) = self.live.take() else { return };
+        let now = unix_s();
+        let tick_at = live.started.elapsed();
+        let ticked = {
+            let mut act = Act {
+                sched: &mut self.sched,
+                backend: self.backend.as_mut(),
+                tracker: &mut self.tracker,
+                workload: &self.workload,
+                steering: &mut live.steering,
+                now_s: self.now_s,
+            };
+            live.ex.tick(&mut act, live.journal.as_mut(), now)
+        };
+        let after = live.started.elapsed();
+        live.times.saw(live.ex.states(), tick_at, after);
+        match ticked {
+            Ok(()) if !live.ex.finished() => {
+                self.live = Some(live);
+            }
+            Ok(()) => self.finish_live(live, None),
+            Err(e) => {
+                tracing::warn!("movement journal: {e}; this replica stops the plan");
+                self.count_backend_error("BACKEND-JOURNAL");
+                self.finish_live(live, Some(format!("the journal failed: {e}")));
+            }
+        }
+    }
+
+    /// This replica stopped leading: it lets go of the plan (the new
+    /// leader resumes it from the journal) and of the room it held.
+    pub(super) fn abandon_live(&mut self) {
+        self.journal = None;
+        if let Some(live) = self.live.take() {
+            self.finish_live(live, Some("this replica stopped leading; the new leader resumes the plan".into()));
+        }
+    }
+
+    fn finish_live(&mut self, mut live: Live, stopped: Option<String>) {
+        for (_, h) in std::mem::take(&mut live.steering.holds) {
+            self.sched.remove(h.id);
+            self.tracker.update(&self.sched.cluster().nodes()[h.at.node as usize], &self.workload);
+        }
+        let at = unix_s();
+        for (i, s) in live.ex.states().iter().enumerate() {
+            if *s == StepState::Done {
+                let pod = live.ex.dag().steps[i].mv.pod;
+                self.exec_history.insert(live.steering.current(pod), at);
+            }
+        }
+        let mut record = live.record;
+        self.record_moves(&live.exec_cx, live.exec_wall, &live.ex, &live.times, &live.links, &mut record);
+        if let Some(why) = &stopped {
+            record.state = format!("stopped: {why}");
+        }
+        let took = live.started.elapsed();
+        observe::finish(&live.exec_cx, live.exec_wall + took, stopped.or_else(|| live.ex.report().stopped.clone()));
+        self.shared.metrics.policy_execution.get_or_create(&PhaseLabel { phase: "execute".into() }).observe(
+            took.as_secs_f64(),
+            None,
+            None,
+        );
+        if live.ex.finished() {
+            self.journal = Some(live.journal);
+        }
+        self.conclude(&live.root, record, &live.trigger);
+    }
+}

@@ -150,9 +150,6 @@ pub async fn start_kube(cfg: ServeConfig, config: kube::Config) -> Result<(Serve
     let backend = tessera_kube::KubeBackend::connect(config, cfg.kube.clone(), fallback)
         .await
         .context("cannot start the Kubernetes backend")?;
-    if cfg.engine.max_migrations_pct > 0.0 {
-        eprintln!("tessera serve: {}", tessera_kube::actuator::NOT_YET);
-    }
     let mut doc = crate::sim::policy_document(&cfg.policy, seed)?;
     crate::sim::inject_workload(&mut doc, backend.workload());
     let (client, leadership) = (backend.client(), backend.leadership());

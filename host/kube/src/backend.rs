@@ -29,7 +29,7 @@ use tessera_core::metrics::TargetWorkload;
 use tessera_core::model::{Node, Pod};
 use tessera_core::sched::PodId;
 use tessera_core::telemetry::NodeSample;
-use tessera_server::backend::{Backend, BackendError, ClusterEvent, MoveActuator};
+use tessera_server::backend::{Backend, BackendError, ClusterEvent, Moves};
 use tessera_server::config::KubeBackendConfig;
 
 use crate::convert;
@@ -91,6 +91,8 @@ pub struct KubeBackend {
     /// The election, which releases the lease when told to stop.
     elector: Option<tokio::task::JoinHandle<()>>,
     stop: Arc<tokio::sync::Notify>,
+    /// The movement journal's ConfigMap: namespace, name.
+    journal_at: (String, String),
 }
 
 impl std::fmt::Debug for KubeBackend {
@@ -232,6 +234,7 @@ impl KubeBackend {
             tasks,
             elector: elector_task,
             stop,
+            journal_at: (cfg.lease_namespace.clone(), cfg.journal_name.clone()),
         })
     }
 
@@ -677,8 +680,43 @@ impl Backend for KubeBackend {
         index.values().find(|r| r.uid == uid).map(|r| r.pod.clone())
     }
 
-    fn actuator(&mut self, cluster: &Cluster, pods: Vec<(PodId, Pod, Placement)>, _plan: u64) -> Box<dyn MoveActuator> {
-        Box::new(crate::actuator::Refusing::new(cluster, pods))
+    fn actuator(&mut self, _cluster: &Cluster, _pods: Vec<(PodId, Pod, Placement)>, _plan: u64) -> Moves {
+        Moves::Live
+    }
+
+    fn movable(&self, id: PodId) -> Result<(), String> {
+        if !self.leadership.is_leader() {
+            return Err("this replica does not lead".into());
+        }
+        let p = self.pod_ref(id).ok_or("unknown pod")?;
+        let key = format!("{}/{}", p.namespace, p.name);
+        match &p.owner {
+            Some((kind, _)) if kind == "ReplicaSet" || kind == "StatefulSet" => {}
+            Some((kind, name)) => {
+                return Err(format!(
+                    "pod {key} belongs to {kind} {name}, which does not recreate an evicted pod as it was; not moved"
+                ));
+            }
+            None => return Err(format!("pod {key} has no controller to recreate it; not moved")),
+        }
+        if !p.ours {
+            return Err(format!("pod {key} names another scheduler, which would place its replacement; not moved"));
+        }
+        if let Some(b) = blocking_budget(&self.live.budgets, &p.namespace, &p.labels) {
+            return Err(format!("the disruption budget {b} allows no disruption of pod {key} now"));
+        }
+        Ok(())
+    }
+
+    fn ready(&self, id: PodId) -> bool {
+        self.pod_ref(id).is_some_and(|p| p.ready)
+    }
+
+    fn journal(&mut self) -> Result<Box<dyn tessera_movement::journal::Journal + Send>, String> {
+        let (ns, name) = &self.journal_at;
+        let j = crate::journal::ConfigMapJournal::open(self.client.clone(), ns, name, &self.identity, self.rt.clone())
+            .map_err(|e| format!("ConfigMap {ns}/{name}: {e}"))?;
+        Ok(Box::new(j))
     }
 }
 

@@ -5,7 +5,6 @@
 //! `coordination.k8s.io` Lease, the scheduler-extender endpoints for
 //! clusters that keep kube-scheduler, and the `TesseraPolicy` resource.
 
-pub mod actuator;
 pub mod backend;
 pub mod convert;
 pub mod crd;

@@ -34,6 +34,31 @@ pub struct PodRef {
     pub gpus: Option<tessera_core::cluster::GpuSet>,
     /// Its labels (which disruption budgets cover it).
     pub labels: std::collections::BTreeMap<String, String>,
+    /// Its controller (kind, name): what recreates it when evicted.
+    pub owner: Option<(String, String)>,
+    /// Its `Ready` condition is true.
+    pub ready: bool,
+    /// It names Tessera as its scheduler.
+    pub ours: bool,
+}
+
+/// The loop's id of the pod with API uid `uid`: the same on every replica
+/// (a new leader resumes a movement journal another one wrote). FNV-1a of
+/// the uid, 62 bits (the loop keeps ids above for its own stand-ins).
+pub fn pod_id(uid: &str) -> PodId {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in uid.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    (h & ID_MASK).max(1)
+}
+
+const ID_MASK: PodId = (1 << 62) - 1;
+
+fn is_ready(p: &KPod) -> bool {
+    let conditions = p.status.as_ref().and_then(|s| s.conditions.as_ref());
+    conditions.into_iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
 /// Pods by the loop's id, shared with the backend's binds and evictions.
@@ -74,7 +99,6 @@ struct Tracked {
 #[derive(Debug)]
 pub struct PodTracker {
     scheduler: String,
-    next_id: PodId,
     by_uid: HashMap<String, Tracked>,
     relist: Relist,
     index: PodIndex,
@@ -90,7 +114,6 @@ impl PodTracker {
     pub fn new(scheduler: &str, index: PodIndex, binding: Arc<Mutex<HashMap<String, String>>>) -> Self {
         Self {
             scheduler: scheduler.to_string(),
-            next_id: 1,
             by_uid: HashMap::new(),
             relist: Relist::default(),
             index,
@@ -138,9 +161,13 @@ impl PodTracker {
         node: Option<String>,
         gpus: Option<tessera_core::cluster::GpuSet>,
     ) -> PodId {
-        let id = self.next_id;
-        self.next_id += 1;
+        let mut index = self.index.lock().unwrap_or_else(|p| p.into_inner());
+        let mut id = pod_id(uid);
+        while index.contains_key(&id) {
+            id = ((id + 1) & ID_MASK).max(1);
+        }
         self.by_uid.insert(uid.to_string(), Tracked { id, node: node.clone() });
+        let owner = p.metadata.owner_references.iter().flatten().find(|o| o.controller == Some(true));
         let r = PodRef {
             namespace: p.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
             name: p.metadata.name.clone().unwrap_or_default(),
@@ -149,8 +176,11 @@ impl PodTracker {
             node,
             gpus,
             labels: p.metadata.labels.clone().unwrap_or_default(),
+            owner: owner.map(|o| (o.kind.clone(), o.name.clone())),
+            ready: is_ready(p),
+            ours: p.spec.as_ref().and_then(|s| s.scheduler_name.as_deref()) == Some(self.scheduler.as_str()),
         };
-        self.index.lock().unwrap_or_else(|p| p.into_inner()).insert(id, r);
+        index.insert(id, r);
         id
     }
 
@@ -165,6 +195,11 @@ impl PodTracker {
         let node = spec.and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty());
         let ours = spec.and_then(|s| s.scheduler_name.as_deref()) == Some(self.scheduler.as_str());
         let known_node = self.by_uid.get(&uid).map(|t| t.node.clone());
+        if let Some(t) = self.by_uid.get(&uid)
+            && let Some(r) = self.index.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&t.id)
+        {
+            r.ready = is_ready(p);
+        }
         match (known_node, node) {
             // Already where the loop thinks it is, or still waiting.
             (Some(Some(_)), _) | (Some(None), None) => {}

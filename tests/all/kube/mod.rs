@@ -10,6 +10,7 @@ mod backend;
 mod deploy;
 mod extender;
 mod journal;
+mod moves;
 mod policies;
 mod service;
 

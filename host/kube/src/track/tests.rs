@@ -1,6 +1,10 @@
 use super::*;
 use serde_json::json;
 
+fn id(uid: &str) -> PodId {
+    pod_id(uid)
+}
+
 fn kpod(name: &str, uid: &str, scheduler: &str, node: Option<&str>, phase: &str) -> KPod {
     serde_json::from_value(json!({
         "metadata": {"name": name, "namespace": "ml", "uid": uid},
@@ -24,12 +28,14 @@ fn tracker() -> (PodTracker, PodIndex, Arc<Mutex<HashMap<String, String>>>) {
 fn pods_naming_tessera_are_queued_and_others_only_count_once_bound() {
     let (mut t, index, binding) = tracker();
     let ev = t.on(Event::Apply(kpod("a", "u-a", "tessera", None, "Pending")));
-    assert!(matches!(&ev[..], [ClusterEvent::Submitted { id: 1, pod }] if pod.name == "ml/a" && pod.gpu_count == 1));
-    assert_eq!(index.lock().unwrap()[&1].name, "a");
+    assert!(
+        matches!(&ev[..], [ClusterEvent::Submitted { id, pod }] if *id == super::pod_id("u-a") && pod.name == "ml/a" && pod.gpu_count == 1)
+    );
+    assert_eq!(index.lock().unwrap()[&id("u-a")].name, "a");
     assert!(t.on(Event::Apply(kpod("b", "u-b", "default-scheduler", None, "Pending"))).is_empty());
     // kube-scheduler binds b: it runs, and takes room.
     let ev = t.on(Event::Apply(kpod("b", "u-b", "default-scheduler", Some("n1"), "Running")));
-    assert!(matches!(&ev[..], [ClusterEvent::Running { id: 2, node, .. }] if node == "n1"));
+    assert!(matches!(&ev[..], [ClusterEvent::Running { id, node, .. }] if *id == super::pod_id("u-b") && node == "n1"));
     // Tessera binds a: the change it expects, nothing to tell the loop.
     binding.lock().unwrap().insert("u-a".into(), "n2".into());
     assert!(t.on(Event::Apply(kpod("a", "u-a", "tessera", Some("n2"), "Running"))).is_empty());
@@ -38,8 +44,8 @@ fn pods_naming_tessera_are_queued_and_others_only_count_once_bound() {
     assert!(t.on(Event::Apply(kpod("a", "u-a", "tessera", Some("n2"), "Running"))).is_empty());
     // It ends.
     let ev = t.on(Event::Apply(kpod("a", "u-a", "tessera", Some("n2"), "Succeeded")));
-    assert_eq!(ev, [ClusterEvent::Deleted { id: 1 }]);
-    assert!(!index.lock().unwrap().contains_key(&1));
+    assert_eq!(ev, [ClusterEvent::Deleted { id: id("u-a") }]);
+    assert!(!index.lock().unwrap().contains_key(&id("u-a")));
     assert!(t.on(Event::Delete(kpod("a", "u-a", "tessera", Some("n2"), "Succeeded"))).is_empty(), "once only");
 }
 
@@ -49,7 +55,7 @@ fn a_queued_pod_someone_else_binds_is_adopted_where_it_runs() {
     t.on(Event::Apply(kpod("a", "u-a", "tessera", None, "Pending")));
     let ev = t.on(Event::Apply(kpod("a", "u-a", "tessera", Some("n9"), "Running")));
     assert!(
-        matches!(&ev[..], [ClusterEvent::Deleted { id: 1 }, ClusterEvent::Running { id: 2, node, .. }] if node == "n9"),
+        matches!(&ev[..], [ClusterEvent::Deleted { id: a }, ClusterEvent::Running { id: b, node, .. }] if a == b && *a == id("u-a") && node == "n9"),
         "{ev:?}"
     );
 }
@@ -62,11 +68,15 @@ fn a_relist_after_a_lost_watch_deletes_what_it_no_longer_lists() {
     assert!(t.on(Event::Init).is_empty());
     assert!(t.on(Event::InitApply(kpod("b", "u-b", "tessera", None, "Pending"))).is_empty());
     let ev = t.on(Event::InitApply(kpod("c", "u-c", "tessera", None, "Pending")));
-    assert!(matches!(&ev[..], [ClusterEvent::Submitted { id: 3, .. }]));
-    assert_eq!(t.on(Event::InitDone), [ClusterEvent::Deleted { id: 1 }], "a was deleted while the watch was down");
+    assert!(matches!(&ev[..], [ClusterEvent::Submitted { id, .. }] if *id == super::pod_id("u-c")));
+    assert_eq!(
+        t.on(Event::InitDone),
+        [ClusterEvent::Deleted { id: id("u-a") }],
+        "a was deleted while the watch was down"
+    );
     // A pod recreated under the same name is another pod.
     let ev = t.on(Event::Apply(kpod("b", "u-b2", "tessera", None, "Pending")));
-    assert!(matches!(&ev[..], [ClusterEvent::Submitted { id: 4, .. }]));
+    assert!(matches!(&ev[..], [ClusterEvent::Submitted { id, .. }] if *id == super::pod_id("u-b2")));
 }
 
 #[test]
@@ -122,4 +132,25 @@ fn agent_health_marks_gpus_until_it_recovers_and_survives_heartbeats() {
     let ev = t.agent_health("n1", vec![Healthy, Failed, Healthy, Healthy]);
     assert!(matches!(&ev[..], [ClusterEvent::NodeUpsert { node }] if node.gpus[3].health == Healthy), "{ev:?}");
     assert!(t.agent_health("unknown", vec![Failed]).is_empty());
+}
+
+#[test]
+fn ids_are_the_same_on_every_replica_and_readiness_follows_the_pod() {
+    let (mut a, index, _) = tracker();
+    let (mut b, _, _) = tracker();
+    let ev_a = a.on(Event::Apply(kpod("x", "5f0c7a52-1f7e-4b0e-9c1a-0d8f7c7e6a01", "tessera", Some("n1"), "Running")));
+    let ev_b = b.on(Event::Apply(kpod("x", "5f0c7a52-1f7e-4b0e-9c1a-0d8f7c7e6a01", "tessera", Some("n1"), "Running")));
+    assert_eq!(ev_a, ev_b, "another replica names the pod alike");
+    assert_ne!(id("5f0c7a52-1f7e-4b0e-9c1a-0d8f7c7e6a01"), id("5f0c7a52-1f7e-4b0e-9c1a-0d8f7c7e6a02"));
+    assert!(id("u") < 1 << 62, "the loop's stand-ins use the ids above");
+    let x = id("5f0c7a52-1f7e-4b0e-9c1a-0d8f7c7e6a01");
+    assert!(!index.lock().unwrap()[&x].ready);
+    let mut ready = kpod("x", "5f0c7a52-1f7e-4b0e-9c1a-0d8f7c7e6a01", "tessera", Some("n1"), "Running");
+    ready.status.as_mut().unwrap().conditions = Some(vec![k8s_openapi::api::core::v1::PodCondition {
+        type_: "Ready".into(),
+        status: "True".into(),
+        ..Default::default()
+    }]);
+    assert!(a.on(Event::Apply(ready)).is_empty(), "no event for the loop");
+    assert!(index.lock().unwrap()[&x].ready);
 }

@@ -189,6 +189,8 @@ struct Recreating {
     now: u64,
     pending: Vec<Vec<ClusterEvent>>,
     calls: Arc<Mutex<Calls>>,
+    /// A pod it will not move.
+    pinned: Option<PodId>,
 }
 
 impl Backend for Recreating {
@@ -233,14 +235,13 @@ impl Backend for Recreating {
     fn actuator(&mut self, _: &Cluster, _: Vec<(PodId, Pod, Placement)>, _: u64) -> Moves {
         Moves::Live
     }
+    fn movable(&self, id: PodId) -> Result<(), String> {
+        if self.pinned == Some(id) { Err("nothing would recreate it".into()) } else { Ok(()) }
+    }
 }
 
-fn half(name: &str) -> Pod {
-    Pod { name: name.into(), namespace: "ml".into(), workload: "ml/web".into(), gpu_milli: 500, ..pod(name, 1) }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_live_move_holds_its_room_until_the_replacement_takes_it() {
+/// The two web pods of the live-move tests, and the backend.
+fn recreating(pinned: Option<PodId>) -> (Recreating, TargetWorkload, Arc<Mutex<Calls>>) {
     let node = |i: u32, gpus: usize, model: &str| {
         Node::new(i, format!("node-{i}"), Resources { cpu_milli: 32_000, memory_mib: 131_072 }, gpus, model)
     };
@@ -255,7 +256,12 @@ async fn a_live_move_holds_its_room_until_the_replacement_takes_it() {
     ];
     let workload = TargetWorkload::from_pods(&[half("w"), pod("train", 2)], 0.95);
     let calls = Arc::new(Mutex::new(Calls::default()));
-    let backend = Recreating { nodes, workload: workload.clone(), now: 0, pending: vec![start], calls: calls.clone() };
+    let backend =
+        Recreating { nodes, workload: workload.clone(), now: 0, pending: vec![start], calls: calls.clone(), pinned };
+    (backend, workload, calls)
+}
+
+fn start_live(backend: Recreating, workload: TargetWorkload) -> Server {
     let mut cfg =
         ServeConfig { api_token: Some(TOKEN.into()), cache_dir: Some(crate::cache_dir()), ..ServeConfig::default() };
     cfg.engine.tick_ms = 20;
@@ -264,7 +270,33 @@ async fn a_live_move_holds_its_room_until_the_replacement_takes_it() {
     let mut doc = tessera::sim::policy_document("default", 1).unwrap();
     tessera::sim::inject_workload(&mut doc, &workload);
     let loader = Arc::new(tessera::serve::CliLoader::new(workload, Some(crate::cache_dir())).unwrap());
-    let mut server = Server::start(cfg, Box::new(backend), doc, loader, None).unwrap();
+    Server::start(cfg, Box::new(backend), doc, loader, None).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_planner_leaves_alone_the_pods_the_backend_will_not_move() {
+    let (backend, workload, calls) = recreating(Some(1));
+    let mut server = start_live(backend, workload);
+    let shared = server.shared().clone();
+    let t0 = std::time::Instant::now();
+    while shared.plans.read().unwrap().newest_first().count() < 5 {
+        assert!(t0.elapsed() < Duration::from_secs(30), "five cycles ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::task::spawn_blocking(move || server.stop()).await.unwrap();
+    let plans: Vec<_> = shared.plans.read().unwrap().newest_first().cloned().collect();
+    assert!(plans.iter().all(|p| p.moves.iter().all(|m| m.pod != "web-0")), "web-0 is pinned: {plans:#?}");
+    assert!(!calls.lock().unwrap().evictions.contains(&1));
+}
+
+fn half(name: &str) -> Pod {
+    Pod { name: name.into(), namespace: "ml".into(), workload: "ml/web".into(), gpu_milli: 500, ..pod(name, 1) }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_move_holds_its_room_until_the_replacement_takes_it() {
+    let (backend, workload, calls) = recreating(None);
+    let mut server = start_live(backend, workload);
     let shared = server.shared().clone();
     let t0 = std::time::Instant::now();
     let executed = || shared.plans.read().unwrap().newest_first().any(|p| p.state == "executed");

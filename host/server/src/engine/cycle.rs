@@ -18,7 +18,7 @@ use std::time::{Duration, Instant, SystemTime};
 use opentelemetry::trace::{SpanContext, TraceContextExt};
 use opentelemetry::{Context, KeyValue};
 use tessera_core::cluster::Placement;
-use tessera_core::model::{GPU_MILLI, Pod};
+use tessera_core::model::{GPU_MILLI, Pod, Tier};
 use tessera_core::telemetry::Detection;
 use tessera_movement::exec::{Executor, StepState};
 use tessera_movement::journal::MemJournal;
@@ -56,8 +56,16 @@ impl Engine {
     pub(super) fn reschedule(&mut self, now: u64, detected: Option<Detected>) {
         let cycle_wall = detected.as_ref().map_or_else(SystemTime::now, |d| d.wall);
         let trigger = if detected.is_some() { "anomalies" } else { "periodic" };
-        let (ids, running): (Vec<u64>, Vec<(Pod, Placement)>) =
+        let (ids, mut running): (Vec<u64>, Vec<(Pod, Placement)>) =
             self.sched.running().map(|(id, p, at)| (id, (p.clone(), at))).unzip();
+        // Pods the backend will not move (nothing would recreate them, a
+        // disruption budget forbids it now) are pinned for the planner,
+        // which never moves a hard-tier pod.
+        for ((pod, _), &id) in running.iter_mut().zip(&ids) {
+            if pod.tier != Tier::Hard && self.backend.movable(id).is_err() {
+                pod.tier = Tier::Hard;
+            }
+        }
         let max_moves = (self.cfg.max_migrations_pct / 100.0 * running.len() as f64).floor() as usize;
         let tracer = self.tracing.tracer().clone();
         let mut by_kind: BTreeMap<&str, u32> = BTreeMap::new();

@@ -47,6 +47,16 @@ fn pod(name: &str, gpus: u32) -> Pod {
     }
 }
 
+/// The same moderate load on every node, always.
+fn steady(node: &Node) -> NodeSample {
+    NodeSample {
+        cpu_util_permille: 300,
+        memory_util_permille: 300,
+        gpu_util_permille: vec![500; node.gpus.len()],
+        gpu_memory_used_mib: vec![0; node.gpus.len()],
+    }
+}
+
 impl Backend for Scripted {
     fn name(&self) -> &'static str {
         "scripted"
@@ -71,12 +81,7 @@ impl Backend for Scripted {
     }
 
     fn sample(&mut self, node: &Node, _pods: &[(&Pod, Placement)], _t: u64) -> NodeSample {
-        NodeSample {
-            cpu_util_permille: 300,
-            memory_util_permille: 300,
-            gpu_util_permille: vec![500; node.gpus.len()],
-            gpu_memory_used_mib: vec![0; node.gpus.len()],
-        }
+        steady(node)
     }
 
     fn zone_carbon(&mut self, _zone: &str, _t: u64) -> u32 {
@@ -211,12 +216,7 @@ impl Backend for Recreating {
         if self.pending.is_empty() { Vec::new() } else { self.pending.remove(0) }
     }
     fn sample(&mut self, node: &Node, _pods: &[(&Pod, Placement)], _t: u64) -> NodeSample {
-        NodeSample {
-            cpu_util_permille: 300,
-            memory_util_permille: 300,
-            gpu_util_permille: vec![500; node.gpus.len()],
-            gpu_memory_used_mib: vec![0; node.gpus.len()],
-        }
+        steady(node)
     }
     fn zone_carbon(&mut self, _zone: &str, _t: u64) -> u32 {
         200

@@ -330,40 +330,18 @@ impl Engine {
             }
         }
         let now = unix_s();
-        let resumed = {
-            let mut rj = Renumbered { inner: journal.as_mut(), entries: renumbered };
-            let act = Act {
-                sched: &mut self.sched,
-                backend: self.backend.as_mut(),
-                tracker: &mut self.tracker,
-                workload: &self.workload,
-                steering: &mut steering,
-                now_s: self.now_s,
-            };
-            Executor::resume(self.doc.movement.clone(), &mut rj, &act, now)
+        let mut act = Act {
+            sched: &mut self.sched,
+            backend: self.backend.as_mut(),
+            tracker: &mut self.tracker,
+            workload: &self.workload,
+            steering: &mut steering,
+            now_s: self.now_s,
         };
-        let ex = match resumed {
-            Ok(Some(ex)) if !ex.finished() => ex,
-            Ok(_) => {
-                self.journal = Some(journal);
-                return;
-            }
-            Err(e) => {
-                tracing::warn!("movement journal: {e}; not resumed");
-                self.count_backend_error("BACKEND-JOURNAL");
-                return;
-            }
-        };
-        // Hold the room again for the steps between reservation and done.
-        {
-            let mut act = Act {
-                sched: &mut self.sched,
-                backend: self.backend.as_mut(),
-                tracker: &mut self.tracker,
-                workload: &self.workload,
-                steering: &mut steering,
-                now_s: self.now_s,
-            };
+        let mut rj = Renumbered { inner: journal.as_mut(), entries: renumbered };
+        let resumed = Executor::resume(self.doc.movement.clone(), &mut rj, &act, now);
+        if let Ok(Some(ex)) = &resumed {
+            // Hold the room again for the steps between reservation and done.
             for (i, s) in ex.states().iter().enumerate() {
                 let mv = &ex.dag().steps[i].mv;
                 let armed = match s {
@@ -379,6 +357,18 @@ impl Engine {
                 }
             }
         }
+        let ex = match resumed {
+            Ok(Some(ex)) if !ex.finished() => ex,
+            Ok(_) => {
+                self.journal = Some(journal);
+                return;
+            }
+            Err(e) => {
+                tracing::warn!("movement journal: {e}; not resumed");
+                self.count_backend_error("BACKEND-JOURNAL");
+                return;
+            }
+        };
         let plan_id = ex.plan_id();
         self.plan_seq = self.plan_seq.max(plan_id);
         let tracer = self.tracing.tracer().clone();

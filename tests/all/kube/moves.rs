@@ -8,6 +8,8 @@
 //! previous one left in the middle.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -40,13 +42,20 @@ fn web(name: &str, node: Option<&str>) -> Value {
 /// `web`, creating `web-r<n>` for each one gone) and the kubelet (a bound
 /// pod becomes Ready after a moment), until the returned task is aborted.
 fn controllers(srv: &ApiServer, replicas: usize) -> tokio::task::JoinHandle<()> {
+    paused_controllers(srv, replicas, Arc::new(AtomicBool::new(true)))
+}
+
+/// The same, the ReplicaSet controller recreating pods only while
+/// `recreate` holds.
+fn paused_controllers(srv: &ApiServer, replicas: usize, recreate: Arc<AtomicBool>) -> tokio::task::JoinHandle<()> {
     let srv = srv.clone();
     tokio::spawn(async move {
         let mut made = 0;
         loop {
             let pods = srv.list("pods");
             let owned = pods.iter().filter(|p| p["metadata"]["ownerReferences"][0]["uid"] == RS_UID).count();
-            for _ in owned..replicas {
+            let want = if recreate.load(Ordering::SeqCst) { replicas } else { 0 };
+            for _ in owned..want {
                 made += 1;
                 srv.put(web(&format!("web-r{made}"), None));
             }
@@ -258,4 +267,69 @@ async fn a_new_leader_resumes_the_plan_its_predecessor_left_in_the_journal() {
     );
     rs.abort();
     b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_in_the_middle_of_a_move_hands_the_plan_to_the_next() {
+    let srv = ApiServer::start().await;
+    for (i, zone) in ["zone-a", "zone-a", "zone-b"].iter().enumerate() {
+        srv.put(node(&format!("gpu-{i}"), 2, zone));
+    }
+    srv.put(web("web-0", Some("gpu-0")));
+    srv.put(web("web-1", Some("gpu-1")));
+    srv.put(super::pod("ml", "train-0", "default-scheduler", Some("gpu-2"), 2, "train"));
+    // The ReplicaSet controller is slow: nothing is recreated until the
+    // leader is gone.
+    let recreate = Arc::new(AtomicBool::new(false));
+    let rs = paused_controllers(&srv, 2, recreate.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let start = |identity: &'static str| {
+        let mut cfg = replica(identity);
+        cfg.policy = policy(dir.path());
+        cfg.engine.max_migrations_pct = 50.0;
+        cfg.engine.reschedule_every_s = 2;
+        tessera::serve::start_kube(cfg, srv.config())
+    };
+    let (server, listener) = start("replica-a").await.unwrap();
+    let a = Running::serve(server, listener).await;
+    until("replica-a to lead", Duration::from_secs(20), || a.shared.status.read().unwrap().active).await;
+    let (server, listener) = start("replica-b").await.unwrap();
+    let b = Running::serve(server, listener).await;
+
+    until("replica-a to evict a pod", Duration::from_secs(30), || srv.counters().evictions == 1).await;
+    let evicted = journal(&srv);
+    assert!(
+        evicted
+            .iter()
+            .any(|e| matches!(e, Entry::Step { state: tessera_movement::exec::StepState::Started { .. }, .. })),
+        "{evicted:?}"
+    );
+    // Cut off, replica-a steps down; replica-b takes the lease and the plan.
+    srv.partition("replica-a");
+    until("replica-b to lead", Duration::from_secs(20), || b.shared.status.read().unwrap().active).await;
+    assert!(!a.shared.status.read().unwrap().active);
+    recreate.store(true, Ordering::SeqCst);
+    until("the plan to finish", Duration::from_secs(30), || {
+        matches!(journal(&srv).last(), Some(Entry::Finished { .. }))
+    })
+    .await;
+
+    let entries = journal(&srv);
+    assert!(
+        entries.iter().any(|e| matches!(e, Entry::Step { state: tessera_movement::exec::StepState::Done, .. })),
+        "{entries:?}"
+    );
+    let cm = srv.get("configmaps", "tessera-system", "tessera-movement-journal").unwrap();
+    assert_eq!(cm["metadata"]["annotations"]["tessera.io/journal-writer"], "replica-b");
+    let plan = b.shared.plans.read().unwrap().newest_first().find(|p| p.trigger.starts_with("resumed")).cloned();
+    let plan = plan.expect("replica-b shows the plan it resumed");
+    let mv = &plan.moves[0];
+    assert_eq!(mv.state, "done", "{plan:#?}");
+    let by = nodes_of(&srv);
+    assert_eq!(by[&mv.to].len(), 2, "the replacement went where replica-a meant it to: {by:?}");
+    assert_eq!(srv.counters().evictions, 1, "nothing evicted twice");
+    assert!(srv.counters().bindings.values().all(|&n| n == 1), "nothing bound twice");
+    rs.abort();
+    b.stop().await;
+    a.stop().await;
 }

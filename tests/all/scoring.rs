@@ -174,7 +174,7 @@ fn parallel_workers_decide_like_one() {
         p.nodes_changed(&c.nodes().iter().collect::<Vec<_>>());
         p.prime();
     }
-    let (mut candidates, mut rejected) = (Vec::new(), [0; 5]);
+    let (mut candidates, mut rejected) = (Vec::new(), [0; tessera_core::cluster::FilterReason::COUNT]);
     let mut placed = 0;
     for pod in &tessera_core::sim::synthetic::pods(400, &[], 9) {
         clusters[0].feasible(pod, &mut candidates, &mut rejected);

@@ -227,6 +227,7 @@ pub fn pod_of(row: &PodRow) -> Pod {
             Some("Guaranteed") => Tier::Hard,
             _ => Tier::Soft,
         },
+        ..Default::default()
     }
 }
 

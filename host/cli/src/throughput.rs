@@ -89,7 +89,7 @@ impl<'p> Side<'p> {
     /// One decision (hard filter, plugins, bind, mirror update), timed.
     fn decide(&mut self, pod: &Pod) {
         let t = Instant::now();
-        let mut rejected = [0u32; 5];
+        let mut rejected = [0u32; tessera_core::cluster::FilterReason::COUNT];
         self.cluster.feasible(pod, &mut self.candidates, &mut rejected);
         if !self.candidates.is_empty() {
             self.run.scored += self.candidates.len() as u64;

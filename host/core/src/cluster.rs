@@ -22,21 +22,28 @@ pub enum FilterReason {
     ModelMismatch,
     /// Not enough GPUs, or no GPU with enough free share.
     GpuInsufficient,
+    /// A taint the pod does not tolerate, or a label its node selector
+    /// asks for that the node lacks.
+    NodeConstraint,
 }
 
 impl FilterReason {
     /// All reasons, in a stable order.
-    pub const ALL: [FilterReason; 5] = [
+    pub const ALL: [FilterReason; FilterReason::COUNT] = [
         FilterReason::NodeNotReady,
         FilterReason::CpuInsufficient,
         FilterReason::MemoryInsufficient,
         FilterReason::ModelMismatch,
         FilterReason::GpuInsufficient,
+        FilterReason::NodeConstraint,
     ];
+
+    /// How many reasons there are.
+    pub const COUNT: usize = 6;
 
     /// The most common of the rejections counted by [`Cluster::feasible`]
     /// (ties: the earlier reason).
-    pub fn main(rejected: &[u32; 5]) -> FilterReason {
+    pub fn main(rejected: &[u32; FilterReason::COUNT]) -> FilterReason {
         let (i, _) = rejected.iter().enumerate().max_by_key(|&(i, c)| (*c, std::cmp::Reverse(i))).unwrap_or((0, &0));
         FilterReason::ALL[i]
     }
@@ -49,6 +56,7 @@ impl FilterReason {
             FilterReason::MemoryInsufficient => "SCHED-MEMORY-INSUFFICIENT",
             FilterReason::ModelMismatch => "SCHED-MODEL-MISMATCH",
             FilterReason::GpuInsufficient => "SCHED-GPU-INSUFFICIENT",
+            FilterReason::NodeConstraint => "SCHED-NODE-CONSTRAINT",
         }
     }
 }
@@ -120,6 +128,9 @@ pub fn check(node: &Node, pod: &Pod) -> Result<(), FilterReason> {
     if !node.ready {
         return Err(FilterReason::NodeNotReady);
     }
+    if (!node.taints.is_empty() || !pod.node_selector.is_empty()) && !node.admits(pod) {
+        return Err(FilterReason::NodeConstraint);
+    }
     if pod.requests.cpu_milli > node.free.cpu_milli {
         return Err(FilterReason::CpuInsufficient);
     }
@@ -181,6 +192,8 @@ pub(crate) fn release(node: &mut Node, gpus: GpuSet, pod: &Pod) {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Fit {
     ready: bool,
+    /// The node has taints (a pod must tolerate them).
+    tainted: bool,
     /// Index of the node's GPU model in [`Cluster::models`].
     model: u16,
     /// Usable GPUs that are entirely free.
@@ -257,6 +270,7 @@ impl Cluster {
         let usable_gpus = n.gpus.iter().filter(|g| usable(g));
         Fit {
             ready: n.ready,
+            tainted: !n.taints.is_empty(),
             model: model as u16,
             whole_free: usable_gpus.clone().filter(|g| g.free_milli == GPU_MILLI).count().min(255) as u8,
             best_share: usable_gpus.map(|g| g.free_milli).max().unwrap_or(0),
@@ -315,9 +329,12 @@ impl Cluster {
 
     /// The hard filter on node `id`, from the summary: same answer as
     /// [`check`] on the node.
-    fn check_fit(f: &Fit, pod: &Pod, allowed: &[bool]) -> Result<(), FilterReason> {
+    fn check_fit(f: &Fit, node: &Node, pod: &Pod, allowed: &[bool]) -> Result<(), FilterReason> {
         if !f.ready {
             return Err(FilterReason::NodeNotReady);
+        }
+        if (f.tainted || !pod.node_selector.is_empty()) && !node.admits(pod) {
+            return Err(FilterReason::NodeConstraint);
         }
         if pod.requests.cpu_milli > f.cpu {
             return Err(FilterReason::CpuInsufficient);
@@ -341,11 +358,11 @@ impl Cluster {
 
     /// Nodes that pass the hard filter, in id order; `rejected` counts the
     /// others by reason (indexed like [`FilterReason::ALL`]).
-    pub fn feasible(&self, pod: &Pod, out: &mut Vec<NodeId>, rejected: &mut [u32; 5]) {
+    pub fn feasible(&self, pod: &Pod, out: &mut Vec<NodeId>, rejected: &mut [u32; FilterReason::COUNT]) {
         out.clear();
         let allowed = self.allowed(pod);
         for (i, f) in self.fits.iter().enumerate() {
-            match Self::check_fit(f, pod, &allowed) {
+            match Self::check_fit(f, &self.nodes[i], pod, &allowed) {
                 Ok(()) => out.push(i as NodeId),
                 Err(r) => rejected[r as usize] += 1,
             }
@@ -363,7 +380,7 @@ impl Cluster {
         start: usize,
         want: usize,
         out: &mut Vec<NodeId>,
-        rejected: &mut [u32; 5],
+        rejected: &mut [u32; FilterReason::COUNT],
     ) -> usize {
         let n = self.fits.len();
         if want >= n || n == 0 {
@@ -377,7 +394,7 @@ impl Cluster {
         for k in 0..n {
             let i = (start + k) % n;
             next = (i + 1) % n;
-            match Self::check_fit(&self.fits[i], pod, &allowed) {
+            match Self::check_fit(&self.fits[i], &self.nodes[i], pod, &allowed) {
                 Ok(()) => {
                     out.push(i as NodeId);
                     if out.len() == want {
@@ -543,7 +560,7 @@ mod tests {
     #[test]
     fn feasible_counts_rejections() {
         let c = Cluster::new(vec![node(&[1000]), node(&[0]), node(&[500])]);
-        let (mut out, mut rej) = (Vec::new(), [0; 5]);
+        let (mut out, mut rej) = (Vec::new(), [0; FilterReason::COUNT]);
         c.feasible(&pod(1, 1, 600), &mut out, &mut rej);
         assert_eq!(out, [0]);
         assert_eq!(rej[FilterReason::GpuInsufficient as usize], 2);
@@ -572,9 +589,15 @@ mod tests {
             if rng.random_bool(0.3) {
                 p.allowed_models = vec![["V100", "A100", "H100"][rng.random_range(0..3)].to_string()];
             }
-            let (mut out, mut rej) = (Vec::new(), [0; 5]);
+            if rng.random_bool(0.2) {
+                p.node_selector.insert("pool".into(), ["a", "b"][rng.random_range(0..2)].into());
+            }
+            if rng.random_bool(0.5) {
+                p.tolerations.push(crate::model::Toleration { key: "spot".into(), exists: true, ..Default::default() });
+            }
+            let (mut out, mut rej) = (Vec::new(), [0; FilterReason::COUNT]);
             c.feasible(&p, &mut out, &mut rej);
-            let mut expect_rej = [0; 5];
+            let mut expect_rej = [0; FilterReason::COUNT];
             let expect: Vec<NodeId> = c
                 .nodes()
                 .iter()
@@ -594,7 +617,17 @@ mod tests {
                 }
                 8 => {
                     let n = rng.random_range(0..40);
+                    let (taint, pool) = (rng.random_bool(0.3), ["a", "b"][rng.random_range(0..2)]);
                     c.update_node(n, |node| {
+                        node.taints.clear();
+                        if taint {
+                            node.taints.push(crate::model::Taint {
+                                key: "spot".into(),
+                                value: String::new(),
+                                effect: "NoSchedule".into(),
+                            });
+                        }
+                        node.labels.insert("pool".into(), pool.into());
                         node.ready = !node.ready;
                         if let Some(g) = node.gpus.first_mut() {
                             g.health =

@@ -43,10 +43,19 @@ const EXACT_SIZE: usize = 2;
 /// Most (node, pods) candidates whose moves are tried per pod.
 const TRIES: usize = 16;
 
-type ShapeKey = (u64, u64, u32, u32, Vec<String>);
+type ShapeKey = (u64, u64, u32, u32, Vec<String>, Vec<(String, String)>, Vec<crate::model::Toleration>);
 
+/// Pods alike in everything that decides where they may go.
 fn shape_key(p: &Pod) -> ShapeKey {
-    (p.requests.cpu_milli, p.requests.memory_mib, p.gpu_count, p.gpu_milli, p.allowed_models.clone())
+    (
+        p.requests.cpu_milli,
+        p.requests.memory_mib,
+        p.gpu_count,
+        p.gpu_milli,
+        p.allowed_models.clone(),
+        p.node_selector.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        p.tolerations.clone(),
+    )
 }
 
 fn gpu_share(p: &Pod) -> u64 {
@@ -79,7 +88,7 @@ pub fn make_room(
     // (moves of the same plan free no room elsewhere). Pods of one shape
     // share the answer: up to two nodes that take it (one may be its own).
     let mut goes: HashMap<ShapeKey, Vec<NodeId>> = HashMap::new();
-    let (mut cand, mut rejected) = (Vec::new(), [0u32; 5]);
+    let (mut cand, mut rejected) = (Vec::new(), [0u32; crate::cluster::FilterReason::COUNT]);
     // (moves, GPU share moved, node, pods) for every subset that makes room.
     let mut candidates: Vec<(usize, u64, NodeId, Vec<usize>)> = Vec::new();
     for node in cluster.nodes() {
@@ -154,7 +163,7 @@ pub fn make_room(
     }
     candidates.sort();
     let mut feasible = Vec::new();
-    let mut rejected = [0u32; 5];
+    let mut rejected = [0u32; crate::cluster::FilterReason::COUNT];
     for (_, _, node, set) in candidates.into_iter().take(TRIES) {
         // Try the moves on the cluster itself, then undo them.
         for &i in &set {

@@ -105,6 +105,52 @@ pub struct Node {
     pub workloads: BTreeMap<String, u32>,
     /// Bound GPU pods per request class ([`Pod::gpu_class`]).
     pub gpu_classes: BTreeMap<String, u32>,
+    /// Labels (a pod's node selector matches them).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Taints a pod must tolerate to be placed here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<Taint>,
+}
+
+/// A node taint that keeps off the pods that do not tolerate it
+/// (Kubernetes `NoSchedule` and `NoExecute`; `PreferNoSchedule` is a
+/// preference and not kept).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Taint {
+    /// Key.
+    pub key: String,
+    /// Value ("" if none).
+    #[serde(default)]
+    pub value: String,
+    /// `NoSchedule` or `NoExecute`.
+    pub effect: String,
+}
+
+/// A pod's toleration of taints.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Toleration {
+    /// Key ("" with `exists`: every taint).
+    #[serde(default)]
+    pub key: String,
+    /// `Exists` (any value) rather than `Equal`.
+    #[serde(default)]
+    pub exists: bool,
+    /// Value, for `Equal`.
+    #[serde(default)]
+    pub value: String,
+    /// Effect tolerated ("": every effect).
+    #[serde(default)]
+    pub effect: String,
+}
+
+impl Toleration {
+    /// Whether it tolerates `t` (Kubernetes' rules).
+    pub fn tolerates(&self, t: &Taint) -> bool {
+        (self.effect.is_empty() || self.effect == t.effect)
+            && (self.key.is_empty() && self.exists || self.key == t.key)
+            && (self.exists || self.value == t.value)
+    }
 }
 
 impl Node {
@@ -123,7 +169,16 @@ impl Node {
             ready: true,
             workloads: BTreeMap::new(),
             gpu_classes: BTreeMap::new(),
+            labels: BTreeMap::new(),
+            taints: Vec::new(),
         }
+    }
+
+    /// Whether `pod` may be placed here by its node selector and
+    /// tolerations (capacity aside).
+    pub fn admits(&self, pod: &Pod) -> bool {
+        pod.node_selector.iter().all(|(k, v)| self.labels.get(k) == Some(v))
+            && self.taints.iter().all(|t| pod.tolerations.iter().any(|tol| tol.tolerates(t)))
     }
 
     /// Free share over usable GPUs.
@@ -180,6 +235,12 @@ pub struct Pod {
     pub priority: i32,
     /// Tier.
     pub tier: Tier,
+    /// Labels a node must have (Kubernetes' `nodeSelector`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// Taints it tolerates.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
 }
 
 impl Pod {
@@ -191,5 +252,44 @@ impl Pod {
             (1, m) if m < GPU_MILLI => Some("share-gpu".into()),
             (n, _) => Some(format!("{n}-gpu")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_toleration_matches_key_value_and_effect_as_kubernetes_does() {
+        let taint = Taint { key: "gpu".into(), value: "a100".into(), effect: "NoExecute".into() };
+        let tol = |key: &str, exists: bool, value: &str, effect: &str| Toleration {
+            key: key.into(),
+            exists,
+            value: value.into(),
+            effect: effect.into(),
+        };
+        assert!(tol("gpu", false, "a100", "NoExecute").tolerates(&taint));
+        assert!(tol("gpu", false, "a100", "").tolerates(&taint), "no effect: every effect");
+        assert!(!tol("gpu", false, "a100", "NoSchedule").tolerates(&taint), "another effect");
+        assert!(!tol("gpu", false, "h100", "").tolerates(&taint), "Equal needs the value");
+        assert!(tol("gpu", true, "", "").tolerates(&taint), "Exists: any value");
+        assert!(!tol("other", true, "", "").tolerates(&taint));
+        assert!(tol("", true, "", "").tolerates(&taint), "an empty key with Exists: every taint");
+        assert!(!tol("", false, "", "").tolerates(&taint), "an empty key needs Exists");
+
+        let mut node = Node::new(0, "n", Resources { cpu_milli: 8_000, memory_mib: 8_192 }, 1, "A100");
+        let pod = Pod { gpu_count: 1, gpu_milli: GPU_MILLI, ..Pod::default() };
+        assert!(node.admits(&pod), "no taints, no selector");
+        node.taints.push(taint.clone());
+        assert!(!node.admits(&pod));
+        assert!(node.admits(&Pod { tolerations: vec![tol("gpu", true, "", "")], ..pod.clone() }));
+        let picky = Pod {
+            node_selector: [("pool".into(), "train".into())].into(),
+            tolerations: vec![tol("", true, "", "")],
+            ..pod
+        };
+        assert!(!node.admits(&picky));
+        node.labels.insert("pool".into(), "train".into());
+        assert!(node.admits(&picky));
     }
 }

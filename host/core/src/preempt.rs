@@ -82,7 +82,7 @@ pub(crate) fn fits_without(
         cpu = (cpu + r.pod.requests.cpu_milli).min(node.capacity.cpu_milli);
         mem = (mem + r.pod.requests.memory_mib).min(node.capacity.memory_mib);
     }
-    if !node.ready || pod.requests.cpu_milli > cpu || pod.requests.memory_mib > mem {
+    if !node.ready || !node.admits(pod) || pod.requests.cpu_milli > cpu || pod.requests.memory_mib > mem {
         return false;
     }
     if pod.gpu_count == 0 {
@@ -262,6 +262,23 @@ mod tests {
         let big = pod("big", Tier::Hard, 0, 2, 1000);
         let p = plan(c.nodes(), &running, &big, 100).unwrap();
         assert_eq!((p.node, p.victims), (1, vec![2]));
+    }
+
+    #[test]
+    fn no_victim_is_taken_on_a_node_the_pod_may_not_use() {
+        let mut c = cluster(2, 1, "V100");
+        let mut running = run(&mut c, 0, vec![(pod("batch-0", Tier::Opportunistic, 0, 1, 1000), 0)]);
+        running.extend(run(&mut c, 1, vec![(pod("batch-1", Tier::Opportunistic, 0, 1, 1000), 90)]));
+        c.update_node(0, |n| {
+            n.taints.push(crate::model::Taint { key: "team".into(), value: "a".into(), effect: "NoSchedule".into() })
+        });
+        let want = pod("urgent", Tier::Hard, 0, 1, 1000);
+        // batch-0 would cost less work, but its node is tainted.
+        let p = plan(c.nodes(), &running, &want, 100).unwrap();
+        assert_eq!((p.node, p.victims), (1, vec![1]));
+        c.update_node(1, |n| n.labels.insert("pool".into(), "b".into()));
+        let picky = Pod { node_selector: [("pool".into(), "a".into())].into(), ..want };
+        assert_eq!(plan(c.nodes(), &running, &picky, 100), None, "no node it may use");
     }
 
     #[test]

@@ -169,7 +169,7 @@ pub struct Attempt {
     pub pod: PodId,
     /// Nodes the host's hard filter rejected, by reason (in
     /// [`FilterReason::ALL`] order).
-    pub host_rejected: [u32; 5],
+    pub host_rejected: [u32; FilterReason::COUNT],
     /// Nodes that passed the hard filter and went to the placer (none:
     /// the placer was not asked; its decisions pair in order with the
     /// attempts that have candidates).
@@ -229,7 +229,7 @@ pub struct Scheduler {
     next_start: usize,
     candidates: Vec<NodeId>,
     stats: SchedStats,
-    last_rejected: [u32; 5],
+    last_rejected: [u32; FilterReason::COUNT],
     attempts: Option<Vec<Attempt>>,
     /// Running pods that may not be preempted now (a disruption budget).
     protected: BTreeSet<PodId>,
@@ -250,7 +250,7 @@ impl Scheduler {
             next_start: 0,
             candidates: Vec::new(),
             stats: SchedStats::default(),
-            last_rejected: [0; 5],
+            last_rejected: [0; FilterReason::COUNT],
             attempts: None,
             protected: BTreeSet::new(),
         }
@@ -515,7 +515,7 @@ impl Scheduler {
     /// Hard filter (sampled), placer, bind. `Err`: the most common
     /// rejection reason.
     fn try_place(&mut self, pod: &Pod, placer: &mut impl Placer) -> Result<(Placement, usize), Why> {
-        let mut rejected = [0u32; 5];
+        let mut rejected = [0u32; FilterReason::COUNT];
         let want = self.cfg.sampling.nodes_to_find(self.cluster.nodes().len());
         self.next_start = self.cluster.feasible_from(pod, self.next_start, want, &mut self.candidates, &mut rejected);
         self.last_rejected = rejected;

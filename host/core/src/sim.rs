@@ -327,7 +327,7 @@ impl<'p, P: Placer> Simulator<'p, P> {
 
     /// Tries to place one pod now; `Err` carries the main rejection reason.
     fn try_place(&mut self, pod: &Pod) -> Result<Placement, Why> {
-        let mut rejected = [0u32; 5];
+        let mut rejected = [0u32; FilterReason::COUNT];
         self.cluster.feasible(pod, &mut self.candidates, &mut rejected);
         if self.candidates.is_empty() {
             return Err(Why::Filter(FilterReason::main(&rejected)));

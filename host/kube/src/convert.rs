@@ -6,7 +6,9 @@
 use k8s_openapi::api::core::v1::{Container, Node as KNode, Pod as KPod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use tessera_core::cluster::GpuSet;
-use tessera_core::model::{GPU_MILLI, Gpu, GpuHealth, Node, Pod, Resources, Tier, device_memory_mib};
+use tessera_core::model::{
+    GPU_MILLI, Gpu, GpuHealth, Node, Pod, Resources, Taint, Tier, Toleration, device_memory_mib,
+};
 
 /// Whole GPUs as an extended resource (NVIDIA's device plugin).
 pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
@@ -132,6 +134,16 @@ pub fn node(n: &KNode) -> Result<Node, ConvertError> {
         .is_some_and(|c| c.status == "True");
     let cordoned = n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
     node.ready = condition_ready && !cordoned;
+    node.labels = n.metadata.labels.clone().unwrap_or_default();
+    node.taints = n
+        .spec
+        .iter()
+        .flat_map(|s| s.taints.iter().flatten())
+        // Cordoning is readiness already; a preference is not a rule.
+        .filter(|t| matches!(t.effect.as_str(), "NoSchedule" | "NoExecute"))
+        .filter(|t| t.key != "node.kubernetes.io/unschedulable")
+        .map(|t| Taint { key: t.key.clone(), value: t.value.clone().unwrap_or_default(), effect: t.effect.clone() })
+        .collect();
     Ok(node)
 }
 
@@ -235,6 +247,18 @@ pub fn pod(p: &KPod) -> Result<Pod, ConvertError> {
         allowed_models,
         priority: spec.priority.unwrap_or(0),
         tier,
+        node_selector: spec.node_selector.clone().unwrap_or_default(),
+        tolerations: spec
+            .tolerations
+            .iter()
+            .flatten()
+            .map(|t| Toleration {
+                key: t.key.clone().unwrap_or_default(),
+                exists: t.operator.as_deref() == Some("Exists"),
+                value: t.value.clone().unwrap_or_default(),
+                effect: t.effect.clone().unwrap_or_default(),
+            })
+            .collect(),
     })
 }
 

@@ -341,7 +341,7 @@ mod tests {
                 .collect();
             let mut c = Cluster::new(nodes.clone());
             let mut placed = 0.0;
-            let (mut cand, mut rej) = (Vec::new(), [0; 5]);
+            let (mut cand, mut rej) = (Vec::new(), [0; tessera_core::cluster::FilterReason::COUNT]);
             for p in &pods {
                 c.feasible(p, &mut cand, &mut rej);
                 if let Some(&n) = cand.first() {
@@ -388,7 +388,7 @@ mod tests {
             let nodes: Vec<Node> = (0..1 + next(5)).map(|_| node(64_000, 1 + next(4) as usize, "A")).collect();
             let mut c = Cluster::new(nodes.clone());
             let (mut admitted, mut waiting) = (Vec::new(), Vec::new());
-            let (mut cand, mut rej) = (Vec::new(), [0; 5]);
+            let (mut cand, mut rej) = (Vec::new(), [0; tessera_core::cluster::FilterReason::COUNT]);
             for _ in 0..next(30) {
                 let whole = next(3) == 0;
                 let p = pod(

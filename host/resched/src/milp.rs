@@ -116,7 +116,7 @@ pub fn repack(
         for (g, gpu) in gpus.iter().enumerate() {
             let node = &cluster.nodes()[gpu.node as usize];
             let same_node = gpu.node == running[i].1.node;
-            let allowed = p.allowed_models.is_empty() || p.allowed_models.contains(&node.gpu_model);
+            let allowed = (p.allowed_models.is_empty() || p.allowed_models.contains(&node.gpu_model)) && node.admits(p);
             let fits = !same_node
                 && allowed
                 && p.gpu_milli <= gpu.base_free

@@ -99,6 +99,7 @@ pub(crate) fn run(s: &mut Scratch<'_>, budget: usize) -> usize {
                 b.free >= p.gpu_milli
                     && cpu[b.node as usize] >= p.requests.cpu_milli
                     && mem[b.node as usize] >= p.requests.memory_mib
+                    && s.cluster.nodes()[b.node as usize].admits(p)
             };
             let best_in = |set: &BTreeSet<(u32, usize)>| {
                 set.range((p.gpu_milli, 0)..).take(BEST_FIT_TRIES).map(|&(_, b)| b).find(|&b| fits(&bins[b]))

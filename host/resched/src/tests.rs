@@ -282,7 +282,7 @@ fn random_cluster(rng: &mut ChaCha8Rng, nodes: usize, pods: usize) -> (Cluster, 
         .collect();
     let mut c = Cluster::new(ns);
     let mut running = Vec::new();
-    let (mut cand, mut rej) = (Vec::new(), [0u32; 5]);
+    let (mut cand, mut rej) = (Vec::new(), [0u32; tessera_core::cluster::FilterReason::COUNT]);
     for k in 0..pods {
         let kind = rng.random_range(0..10);
         let mut p = pod(&format!("p{k}"), 100 * rng.random_range(1..10));

@@ -42,6 +42,7 @@ pub fn canned_pods() -> Vec<Pod> {
         allowed_models: Vec::new(),
         priority: 0,
         tier: Tier::Soft,
+        ..Default::default()
     };
     vec![pod("cpu-only", 0, 0), pod("shared", 1, 300), pod("whole", 2, 1000)]
 }

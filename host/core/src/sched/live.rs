@@ -56,7 +56,7 @@ impl Scheduler {
     pub fn adopt(
         &mut self,
         id: PodId,
-        pod: Pod,
+        mut pod: Pod,
         node: NodeId,
         gpus: Option<GpuSet>,
         now: u64,
@@ -64,12 +64,25 @@ impl Scheduler {
         if self.pods.contains_key(&id) {
             return Err(AdoptError::Duplicate(id));
         }
-        // A pod keeps running on a node that stopped being ready: its
-        // room is taken all the same.
+        // A pod keeps running on a node that stopped being ready, or was
+        // tainted or relabelled since it was bound: its room is taken all
+        // the same.
         let was_ready = self.cluster.node(node).ok_or(crate::cluster::BindError::NoSuchNode(node))?.ready;
-        self.cluster.update_node(node, |n| n.ready = true);
+        let taints = self.cluster.update_node(node, |n| {
+            n.ready = true;
+            std::mem::take(&mut n.taints)
+        });
+        let selector = std::mem::take(&mut pod.node_selector);
         let r = self.adopt_on_ready(id, pod, node, gpus, now);
-        self.cluster.update_node(node, |n| n.ready = was_ready);
+        if let Some(e) = self.pods.get_mut(&id)
+            && r.is_ok()
+        {
+            e.pod.node_selector = selector;
+        }
+        self.cluster.update_node(node, |n| {
+            n.ready = was_ready;
+            n.taints = taints.unwrap_or_default();
+        });
         r
     }
 
@@ -211,6 +224,22 @@ mod tests {
         s.place_at(3, Placement { node: 0, gpus: GpuSet(0b11) }, 6).unwrap();
         assert_eq!(s.cluster().nodes()[0].free_gpu_milli(), 0);
         assert_eq!(s.stats().bound, 2);
+    }
+
+    #[test]
+    fn running_pods_are_adopted_on_nodes_tainted_or_relabelled_since() {
+        let mut s = Scheduler::new(vec![node("a", 2)], super::super::SchedConfig::default());
+        s.update_node(0, |n| {
+            n.taints.push(crate::model::Taint { key: "k".into(), value: String::new(), effect: "NoSchedule".into() })
+        });
+        let picky = Pod { node_selector: [("pool".into(), "x".into())].into(), ..pod("web", 1) };
+        s.adopt(1, picky.clone(), 0, None, 0).unwrap();
+        assert_eq!(s.cluster().nodes()[0].free_gpu_milli(), 1000, "its room is taken");
+        assert_eq!(s.cluster().nodes()[0].taints.len(), 1, "the taint stays");
+        assert_eq!(s.running().next().unwrap().1.node_selector, picky.node_selector, "so does its selector");
+        // New pods still keep off.
+        s.submit(2, pod("new", 1), 1).unwrap();
+        assert!(matches!(s.schedule(&mut First, 1)[..], [crate::sched::Event::Unschedulable { pod: 2, .. }]));
     }
 
     #[test]

@@ -109,6 +109,7 @@ pub fn pods(count: usize, models: &[String], seed: u64) -> Vec<Pod> {
                 allowed_models,
                 priority: 0,
                 tier: if gpu_count == 0 { Tier::Opportunistic } else { Tier::Soft },
+                ..Default::default()
             }
         })
         .collect()

@@ -148,3 +148,38 @@ fn gpu_shares_tiers_and_indices_come_from_annotations() {
     let e = pod(&kpod(both)).unwrap_err().to_string();
     assert!(e.contains("at once"), "{e}");
 }
+
+#[test]
+fn taints_node_selectors_and_tolerations_keep_pods_where_kubernetes_would() {
+    let mut n = h100_node();
+    n["spec"]["taints"].as_array_mut().unwrap().extend([
+        json!({"key": "spot", "effect": "PreferNoSchedule"}),
+        json!({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}),
+    ]);
+    let node = node(&knode(n)).unwrap();
+    assert_eq!(
+        node.taints,
+        [Taint { key: "nvidia.com/gpu".into(), value: "present".into(), effect: "NoSchedule".into() }],
+        "a preference is not a rule; cordoning is readiness"
+    );
+    assert_eq!(node.labels["nvidia.com/gpu.product"], "H100");
+    // Without a toleration the GPU taint keeps the pod off.
+    let plain = pod(&kpod(training_pod())).unwrap();
+    assert_eq!(plain.node_selector["nvidia.com/gpu.product"], "H100");
+    assert!(!node.admits(&plain));
+    assert_eq!(tessera_core::cluster::check(&node, &plain), Err(tessera_core::cluster::FilterReason::NodeConstraint));
+    // What the ExtendedResourceToleration admission plugin adds.
+    let mut p = training_pod();
+    p["spec"]["tolerations"] = json!([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]);
+    let tolerant = pod(&kpod(p.clone())).unwrap();
+    assert!(node.admits(&tolerant));
+    // A selector the node's labels do not satisfy.
+    p["spec"]["nodeSelector"] = json!({"nvidia.com/gpu.product": "A100"});
+    assert!(!node.admits(&pod(&kpod(p.clone())).unwrap()));
+    // Equal needs the value; an empty key with Exists tolerates everything.
+    p["spec"]["nodeSelector"] = json!({});
+    p["spec"]["tolerations"] = json!([{"key": "nvidia.com/gpu", "operator": "Equal", "value": "absent"}]);
+    assert!(!node.admits(&pod(&kpod(p.clone())).unwrap()));
+    p["spec"]["tolerations"] = json!([{"operator": "Exists"}]);
+    assert!(node.admits(&pod(&kpod(p)).unwrap()));
+}

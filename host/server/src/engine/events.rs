@@ -155,6 +155,8 @@ impl Engine {
 fn apply(n: &mut Node, from: &Node) {
     n.ready = from.ready;
     n.zone.clone_from(&from.zone);
+    n.labels.clone_from(&from.labels);
+    n.taints.clone_from(&from.taints);
     let grow = |free: u64, old: u64, new: u64| (free + new).saturating_sub(old);
     n.free.cpu_milli = grow(n.free.cpu_milli, n.capacity.cpu_milli, from.capacity.cpu_milli);
     n.free.memory_mib = grow(n.free.memory_mib, n.capacity.memory_mib, from.capacity.memory_mib);

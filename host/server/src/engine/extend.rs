@@ -48,7 +48,10 @@ impl Engine {
                     verdicts.push(NodeVerdict { node: name.clone(), failure: None, unresolvable: false });
                 }
                 Err(reason) => {
-                    let unresolvable = matches!(reason, FilterReason::NodeNotReady | FilterReason::ModelMismatch);
+                    let unresolvable = matches!(
+                        reason,
+                        FilterReason::NodeNotReady | FilterReason::ModelMismatch | FilterReason::NodeConstraint
+                    );
                     verdicts.push(fail(reason.code().to_string(), unresolvable));
                 }
             }

@@ -308,6 +308,18 @@ async fn a_leader_cut_off_in_the_middle_of_a_move_hands_the_plan_to_the_next() {
     srv.partition("replica-a");
     until("replica-b to lead", Duration::from_secs(20), || b.shared.status.read().unwrap().active).await;
     assert!(!a.shared.status.read().unwrap().active);
+    // replica-a shows the plan it handed over, its move under way, and
+    // counts no failure for it.
+    let handed = a.shared.plans.read().unwrap().newest_first().find(|p| p.state.starts_with("stopped")).cloned();
+    let handed = handed.expect("replica-a stopped its plan");
+    assert!(handed.state.contains("stopped leading"), "{handed:#?}");
+    assert_eq!(handed.moves[0].state, "started", "{handed:#?}");
+    let metrics = a.shared.metrics.encode();
+    let failures: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("tessera_migration_failures_total") && l.split_whitespace().nth(1) != Some("0"))
+        .collect();
+    assert!(failures.is_empty(), "no move counted as failed: {failures:?}");
     recreate.store(true, Ordering::SeqCst);
     until("the plan to finish", Duration::from_secs(30), || {
         matches!(journal(&srv).last(), Some(Entry::Finished { .. }))

@@ -48,7 +48,11 @@ pub(super) fn state_of(s: &StepState) -> (String, Option<String>) {
         StepState::RolledBack { reason } => ("rolled_back".into(), Some(reason.clone())),
         StepState::Dropped { reason } => ("dropped".into(), Some(reason.clone())),
         StepState::Restoring { reason, .. } => ("restoring".into(), Some(reason.clone())),
-        other => (format!("{other:?}").to_lowercase(), None),
+        // Under way (a live plan handed to another leader stops here).
+        StepState::Pending => ("pending".into(), None),
+        StepState::Reserving | StepState::Reserved { .. } => ("reserved".into(), None),
+        StepState::Evicting | StepState::Evicted => ("evicted".into(), None),
+        StepState::Starting | StepState::Started { .. } => ("started".into(), None),
     }
 }
 
@@ -234,7 +238,8 @@ impl Engine {
                 "done" => {
                     m.migrations.get_or_create(&StrategyLabel { strategy: mv.strategy.clone() }).inc_by(1, ex(), None);
                 }
-                "planned" => {}
+                // Not over here: a plan handed to the next leader.
+                "planned" | "pending" | "reserved" | "evicted" | "started" => {}
                 other => {
                     let code = format!("MOVE-{}", other.to_uppercase().replace('_', "-"));
                     m.migration_failures.get_or_create(&CodeLabel { code }).inc_by(1, ex(), None);

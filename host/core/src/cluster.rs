@@ -128,7 +128,7 @@ pub fn check(node: &Node, pod: &Pod) -> Result<(), FilterReason> {
     if !node.ready {
         return Err(FilterReason::NodeNotReady);
     }
-    if (!node.taints.is_empty() || !pod.node_selector.is_empty()) && !node.admits(pod) {
+    if (!node.taints.is_empty() || pod.selects()) && !node.admits(pod) {
         return Err(FilterReason::NodeConstraint);
     }
     if pod.requests.cpu_milli > node.free.cpu_milli {
@@ -333,7 +333,7 @@ impl Cluster {
         if !f.ready {
             return Err(FilterReason::NodeNotReady);
         }
-        if (f.tainted || !pod.node_selector.is_empty()) && !node.admits(pod) {
+        if (f.tainted || pod.selects()) && !node.admits(pod) {
             return Err(FilterReason::NodeConstraint);
         }
         if pod.requests.cpu_milli > f.cpu {

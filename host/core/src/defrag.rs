@@ -43,7 +43,16 @@ const EXACT_SIZE: usize = 2;
 /// Most (node, pods) candidates whose moves are tried per pod.
 const TRIES: usize = 16;
 
-type ShapeKey = (u64, u64, u32, u32, Vec<String>, Vec<(String, String)>, Vec<crate::model::Toleration>);
+type ShapeKey = (
+    u64,
+    u64,
+    u32,
+    u32,
+    Vec<String>,
+    Vec<(String, String)>,
+    Vec<crate::model::Toleration>,
+    Vec<Vec<crate::model::LabelRequirement>>,
+);
 
 /// Pods alike in everything that decides where they may go.
 fn shape_key(p: &Pod) -> ShapeKey {
@@ -55,6 +64,7 @@ fn shape_key(p: &Pod) -> ShapeKey {
         p.allowed_models.clone(),
         p.node_selector.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         p.tolerations.clone(),
+        p.node_affinity.clone(),
     )
 }
 

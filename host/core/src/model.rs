@@ -174,10 +174,12 @@ impl Node {
         }
     }
 
-    /// Whether `pod` may be placed here by its node selector and
-    /// tolerations (capacity aside).
+    /// Whether `pod` may be placed here by its node selector, required
+    /// node affinity and tolerations (capacity aside).
     pub fn admits(&self, pod: &Pod) -> bool {
         pod.node_selector.iter().all(|(k, v)| self.labels.get(k) == Some(v))
+            && (pod.node_affinity.is_empty()
+                || pod.node_affinity.iter().any(|term| term.iter().all(|r| r.matches(&self.labels))))
             && self.taints.iter().all(|t| pod.tolerations.iter().any(|tol| tol.tolerates(t)))
     }
 
@@ -241,9 +243,62 @@ pub struct Pod {
     /// Taints it tolerates.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tolerations: Vec<Toleration>,
+    /// Required node affinity: a node must match one of these terms (each
+    /// term: all of its requirements). Empty: any node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub node_affinity: Vec<Vec<LabelRequirement>>,
+}
+
+/// One requirement on a node's labels (Kubernetes' `matchExpressions`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LabelRequirement {
+    /// Label key.
+    pub key: String,
+    /// How the label must be.
+    pub op: LabelOp,
+}
+
+/// Operators of a [`LabelRequirement`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LabelOp {
+    /// The value is one of these.
+    In(Vec<String>),
+    /// The label is absent or its value is none of these.
+    NotIn(Vec<String>),
+    /// The label is present.
+    Exists,
+    /// The label is absent.
+    DoesNotExist,
+    /// The value is an integer greater than this.
+    Gt(i64),
+    /// The value is an integer less than this.
+    Lt(i64),
+}
+
+impl LabelRequirement {
+    /// Whether `labels` satisfy it.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        let v = labels.get(&self.key);
+        let int = || v.and_then(|v| v.parse::<i64>().ok());
+        match &self.op {
+            LabelOp::In(vals) => v.is_some_and(|v| vals.contains(v)),
+            LabelOp::NotIn(vals) => v.is_none_or(|v| !vals.contains(v)),
+            LabelOp::Exists => v.is_some(),
+            LabelOp::DoesNotExist => v.is_none(),
+            LabelOp::Gt(n) => int().is_some_and(|x| x > *n),
+            LabelOp::Lt(n) => int().is_some_and(|x| x < *n),
+        }
+    }
 }
 
 impl Pod {
+    /// Whether it restricts its nodes by their labels (node selector or
+    /// required node affinity).
+    pub fn selects(&self) -> bool {
+        !self.node_selector.is_empty() || !self.node_affinity.is_empty()
+    }
+
     /// The GPU request class: `share-gpu` for part of one GPU, `N-gpu` for
     /// N whole GPUs, `None` for CPU-only pods.
     pub fn gpu_class(&self) -> Option<String> {
@@ -291,5 +346,23 @@ mod tests {
         assert!(!node.admits(&picky));
         node.labels.insert("pool".into(), "train".into());
         assert!(node.admits(&picky));
+    }
+
+    #[test]
+    fn required_node_affinity_needs_one_term_whose_requirements_all_hold() {
+        let req = |key: &str, op: LabelOp| LabelRequirement { key: key.into(), op };
+        let mut node = Node::new(0, "n", Resources { cpu_milli: 8_000, memory_mib: 8_192 }, 1, "A100");
+        node.labels = [("gpu".into(), "a100".into()), ("mem-gb".into(), "80".into())].into();
+        let with = |terms: Vec<Vec<LabelRequirement>>| Pod { node_affinity: terms, ..Pod::default() };
+        assert!(node.admits(&with(vec![vec![req("gpu", LabelOp::In(vec!["h100".into(), "a100".into()]))]])));
+        assert!(!node.admits(&with(vec![vec![req("gpu", LabelOp::NotIn(vec!["a100".into()]))]])));
+        assert!(node.admits(&with(vec![vec![req("spot", LabelOp::NotIn(vec!["true".into()]))]])), "absent: not in");
+        assert!(node.admits(&with(vec![vec![req("gpu", LabelOp::Exists), req("spot", LabelOp::DoesNotExist)]])));
+        assert!(node.admits(&with(vec![vec![req("mem-gb", LabelOp::Gt(40)), req("mem-gb", LabelOp::Lt(100))]])));
+        assert!(!node.admits(&with(vec![vec![req("gpu", LabelOp::Gt(1))]])), "not a number");
+        // Terms are alternatives: one that holds is enough.
+        let h100 = vec![req("gpu", LabelOp::In(vec!["h100".into()]))];
+        assert!(!node.admits(&with(vec![h100.clone()])));
+        assert!(node.admits(&with(vec![h100, vec![req("mem-gb", LabelOp::Exists)]])));
     }
 }

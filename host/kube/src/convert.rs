@@ -7,7 +7,8 @@ use k8s_openapi::api::core::v1::{Container, Node as KNode, Pod as KPod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use tessera_core::cluster::GpuSet;
 use tessera_core::model::{
-    GPU_MILLI, Gpu, GpuHealth, Node, Pod, Resources, Taint, Tier, Toleration, device_memory_mib,
+    GPU_MILLI, Gpu, GpuHealth, LabelOp, LabelRequirement, Node, Pod, Resources, Taint, Tier, Toleration,
+    device_memory_mib,
 };
 
 /// Whole GPUs as an extended resource (NVIDIA's device plugin).
@@ -135,6 +136,7 @@ pub fn node(n: &KNode) -> Result<Node, ConvertError> {
     let cordoned = n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
     node.ready = condition_ready && !cordoned;
     node.labels = n.metadata.labels.clone().unwrap_or_default();
+    node.labels.insert(NAME_FIELD.into(), name.clone());
     node.taints = n
         .spec
         .iter()
@@ -237,6 +239,7 @@ pub fn pod(p: &KPod) -> Result<Pod, ConvertError> {
         .find(|o| o.controller == Some(true))
         .map(|o| format!("{}/{}", p.metadata.namespace.as_deref().unwrap_or("default"), o.name))
         .unwrap_or_default();
+    let node_affinity = required_affinity(spec).map_err(bad)?;
     Ok(Pod {
         name: key.clone(),
         namespace: p.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
@@ -259,7 +262,52 @@ pub fn pod(p: &KPod) -> Result<Pod, ConvertError> {
                 effect: t.effect.clone().unwrap_or_default(),
             })
             .collect(),
+        node_affinity,
     })
+}
+
+/// The label a node's name is matched under (`matchFields` on
+/// `metadata.name`).
+pub const NAME_FIELD: &str = "metadata.name";
+
+/// The pod's required node affinity: terms (any) of requirements (all).
+fn required_affinity(spec: &k8s_openapi::api::core::v1::PodSpec) -> Result<Vec<Vec<LabelRequirement>>, String> {
+    let Some(sel) = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref())
+    else {
+        return Ok(Vec::new());
+    };
+    let requirement = |e: &k8s_openapi::api::core::v1::NodeSelectorRequirement| -> Result<LabelRequirement, String> {
+        let values = e.values.clone().unwrap_or_default();
+        let int = || {
+            values.first().and_then(|v| v.parse::<i64>().ok()).ok_or_else(|| {
+                format!("node affinity on {}: {} needs one integer value, not {values:?}", e.key, e.operator)
+            })
+        };
+        let op = match e.operator.as_str() {
+            "In" => LabelOp::In(values.clone()),
+            "NotIn" => LabelOp::NotIn(values.clone()),
+            "Exists" => LabelOp::Exists,
+            "DoesNotExist" => LabelOp::DoesNotExist,
+            "Gt" => LabelOp::Gt(int()?),
+            "Lt" => LabelOp::Lt(int()?),
+            other => return Err(format!("node affinity on {}: unknown operator {other:?}", e.key)),
+        };
+        Ok(LabelRequirement { key: e.key.clone(), op })
+    };
+    sel.node_selector_terms
+        .iter()
+        .map(|t| {
+            let exprs = t.match_expressions.iter().flatten().map(requirement);
+            let fields = t.match_fields.iter().flatten().map(|f| {
+                if f.key == NAME_FIELD { requirement(f) } else { Err(format!("node affinity: no field {:?}", f.key)) }
+            });
+            exprs.chain(fields).collect()
+        })
+        .collect()
 }
 
 /// The GPUs the pod was given (its [`GPU_INDEX_ANNOTATION`]), if any.

@@ -181,5 +181,24 @@ fn taints_node_selectors_and_tolerations_keep_pods_where_kubernetes_would() {
     p["spec"]["tolerations"] = json!([{"key": "nvidia.com/gpu", "operator": "Equal", "value": "absent"}]);
     assert!(!node.admits(&pod(&kpod(p.clone())).unwrap()));
     p["spec"]["tolerations"] = json!([{"operator": "Exists"}]);
-    assert!(node.admits(&pod(&kpod(p)).unwrap()));
+    assert!(node.admits(&pod(&kpod(p.clone())).unwrap()));
+    // Required node affinity: one term whose expressions all hold.
+    let term = |exprs: serde_json::Value| json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": exprs}]}}});
+    p["spec"]["affinity"] = term(json!([
+        {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["H100", "H200"]},
+        {"key": "nvidia.com/gpu.memory", "operator": "Gt", "values": ["40000"]}
+    ]));
+    let a = pod(&kpod(p.clone())).unwrap();
+    assert_eq!(a.node_affinity[0].len(), 2);
+    assert!(node.admits(&a));
+    p["spec"]["affinity"] =
+        term(json!([{"key": "topology.kubernetes.io/zone", "operator": "NotIn", "values": ["us-east1-b"]}]));
+    assert!(!node.admits(&pod(&kpod(p.clone())).unwrap()));
+    p["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-node-7"]}]}
+    ]}}});
+    assert!(node.admits(&pod(&kpod(p.clone())).unwrap()), "matchFields on the node's name");
+    p["spec"]["affinity"] = term(json!([{"key": "x", "operator": "Near", "values": ["y"]}]));
+    let e = pod(&kpod(p)).unwrap_err();
+    assert!(e.to_string().contains("ml/trainer-0") && e.to_string().contains("Near"), "{e}");
 }

@@ -87,6 +87,30 @@ fn policy(dir: &std::path::Path) -> String {
     path.to_string_lossy().into_owned()
 }
 
+/// gpu-0 and gpu-1 each run a web pod on half of one GPU: neither can
+/// take a 2-GPU pod, which the workload asks for (the training job on
+/// gpu-2); one move that puts both web pods on one GPU frees a node.
+async fn two_half_used_nodes() -> ApiServer {
+    let srv = ApiServer::start().await;
+    for (i, zone) in ["zone-a", "zone-a", "zone-b"].iter().enumerate() {
+        srv.put(node(&format!("gpu-{i}"), 2, zone));
+    }
+    srv.put(web("web-0", Some("gpu-0")));
+    srv.put(web("web-1", Some("gpu-1")));
+    srv.put(super::pod("ml", "train-0", "default-scheduler", Some("gpu-2"), 2, "train"));
+    srv
+}
+
+/// A replica that plans every 2 s and may move half the pods, with the
+/// test policy written in `dir`.
+fn mover(identity: &str, dir: &std::path::Path) -> tessera_server::ServeConfig {
+    let mut cfg = replica(identity);
+    cfg.policy = policy(dir);
+    cfg.engine.max_migrations_pct = 50.0;
+    cfg.engine.reschedule_every_s = 2;
+    cfg
+}
+
 fn nodes_of(srv: &ApiServer) -> BTreeMap<String, Vec<String>> {
     let mut by: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for p in srv.list("pods") {
@@ -113,23 +137,11 @@ fn journal(srv: &ApiServer) -> Vec<Entry> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plan_moves_pods_by_eviction_and_steers_their_replacements_onto_the_held_room() {
-    let srv = ApiServer::start().await;
-    for (i, zone) in ["zone-a", "zone-a", "zone-b"].iter().enumerate() {
-        srv.put(node(&format!("gpu-{i}"), 2, zone));
-    }
-    // gpu-0 and gpu-1 each run a web pod on half of one GPU: neither can
-    // take a 2-GPU pod, which the workload asks for (the training job on
-    // gpu-2); one move that puts both web pods on one GPU frees a node.
-    srv.put(web("web-0", Some("gpu-0")));
-    srv.put(web("web-1", Some("gpu-1")));
-    srv.put(super::pod("ml", "train-0", "default-scheduler", Some("gpu-2"), 2, "train"));
+    let srv = two_half_used_nodes().await;
     let rs = controllers(&srv, 2);
 
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = replica("replica-a");
-    cfg.policy = policy(dir.path());
-    cfg.engine.max_migrations_pct = 50.0;
-    cfg.engine.reschedule_every_s = 2;
+    let cfg = mover("replica-a", dir.path());
     let (server, listener) = tessera::serve::start_kube(cfg, srv.config()).await.expect("starts on Kubernetes");
     let a = Running::serve(server, listener).await;
     srv.put(super::pod("ml", "train-1", "tessera", None, 2, "train"));
@@ -271,25 +283,13 @@ async fn a_new_leader_resumes_the_plan_its_predecessor_left_in_the_journal() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_cut_off_in_the_middle_of_a_move_hands_the_plan_to_the_next() {
-    let srv = ApiServer::start().await;
-    for (i, zone) in ["zone-a", "zone-a", "zone-b"].iter().enumerate() {
-        srv.put(node(&format!("gpu-{i}"), 2, zone));
-    }
-    srv.put(web("web-0", Some("gpu-0")));
-    srv.put(web("web-1", Some("gpu-1")));
-    srv.put(super::pod("ml", "train-0", "default-scheduler", Some("gpu-2"), 2, "train"));
+    let srv = two_half_used_nodes().await;
     // The ReplicaSet controller is slow: nothing is recreated until the
     // leader is gone.
     let recreate = Arc::new(AtomicBool::new(false));
     let rs = paused_controllers(&srv, 2, recreate.clone());
     let dir = tempfile::tempdir().unwrap();
-    let start = |identity: &'static str| {
-        let mut cfg = replica(identity);
-        cfg.policy = policy(dir.path());
-        cfg.engine.max_migrations_pct = 50.0;
-        cfg.engine.reschedule_every_s = 2;
-        tessera::serve::start_kube(cfg, srv.config())
-    };
+    let start = |identity: &'static str| tessera::serve::start_kube(mover(identity, dir.path()), srv.config());
     let (server, listener) = start("replica-a").await.unwrap();
     let a = Running::serve(server, listener).await;
     until("replica-a to lead", Duration::from_secs(20), || a.shared.status.read().unwrap().active).await;

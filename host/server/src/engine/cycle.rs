@@ -285,11 +285,12 @@ impl Engine {
         self.exec_history = ex.moved().clone();
 
         // Apply what ended done.
-        for (&pod, &at) in &act.placements() {
-            let from = self.sched.placement(pod);
-            if let (Some(to), Some(from)) = (at, from)
+        let placements = act.placements();
+        for m in &mplan.moves {
+            let now_at = placements.get(&m.pod).copied().flatten();
+            if let (Some(to), Some(from)) = (now_at, self.sched.placement(m.pod))
                 && to != from
-                && self.sched.migrate(pod, to).is_ok()
+                && self.sched.migrate(m.pod, to).is_ok()
             {
                 self.tracker.update(&self.sched.cluster().nodes()[from.node as usize], &self.workload);
                 self.tracker.update(&self.sched.cluster().nodes()[to.node as usize], &self.workload);

@@ -12,7 +12,7 @@
 //! nodes and each replacement, so a new leader resumes the plan.
 
 use std::collections::BTreeMap;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime};
 
 use opentelemetry::trace::SpanContext;
 use opentelemetry::{Context, KeyValue};
@@ -43,6 +43,21 @@ struct Hold {
     spec: Pod,
     /// The pod was evicted: its replacement is steered here.
     armed: bool,
+}
+
+/// Holds `at` for a moved pod of shape `spec` in the model: a stand-in
+/// under id `id` that placement cannot take and preemption cannot pick.
+fn hold_room(
+    sched: &mut Scheduler,
+    id: PodId,
+    spec: &Pod,
+    at: Placement,
+    now: u64,
+) -> Result<Placement, tessera_core::sched::AdoptError> {
+    let stand_in = Pod { name: format!("{} (room held for its move)", spec.name), ..spec.clone() };
+    let held = sched.adopt(id, stand_in, at.node, Some(at.gpus), now)?;
+    sched.protect(id, true);
+    Ok(held)
 }
 
 /// What live steps act on: the loop's model and the backend.
@@ -97,7 +112,7 @@ impl Act<'_> {
 
     fn pods(&self) -> impl Iterator<Item = &Pod> {
         let running = self.sched.running().filter(|(id, ..)| *id & HOLD == 0).map(|(_, p, _)| p);
-        running.chain(self.sched.waiting().filter(|(id, ..)| *id & HOLD == 0).map(|(_, p, _)| p))
+        running.chain(self.sched.waiting().map(|(_, p, _)| p))
     }
 }
 
@@ -115,12 +130,8 @@ impl Actuator for Act<'_> {
         let gpus = choose_gpus(n, spec, hint)
             .ok_or_else(|| Self::err("reserve", pod, format!("no room on node {}", n.name)))?;
         let id = HOLD | pod;
-        let stand_in = Pod { name: format!("{} (room held for its move)", spec.name), ..spec.clone() };
-        let at = self
-            .sched
-            .adopt(id, stand_in, node, Some(gpus), self.now_s)
+        let at = hold_room(self.sched, id, spec, Placement { node, gpus }, self.now_s)
             .map_err(|e| Self::err("reserve", pod, e.to_string()))?;
-        self.sched.protect(id, true);
         self.touched(node);
         self.steering.holds.insert(pod, Hold { id, at, spec: spec.clone(), armed: false });
         Ok(())
@@ -188,7 +199,7 @@ impl Actuator for Act<'_> {
 
 /// Wall-clock seconds: live steps' time, the same on every replica.
 fn unix_s() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+    crate::now_unix_ms() / 1000
 }
 
 /// The journal as it reads on this replica: the plan's node ids mapped
@@ -300,10 +311,6 @@ impl Engine {
             self.journal = Some(journal);
             return;
         };
-        if entries[start..].iter().any(|e| matches!(e, Entry::Finished { .. })) {
-            self.journal = Some(journal);
-            return;
-        }
         // Node ids of the journal → this model's, through their names.
         let names = entries[start..].iter().find_map(|e| match e {
             Entry::Nodes { names } => Some(names.clone()),
@@ -340,7 +347,9 @@ impl Engine {
         };
         let mut rj = Renumbered { inner: journal.as_mut(), entries: renumbered };
         let resumed = Executor::resume(self.doc.movement.clone(), &mut rj, &act, now);
-        if let Ok(Some(ex)) = &resumed {
+        if let Ok(Some(ex)) = &resumed
+            && !ex.finished()
+        {
             // Hold the room again for the steps between reservation and done.
             for (i, s) in ex.states().iter().enumerate() {
                 let mv = &ex.dag().steps[i].mv;
@@ -447,9 +456,9 @@ impl Engine {
         let armed: Vec<(PodId, Hold)> =
             live.steering.holds.iter().filter(|(_, h)| h.armed).map(|(&p, h)| (p, h.clone())).collect();
         for (pod, hold) in armed {
-            let found = self.sched.waiting().find(|(id, p, _)| {
-                *id & HOLD == 0
-                    && !hold.spec.workload.is_empty()
+            // (Stand-ins never wait: they are adopted running.)
+            let found = self.sched.waiting().find(|(_, p, _)| {
+                !hold.spec.workload.is_empty()
                     && p.workload == hold.spec.workload
                     && p.namespace == hold.spec.namespace
                     && (p.gpu_count, p.gpu_milli) == (hold.spec.gpu_count, hold.spec.gpu_milli)
@@ -457,12 +466,8 @@ impl Engine {
             });
             let Some((by, ..)) = found else { continue };
             self.sched.remove(hold.id);
-            let held_again = |sched: &mut Scheduler, now: u64| {
-                let stand_in =
-                    Pod { name: format!("{} (room held for its move)", hold.spec.name), ..hold.spec.clone() };
-                let _ = sched.adopt(hold.id, stand_in, hold.at.node, Some(hold.at.gpus), now);
-                sched.protect(hold.id, true);
-            };
+            // The room was just freed for it: holding it again cannot fail.
+            let held_again = |sched: &mut Scheduler, now: u64| hold_room(sched, hold.id, &hold.spec, hold.at, now).ok();
             if let Err(e) = self.sched.place_at(by, hold.at, self.now_s) {
                 tracing::warn!("the replacement of pod {pod} does not fit the room held for it: {e}");
                 held_again(&mut self.sched, self.now_s);
@@ -480,7 +485,9 @@ impl Engine {
                     tracing::info!(pod, by, node = hold.at.node, "a moved pod's replacement took the room held for it");
                 }
                 // It waits out a backoff; the room is held again for it.
-                Err(_) => held_again(&mut self.sched, self.now_s),
+                Err(_) => {
+                    held_again(&mut self.sched, self.now_s);
+                }
             }
             self.after_bind(by, result);
             self.tracker.update(&self.sched.cluster().nodes()[hold.at.node as usize], &self.workload);
@@ -535,13 +542,8 @@ impl Engine {
             self.sched.remove(h.id);
             self.tracker.update(&self.sched.cluster().nodes()[h.at.node as usize], &self.workload);
         }
-        let at = unix_s();
-        for (i, s) in live.ex.states().iter().enumerate() {
-            if *s == StepState::Done {
-                let pod = live.ex.dag().steps[i].mv.pod;
-                self.exec_history.insert(live.steering.current(pod), at);
-            }
-        }
+        // Cooldowns follow the pods the moved ones are now.
+        self.exec_history = live.ex.moved().iter().map(|(&pod, &t)| (live.steering.current(pod), t)).collect();
         let mut record = live.record;
         self.record_moves(&live.exec_cx, live.exec_wall, &live.ex, &live.times, &live.links, &mut record);
         if let Some(why) = &stopped {

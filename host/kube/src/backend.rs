@@ -688,28 +688,31 @@ impl Backend for KubeBackend {
         if !self.leadership.is_leader() {
             return Err("this replica does not lead".into());
         }
-        let p = self.pod_ref(id).ok_or("unknown pod")?;
-        let key = format!("{}/{}", p.namespace, p.name);
+        // Asked of every running pod before each plan: read in place.
+        let index = self.live.index.lock().unwrap_or_else(|p| p.into_inner());
+        let p = index.get(&id).ok_or("unknown pod")?;
+        let key = || format!("{}/{}", p.namespace, p.name);
         match &p.owner {
             Some((kind, _)) if kind == "ReplicaSet" || kind == "StatefulSet" => {}
             Some((kind, name)) => {
                 return Err(format!(
-                    "pod {key} belongs to {kind} {name}, which does not recreate an evicted pod as it was; not moved"
+                    "pod {} belongs to {kind} {name}, which does not recreate an evicted pod as it was; not moved",
+                    key()
                 ));
             }
-            None => return Err(format!("pod {key} has no controller to recreate it; not moved")),
+            None => return Err(format!("pod {} has no controller to recreate it; not moved", key())),
         }
         if !p.ours {
-            return Err(format!("pod {key} names another scheduler, which would place its replacement; not moved"));
+            return Err(format!("pod {} names another scheduler, which would place its replacement; not moved", key()));
         }
         if let Some(b) = blocking_budget(&self.live.budgets, &p.namespace, &p.labels) {
-            return Err(format!("the disruption budget {b} allows no disruption of pod {key} now"));
+            return Err(format!("the disruption budget {b} allows no disruption of pod {} now", key()));
         }
         Ok(())
     }
 
     fn ready(&self, id: PodId) -> bool {
-        self.pod_ref(id).is_some_and(|p| p.ready)
+        self.live.index.lock().unwrap_or_else(|p| p.into_inner()).get(&id).is_some_and(|p| p.ready)
     }
 
     fn journal(&mut self) -> Result<Box<dyn tessera_movement::journal::Journal + Send>, String> {

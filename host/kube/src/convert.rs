@@ -231,12 +231,7 @@ pub fn pod(p: &KPod) -> Result<Pod, ConvertError> {
         Some("opportunistic") => Tier::Opportunistic,
         Some(other) => return Err(bad(format!("{TIER_ANNOTATION} = {other:?} (hard, soft, opportunistic)"))),
     };
-    let workload = p
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.controller == Some(true))
+    let workload = controller(p)
         .map(|o| format!("{}/{}", p.metadata.namespace.as_deref().unwrap_or("default"), o.name))
         .unwrap_or_default();
     let node_affinity = required_affinity(spec).map_err(bad)?;
@@ -264,6 +259,11 @@ pub fn pod(p: &KPod) -> Result<Pod, ConvertError> {
             .collect(),
         node_affinity,
     })
+}
+
+/// The pod's controller (the owner that recreates it), if any.
+pub fn controller(p: &KPod) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
+    p.metadata.owner_references.iter().flatten().find(|o| o.controller == Some(true))
 }
 
 /// The label a node's name is matched under (`matchFields` on

@@ -167,7 +167,6 @@ impl PodTracker {
             id = ((id + 1) & ID_MASK).max(1);
         }
         self.by_uid.insert(uid.to_string(), Tracked { id, node: node.clone() });
-        let owner = p.metadata.owner_references.iter().flatten().find(|o| o.controller == Some(true));
         let r = PodRef {
             namespace: p.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
             name: p.metadata.name.clone().unwrap_or_default(),
@@ -176,7 +175,7 @@ impl PodTracker {
             node,
             gpus,
             labels: p.metadata.labels.clone().unwrap_or_default(),
-            owner: owner.map(|o| (o.kind.clone(), o.name.clone())),
+            owner: convert::controller(p).map(|o| (o.kind.clone(), o.name.clone())),
             ready: is_ready(p),
             ours: p.spec.as_ref().and_then(|s| s.scheduler_name.as_deref()) == Some(self.scheduler.as_str()),
         };

@@ -20,7 +20,7 @@ use tessera_core::model::{NodeId, Pod};
 use crate::cost::CostWeights;
 use crate::plan::{self, Plan, Solver, Strategy};
 use crate::scratch::Scratch;
-use crate::{balance, consolidate, defrag, milp, repack};
+use crate::{balance, consolidate, defrag, milp, repack, repair};
 
 /// Move budgets from which a global re-packing is also tried.
 const REPACK_MIN_MOVES: usize = 64;
@@ -250,7 +250,8 @@ impl Planner {
                         // (Not when re-planning a few changed nodes: the
                         // warm start carries the last re-packing.)
                         let mut alt = (share >= REPACK_MIN_MOVES && s.focus.is_none()).then(|| s.clone());
-                        let used = defrag::run(&mut s, share);
+                        let paired = repair::run(&mut s, share);
+                        let used = paired + defrag::run(&mut s, share - paired);
                         let drained = s.gain - gain - s.cost_since(mark);
                         match alt.as_mut().map(|a| (repack::run(a, share), a)) {
                             Some((u, a)) if a.gain - gain - a.cost_since(mark) > drained => {
@@ -303,14 +304,16 @@ impl Planner {
                         let after = plan::validate(cluster, running, moves).expect("checked moves");
                         let frag: f64 = after.nodes().iter().map(|n| node_fragment_weighted(n, workload)).sum();
                         let cost: f64 = moves.iter().map(|m| m.cost).sum();
-                        (plan::whole_free_gpus(&after), -cost, frag)
+                        (plan::whole_free_gpus(&after), cost, frag)
                     };
                     let (exact, greedy) = (score(&moves), score(&out.moves));
-                    if (exact.0, exact.1) > (greedy.0, greedy.1) {
-                        let removed = out.fragmentation_before - exact.2;
-                        let whole =
-                            (exact.0 - out.whole_free_before) as f64 * f64::from(tessera_core::model::GPU_MILLI);
-                        out.gain = self.cfg.cost.gain(removed.max(whole));
+                    let removed = out.fragmentation_before - exact.2;
+                    let whole = (exact.0 - out.whole_free_before) as f64 * f64::from(tessera_core::model::GPU_MILLI);
+                    let exact_gain = self.cfg.cost.gain(removed.max(whole));
+                    // More GPUs freed, or as many for more net gain (the
+                    // greedy plan's re-pairing gains without freeing any).
+                    if exact.0 > greedy.0 || (exact.0 == greedy.0 && exact_gain - exact.1 > out.gain - greedy.1) {
+                        out.gain = exact_gain;
                         out.moves = moves;
                         out.solver = Solver::Milp;
                         after = None;

@@ -32,6 +32,7 @@ pub mod knapsack;
 pub mod milp;
 pub mod plan;
 mod repack;
+mod repair;
 mod scratch;
 
 pub use adapter::{PlanTotals, SimPlanner};

@@ -1,0 +1,207 @@
+//! Re-pairing (`fragment_merge`): move a sharing pod to the GPU where it
+//! completes a tight packing, when that leaves less share stranded for good.
+//!
+//! Online placement pairs what is there: a 0.47 pod lands beside a 0.32
+//! one (0.21 left, which almost nothing the workload asks for can use)
+//! because no better gap was open at the time. Later a GPU holding a lone
+//! 0.47 opens; moving the first 0.47 there makes 0.47 + 0.47 (0.06 left)
+//! and leaves the 0.32 with 0.68 free, which a 0.65 pod fills. The drains
+//! ([`crate::defrag`]) never see this move: it empties no GPU.
+//!
+//! The measure is a gap's *residue*: of `g` free, what no sum of the
+//! workload's common sharing sizes can fill (`g − max Σ ≤ g`); an entirely
+//! free GPU has none (whole-GPU pods take it). A move of share `s` from a
+//! GPU with `a` free to one with `b` free gains
+//! `R(a) + R(b) − R(a + s) − R(b − s)`; moves are taken best net gain
+//! (`γ·gain − cost`) first while they still gain as the cluster stands.
+
+use tessera_core::cluster::GpuSet;
+use tessera_core::metrics::TargetWorkload;
+use tessera_core::model::{GPU_MILLI, NodeId};
+
+use crate::plan::Strategy;
+use crate::scratch::Scratch;
+
+/// Sharing sizes at least this share of the workload's GPU pods count as
+/// common: enough of them arrive to fill the gaps they fit.
+const COMMON: f64 = 0.015;
+
+/// Destination GPUs tried per distinct free share.
+const TRIES: usize = 16;
+
+/// Residues of gaps under a workload.
+pub(crate) struct Residues {
+    /// `R(g)` for `g` in `0..=1000`.
+    by_gap: Vec<u32>,
+    /// The least CPU a common sharing pod asks for: a node with less free
+    /// has nothing that fills its gaps.
+    min_cpu: u64,
+}
+
+impl Residues {
+    /// The residue of a gap of `gap` on a node with `cpu_free` millicores.
+    pub(crate) fn of(&self, gap: u32, cpu_free: u64) -> u32 {
+        match gap {
+            0 => 0,
+            g if g >= GPU_MILLI => 0,
+            g if cpu_free < self.min_cpu => g,
+            g => self.by_gap[g as usize],
+        }
+    }
+}
+
+/// `R(g)` for `g` in `0..=1000`: what of a gap of `g` no sum of the common
+/// sharing sizes of `workload` fills.
+pub(crate) fn residues(workload: &TargetWorkload) -> Residues {
+    let gpu_weight: f64 = workload.shapes.iter().filter(|(s, _)| s.gpu_count > 0).map(|(_, w)| w).sum();
+    let mut sizes: Vec<u32> = Vec::new();
+    let mut min_cpu = u64::MAX;
+    for (shape, _) in &workload.shapes {
+        let s = shape.gpu_milli;
+        if shape.gpu_count != 1 || s == 0 || s >= GPU_MILLI || sizes.contains(&s) {
+            continue;
+        }
+        let w: f64 = workload.shapes.iter().filter(|(o, _)| o.gpu_count == 1 && o.gpu_milli == s).map(|(_, w)| w).sum();
+        if gpu_weight > 0.0 && w / gpu_weight >= COMMON {
+            sizes.push(s);
+        }
+    }
+    for (shape, _) in &workload.shapes {
+        if shape.gpu_count == 1 && sizes.contains(&shape.gpu_milli) {
+            min_cpu = min_cpu.min(shape.cpu_milli);
+        }
+    }
+    // Unbounded knapsack: the largest sum of sizes within each capacity.
+    let cap = GPU_MILLI as usize;
+    let mut fill = vec![0u32; cap + 1];
+    for g in 1..=cap {
+        fill[g] = fill[g - 1];
+        for &s in &sizes {
+            let s = s as usize;
+            if s <= g {
+                fill[g] = fill[g].max(fill[g - s] + s as u32);
+            }
+        }
+    }
+    let by_gap: Vec<u32> = (0..=cap).map(|g| g as u32 - fill[g]).collect();
+    Residues { by_gap, min_cpu: if min_cpu == u64::MAX { 0 } else { min_cpu } }
+}
+
+/// One candidate move: net gain, pod, destination.
+type Candidate = (f64, usize, NodeId, u8);
+
+/// Re-pairs while `budget` moves remain; returns the moves made.
+pub(crate) fn run(s: &mut Scratch<'_>, budget: usize) -> usize {
+    let start = s.moves.len();
+    if budget == 0 {
+        return 0;
+    }
+    let r = residues(s.workload);
+    let cpu = |s: &Scratch<'_>, n: NodeId| s.cluster.nodes()[n as usize].free.cpu_milli;
+    let mut candidates: Vec<Candidate> = Vec::new();
+    // Distinct free shares of partially used GPUs, ascending.
+    let mut frees: Vec<u32> = s.partial.iter().map(|&(f, _, _)| f).collect();
+    frees.dedup();
+    for i in 0..s.running.len() {
+        let p = s.pod(i);
+        let at = s.at[i];
+        if !s.movable(i) || p.gpu_count != 1 || p.gpu_milli == 0 || p.gpu_milli >= GPU_MILLI || !s.in_focus(at.node) {
+            continue;
+        }
+        let Some(g) = at.gpus.indices().next() else { continue };
+        let a = s.cluster.nodes()[at.node as usize].gpus[g].free_milli;
+        let (share, need) = (p.gpu_milli, p.requests.cpu_milli);
+        let here = cpu(s, at.node);
+        let freed = i64::from(r.of(a, here)) - i64::from(r.of(a + share, here + need));
+        let cost = s.move_cost(i);
+        // Destinations by free share, best first (as if CPU were no
+        // object); the first GPU with that share that takes the pod.
+        let mut by: Vec<(i64, u32)> = frees
+            .iter()
+            .filter(|&&b| b >= share)
+            .map(|&b| (freed + i64::from(r.by_gap[b as usize]) - i64::from(r.by_gap[(b - share) as usize]), b))
+            .filter(|&(gain, _)| gain > 0)
+            .collect();
+        by.sort_unstable_by(|x, y| y.cmp(x));
+        for (_, b) in by.into_iter().take(TRIES) {
+            let found = s
+                .partial
+                .range((b, 0, 0)..(b + 1, 0, 0))
+                .filter(|&&(_, n, _)| n != at.node)
+                .take(TRIES)
+                .find(|&&(_, n, _)| tessera_core::cluster::check(&s.cluster.nodes()[n as usize], p).is_ok())
+                .map(|&(_, n, gpu)| (n, gpu));
+            let Some((n, gpu)) = found else { continue };
+            let there = cpu(s, n);
+            let gain = freed + i64::from(r.of(b, there)) - i64::from(r.of(b - share, there - need));
+            let net = s.weights.gain(gain as f64) - cost;
+            if net > s.weights.min_net_gain.max(0.0) {
+                candidates.push((net, i, n, gpu));
+                break;
+            }
+        }
+    }
+    candidates.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    let mut gained = 0i64;
+    for (_, i, node, gpu) in candidates {
+        if s.moves.len() - start >= budget || s.out_of_time() {
+            break;
+        }
+        // Earlier moves may have changed either GPU: judge it again.
+        let at = s.at[i];
+        let Some(g) = at.gpus.indices().next() else { continue };
+        let share = s.pod(i).gpu_milli;
+        let need = s.pod(i).requests.cpu_milli;
+        let a = s.cluster.nodes()[at.node as usize].gpus[g].free_milli;
+        let b = s.cluster.nodes()[node as usize].gpus[usize::from(gpu)].free_milli;
+        let (here, there) = (cpu(s, at.node), cpu(s, node));
+        if b < share || there < need || s.moved[i] {
+            continue;
+        }
+        let gain = i64::from(r.of(a, here)) + i64::from(r.of(b, there))
+            - i64::from(r.of(a + share, here + need))
+            - i64::from(r.of(b - share, there - need));
+        if s.weights.gain(gain as f64) - s.move_cost(i) <= s.weights.min_net_gain.max(0.0) {
+            continue;
+        }
+        if s.try_move(i, node, GpuSet(1 << gpu), Strategy::FragmentMerge) {
+            gained += gain;
+        }
+    }
+    let touched = s.touched_since(start);
+    s.frag_delta(&touched, true);
+    s.gain += s.weights.gain(gained as f64);
+    s.moves.len() - start
+}
+
+#[cfg(test)]
+mod tests {
+    use tessera_core::metrics::Shape;
+
+    use super::*;
+
+    fn workload(shares: &[(u32, f64)]) -> TargetWorkload {
+        TargetWorkload {
+            shapes: shares
+                .iter()
+                .map(|&(s, w)| {
+                    let shape = Shape { cpu_milli: 1000, gpu_count: 1, gpu_milli: s, allowed_models: Vec::new() };
+                    (shape, w)
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn residue_is_what_common_sizes_cannot_fill() {
+        // 0.47 and 0.65 common, 0.16 rare.
+        let r = residues(&workload(&[(1000, 0.5), (470, 0.3), (650, 0.19), (160, 0.01)]));
+        let cpu = 64_000;
+        assert_eq!(r.of(1000, cpu), 0, "an empty GPU takes a whole pod");
+        assert_eq!(r.of(210, cpu), 210, "0.21: only the rare 0.16 fits");
+        assert_eq!(r.of(530, cpu), 60, "0.53 holds a 0.47");
+        assert_eq!(r.of(680, cpu), 30, "0.68 holds a 0.65");
+        assert_eq!(r.of(940, cpu), 0, "0.94 holds two 0.47s");
+        assert_eq!(r.of(530, 999), 530, "no CPU left for a sharing pod: nothing fills it");
+    }
+}

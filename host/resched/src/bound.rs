@@ -170,15 +170,17 @@ const MAX_ROUNDS: usize = 300;
 /// An upper bound on the GPU share any re-packing can allocate when every
 /// pod of `admitted` (where they run on `cluster`) must stay placed and
 /// any of `waiting` may be added: the configuration LP over GPUs (each
-/// usable GPU holds one packing of shares, whole-GPU pods counting a full
-/// GPU per GPU), CPU, memory and models left out, so it bounds every
-/// rescheduler that neither evicts nor overcommits.
+/// usable GPU holds one packing of shares its model allows, whole-GPU pods
+/// counting a full GPU per GPU), CPU and memory left out, so it bounds
+/// every rescheduler that neither evicts nor overcommits.
 ///
-/// Solved through its dual, `min G·π0 + Σ U_c π_c − Σ L_c μ_c` subject to
-/// `π0 + Σ_c a_c (π_c − μ_c) ≥ Σ_c a_c s_c` for every packing `a`, adding
-/// the most violated packing (a knapsack) each round, starting from the
-/// packings the cluster has now (so the admitted pods always fit). A round
-/// that stops early is still a valid bound: `π0` raised by the violation.
+/// Pods fall in classes by share and allowed models; GPUs in types by
+/// model. Solved through its dual, `min Σ_t G_t·π_t + Σ_c U_c π_c −
+/// Σ_c L_c μ_c` subject to `π_t + Σ_c a_c (π_c − μ_c) ≥ Σ_c a_c s_c` for
+/// every packing `a` a GPU of type `t` can hold, adding each type's most
+/// violated packing (a knapsack) each round, starting from the packings
+/// the cluster has now (so the admitted pods always fit). A round that
+/// stops early is still a valid bound: each `π_t` raised by its violation.
 pub fn repacking_bound(
     cluster: &tessera_core::cluster::Cluster,
     admitted: &[(Pod, tessera_core::cluster::Placement)],
@@ -186,58 +188,81 @@ pub fn repacking_bound(
 ) -> Result<Bound, BoundError> {
     use good_lp::{Expression, ProblemVariables, Solution, SolverModel, constraint, microlp, variable};
     let share = |p: &Pod| if p.gpu_milli >= GPU_MILLI { GPU_MILLI } else { p.gpu_milli };
-    // Classes of share: mandatory (admitted) and most (admitted + waiting) per class.
-    let mut lower: BTreeMap<u32, u64> = BTreeMap::new();
-    let mut upper: BTreeMap<u32, u64> = BTreeMap::new();
-    for (p, _) in admitted.iter().filter(|(p, _)| p.gpu_count > 0 && p.gpu_milli > 0) {
-        *lower.entry(share(p)).or_insert(0) += u64::from(if p.gpu_milli >= GPU_MILLI { p.gpu_count } else { 1 });
+    let units = |p: &Pod| u64::from(if p.gpu_milli >= GPU_MILLI { p.gpu_count } else { 1 });
+    let class_of = |p: &Pod| {
+        let mut models = p.allowed_models.clone();
+        models.sort();
+        models.dedup();
+        (share(p), models)
+    };
+    let holds_gpu = |p: &Pod| p.gpu_count > 0 && p.gpu_milli > 0;
+    // Classes: mandatory (admitted) and most (admitted + waiting) of each.
+    let mut lower: BTreeMap<(u32, Vec<String>), u64> = BTreeMap::new();
+    let mut upper: BTreeMap<(u32, Vec<String>), u64> = BTreeMap::new();
+    for (p, _) in admitted.iter().filter(|(p, _)| holds_gpu(p)) {
+        *lower.entry(class_of(p)).or_insert(0) += units(p);
     }
-    for p in admitted.iter().map(|(p, _)| p).chain(waiting).filter(|p| p.gpu_count > 0 && p.gpu_milli > 0) {
-        *upper.entry(share(p)).or_insert(0) += u64::from(if p.gpu_milli >= GPU_MILLI { p.gpu_count } else { 1 });
+    for p in admitted.iter().map(|(p, _)| p).chain(waiting).filter(|p| holds_gpu(p)) {
+        *upper.entry(class_of(p)).or_insert(0) += units(p);
     }
-    let sizes: Vec<u32> = upper.keys().copied().collect();
-    let (lo, hi): (Vec<u64>, Vec<u64>) = sizes.iter().map(|s| (lower.get(s).copied().unwrap_or(0), upper[s])).unzip();
-    let usable: Vec<(u32, usize)> = cluster
-        .nodes()
+    let classes: Vec<(u32, Vec<String>)> = upper.keys().cloned().collect();
+    let sizes: Vec<u32> = classes.iter().map(|c| c.0).collect();
+    let (lo, hi): (Vec<u64>, Vec<u64>) = classes.iter().map(|c| (lower.get(c).copied().unwrap_or(0), upper[c])).unzip();
+    // GPU types: the models of usable GPUs, with their counts.
+    let mut types: BTreeMap<String, u64> = BTreeMap::new();
+    let mut usable: Vec<(u32, usize, usize)> = Vec::new();
+    for n in cluster.nodes().iter().filter(|n| n.ready) {
+        for (i, g) in n.gpus.iter().enumerate() {
+            if g.health != tessera_core::model::GpuHealth::Failed {
+                *types.entry(n.gpu_model.clone()).or_insert(0) += 1;
+                usable.push((n.id, i, 0));
+            }
+        }
+    }
+    let type_names: Vec<String> = types.keys().cloned().collect();
+    let type_of = |node: u32| {
+        type_names.binary_search(&cluster.nodes()[node as usize].gpu_model).expect("every usable GPU's model is a type")
+    };
+    for u in &mut usable {
+        u.2 = type_of(u.0);
+    }
+    // Which classes a type takes.
+    let allowed: Vec<Vec<bool>> = type_names
         .iter()
-        .filter(|n| n.ready)
-        .flat_map(|n| {
-            n.gpus
-                .iter()
-                .enumerate()
-                .filter(|(_, g)| g.health != tessera_core::model::GpuHealth::Failed)
-                .map(move |(i, _)| (n.id, i))
-        })
+        .map(|t| classes.iter().map(|(_, models)| models.is_empty() || models.contains(t)).collect())
         .collect();
-    let gpus = usable.len() as f64;
     let total = cluster.nodes().iter().map(|n| n.gpus.len() as f64 * f64::from(GPU_MILLI)).sum::<f64>();
     // Start from the packings each usable GPU has now.
-    let mut now: BTreeMap<(u32, usize), Vec<u64>> = usable.iter().map(|&k| (k, vec![0; sizes.len()])).collect();
-    for (p, at) in admitted.iter().filter(|(p, _)| p.gpu_count > 0 && p.gpu_milli > 0) {
-        let c = sizes.binary_search(&share(p)).expect("every admitted share is a class");
+    let mut now: BTreeMap<(u32, usize), (usize, Vec<u64>)> =
+        usable.iter().map(|&(n, i, t)| ((n, i), (t, vec![0; classes.len()]))).collect();
+    for (p, at) in admitted.iter().filter(|(p, _)| holds_gpu(p)) {
+        let c = classes.binary_search(&class_of(p)).expect("every admitted pod's class is a class");
         for g in at.gpus.indices() {
-            if let Some(a) = now.get_mut(&(at.node, g)) {
+            if let Some((_, a)) = now.get_mut(&(at.node, g)) {
                 a[c] += 1;
             }
         }
     }
-    let mut patterns: Vec<Vec<u64>> = now.into_values().collect();
+    let mut patterns: Vec<(usize, Vec<u64>)> = now.into_values().collect();
     patterns.sort();
     patterns.dedup();
     let value = |a: &[u64]| a.iter().zip(&sizes).map(|(&k, &s)| k as f64 * f64::from(s)).sum::<f64>();
     let mut best = f64::INFINITY;
     for _ in 0..MAX_ROUNDS {
         let mut vars = ProblemVariables::new();
-        let pi0 = vars.add(variable().min(0.0));
+        let pi_t: Vec<_> = type_names.iter().map(|_| vars.add(variable().min(0.0))).collect();
         let pi: Vec<_> = sizes.iter().map(|_| vars.add(variable().min(0.0))).collect();
         let mu: Vec<_> = sizes.iter().map(|_| vars.add(variable().min(0.0))).collect();
-        let mut objective: Expression = gpus * pi0;
+        let mut objective: Expression = Expression::from(0.0);
+        for (t, name) in type_names.iter().enumerate() {
+            objective += types[name] as f64 * pi_t[t];
+        }
         for c in 0..sizes.len() {
             objective += hi[c] as f64 * pi[c] - lo[c] as f64 * mu[c];
         }
         let mut model = vars.minimise(objective.clone()).using(microlp);
-        for a in &patterns {
-            let mut lhs: Expression = Expression::from(pi0);
+        for (t, a) in &patterns {
+            let mut lhs: Expression = Expression::from(pi_t[*t]);
             for c in 0..sizes.len() {
                 if a[c] > 0 {
                     lhs += a[c] as f64 * (pi[c] - mu[c]);
@@ -247,19 +272,30 @@ pub fn repacking_bound(
         }
         let sol = model.solve()?;
         let d: Vec<f64> = (0..sizes.len()).map(|c| f64::from(sizes[c]) - sol.value(pi[c]) + sol.value(mu[c])).collect();
-        let (worth, packing) = best_packing(&sizes, &hi, &d);
-        let violation = (worth - sol.value(pi0)).max(0.0);
-        best = best.min(sol.eval(&objective) + gpus * violation);
-        if violation <= 1e-6 || patterns.contains(&packing) {
+        let mut raised = 0.0;
+        let mut added = false;
+        for (t, name) in type_names.iter().enumerate() {
+            // Classes the type does not take are offered none.
+            let counts: Vec<u64> = (0..sizes.len()).map(|c| if allowed[t][c] { hi[c] } else { 0 }).collect();
+            let (worth, packing) = best_packing(&sizes, &counts, &d);
+            let violation = (worth - sol.value(pi_t[t])).max(0.0);
+            raised += types[name] as f64 * violation;
+            let pattern = (t, packing);
+            if violation > 1e-6 && !patterns.contains(&pattern) {
+                patterns.push(pattern);
+                added = true;
+            }
+        }
+        best = best.min(sol.eval(&objective) + raised);
+        if !added {
             break;
         }
-        patterns.push(packing);
     }
     let gpu_milli = best.min(total);
     Ok(Bound {
         gpu_milli,
         allocation_pct: if total > 0.0 { 100.0 * gpu_milli / total } else { 0.0 },
-        node_types: 0,
+        node_types: type_names.len(),
         pod_shapes: sizes.len(),
     })
 }
@@ -370,6 +406,23 @@ mod tests {
         // The fluid bound, free to drop the 0.81s, says more.
         let all: Vec<Pod> = admitted.iter().map(|(p, _)| p.clone()).chain(waiting).collect();
         assert!(gpu_allocation_bound(c.nodes(), &all).unwrap().gpu_milli > 1_770.0 + 1.0);
+    }
+
+    #[test]
+    fn repacking_keeps_pods_to_their_models() {
+        use tessera_core::cluster::{Cluster, GpuSet};
+        // A GPU of model A, free; one of model B, half used by a pod that
+        // may run anywhere; three waiting halves that only B takes. Blind to
+        // models the bound fills both GPUs (2,000); the best is the half on
+        // A and two waiting halves on B (1,500).
+        let mut c = Cluster::new(vec![node(64_000, 1, "A"), node(64_000, 1, "B")]);
+        let half = pod(1_000, 1, 500);
+        let admitted = vec![(half.clone(), c.bind(1, &half, GpuSet(1)).unwrap())];
+        let mut b_only = pod(1_000, 1, 500);
+        b_only.allowed_models = vec!["B".into()];
+        let b = repacking_bound(&c, &admitted, &vec![b_only; 3]).unwrap();
+        assert!((b.gpu_milli - 1_500.0).abs() < 1e-3, "{b:?}");
+        assert_eq!(b.node_types, 2);
     }
 
     /// The re-packing bound is never below what the cluster holds now, and

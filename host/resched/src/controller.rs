@@ -228,16 +228,22 @@ impl Planner {
         }
 
         // Budget per strategy by weight; what one leaves goes to the next.
+        // Shares are rounded on the running total, so together they are
+        // the whole budget (a budget of one move is not rounded away).
         let total_w: f64 = Strategy::ALL.iter().map(|&st| self.cfg.strategy_weights.of(st)).sum();
         if total_w > 0.0 {
             let mut carry = 0usize;
             let left_at_start = budget - s.moves.len();
+            let (mut w_before, mut given) = (0.0, 0usize);
             for st in Strategy::ALL {
                 let w = self.cfg.strategy_weights.of(st);
                 if w <= 0.0 {
                     continue;
                 }
-                let share = (((left_at_start as f64) * w / total_w).floor() as usize).saturating_add(carry);
+                w_before += w;
+                let upto = ((left_at_start as f64) * w_before / total_w).round() as usize;
+                let share = upto.min(left_at_start).saturating_sub(given).saturating_add(carry);
+                given = upto.min(left_at_start);
                 let share = share.min(budget - s.moves.len());
                 let phase_start = started.elapsed();
                 let used = match st {

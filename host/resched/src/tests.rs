@@ -134,6 +134,12 @@ fn repair_pairs_a_pod_where_it_completes_a_tight_packing() {
     let cfg = PlannerConfig { milp_max_nodes: 8, ..only(Strategy::FragmentMerge) };
     let p = Planner::new(cfg).plan(&c, &running, &workload, 10, None);
     assert_eq!(p.moves.len(), 1, "{p:?}");
+    // A budget of one move, shared by weight with a strategy that has
+    // nothing to do, still reaches the re-pairing (it was rounded away).
+    let mut cfg = only(Strategy::FragmentMerge);
+    cfg.strategy_weights = StrategyWeights { load_balance: 1.0, fragment_merge: 2.0, co_location: 0.0 };
+    let p = Planner::new(cfg).plan(&c, &running, &workload, 1, None);
+    assert_eq!(p.moves.len(), 1, "{p:?}");
     // No pod of the workload fits 0.68 better than 0.53: nothing to gain.
     let p = Planner::new(only(Strategy::FragmentMerge)).plan(&c, &running, &whole_gpu_workload(), 10, None);
     assert!(p.moves.is_empty(), "{p:?}");

@@ -29,6 +29,9 @@ const COMMON: f64 = 0.015;
 /// Destination GPUs tried per distinct free share.
 const TRIES: usize = 16;
 
+/// Most rounds of candidates per plan.
+const PASSES: usize = 3;
+
 /// Residues of gaps under a workload.
 pub(crate) struct Residues {
     /// `R(g)` for `g` in `0..=1000`.
@@ -97,6 +100,21 @@ pub(crate) fn run(s: &mut Scratch<'_>, budget: usize) -> usize {
         return 0;
     }
     let r = residues(s.workload);
+    // A move opens gaps another move can then use: pass again while one
+    // moves anything.
+    for _ in 0..PASSES {
+        let before = s.moves.len();
+        pass(s, budget - (before - start), &r);
+        if s.moves.len() == before || s.moves.len() - start >= budget || s.timed_out {
+            break;
+        }
+    }
+    s.moves.len() - start
+}
+
+/// One round of candidates, judged on the cluster as it stands.
+fn pass(s: &mut Scratch<'_>, budget: usize, r: &Residues) {
+    let start = s.moves.len();
     let cpu = |s: &Scratch<'_>, n: NodeId| s.cluster.nodes()[n as usize].free.cpu_milli;
     let mut candidates: Vec<Candidate> = Vec::new();
     // Distinct free shares of partially used GPUs, ascending.
@@ -171,7 +189,6 @@ pub(crate) fn run(s: &mut Scratch<'_>, budget: usize) -> usize {
     let touched = s.touched_since(start);
     s.frag_delta(&touched, true);
     s.gain += s.weights.gain(gained as f64);
-    s.moves.len() - start
 }
 
 #[cfg(test)]

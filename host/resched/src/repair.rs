@@ -13,7 +13,10 @@
 //! free GPU has none (whole-GPU pods take it). A move of share `s` from a
 //! GPU with `a` free to one with `b` free gains
 //! `R(a) + R(b) − R(a + s) − R(b − s)`; moves are taken best net gain
-//! (`γ·gain − cost`) first while they still gain as the cluster stands.
+//! (`γ·gain − cost`) first while they still gain as the cluster stands, in
+//! up to [`PASSES`] rounds (a move opens gaps the next round can use). A
+//! gap on a node with less CPU free than any common sharing pod asks for
+//! counts whole: nothing will fill it.
 
 use tessera_core::cluster::GpuSet;
 use tessera_core::metrics::TargetWorkload;
@@ -50,6 +53,15 @@ impl Residues {
             g if cpu_free < self.min_cpu => g,
             g => self.by_gap[g as usize],
         }
+    }
+
+    /// What moving a pod of `share` and `cpu` from a GPU with `a` free (on
+    /// a node with `here` CPU free) to one with `b` free (`there` CPU free)
+    /// takes off the residues; the pod must fit at `b`.
+    fn move_gain(&self, share: u32, cpu: u64, (a, here): (u32, u64), (b, there): (u32, u64)) -> i64 {
+        i64::from(self.of(a, here)) + i64::from(self.of(b, there))
+            - i64::from(self.of(a + share, here + cpu))
+            - i64::from(self.of(b - share, there - cpu))
     }
 }
 
@@ -150,8 +162,7 @@ fn pass(s: &mut Scratch<'_>, budget: usize, r: &Residues) {
                 .find(|&&(_, n, _)| tessera_core::cluster::check(&s.cluster.nodes()[n as usize], p).is_ok())
                 .map(|&(_, n, gpu)| (n, gpu));
             let Some((n, gpu)) = found else { continue };
-            let there = cpu(s, n);
-            let gain = freed + i64::from(r.of(b, there)) - i64::from(r.of(b - share, there - need));
+            let gain = r.move_gain(share, need, (a, here), (b, cpu(s, n)));
             let net = s.weights.gain(gain as f64) - cost;
             if net > s.weights.min_net_gain.max(0.0) {
                 candidates.push((net, i, n, gpu));
@@ -176,9 +187,7 @@ fn pass(s: &mut Scratch<'_>, budget: usize, r: &Residues) {
         if b < share || there < need || s.moved[i] {
             continue;
         }
-        let gain = i64::from(r.of(a, here)) + i64::from(r.of(b, there))
-            - i64::from(r.of(a + share, here + need))
-            - i64::from(r.of(b - share, there - need));
+        let gain = r.move_gain(share, need, (a, here), (b, there));
         if s.weights.gain(gain as f64) - s.move_cost(i) <= s.weights.min_net_gain.max(0.0) {
             continue;
         }

@@ -265,6 +265,9 @@ async fn a_new_leader_resumes_the_plan_its_predecessor_left_in_the_journal() {
         entries.iter().any(|e| matches!(e, Entry::Step { state: tessera_movement::exec::StepState::Done, .. })),
         "{entries:?}"
     );
+    // The record concludes just after the journal's last entry.
+    let concluded = || b.shared.plans.read().unwrap().newest_first().any(|p| p.id == 41 && p.state != "executing");
+    until("the resumed plan's record to conclude", Duration::from_secs(10), concluded).await;
     let plan = b.shared.plans.read().unwrap().newest_first().find(|p| p.id == 41).cloned().expect("the plan is shown");
     assert_eq!(plan.trigger, "resumed from the movement journal");
     assert_eq!(

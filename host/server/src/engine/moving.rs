@@ -432,6 +432,8 @@ impl Engine {
             trace_id: String::new(),
         };
         tracing::info!(plan = plan_id, "resuming the movement plan the previous leader left");
+        // Shown as executing while it runs, as a plan this replica started is.
+        self.shared.plans.write().unwrap_or_else(|p| p.into_inner()).upsert(record.clone());
         let times = StepTimes::new(ex.states().len());
         let links = vec![None; record.moves.len()];
         self.live = Some(Live {

@@ -164,6 +164,11 @@ pub(crate) fn best_packing(sizes: &[u32], counts: &[u64], values: &[f64]) -> (f6
     (best[w], take[w].clone())
 }
 
+/// The GPUs of `n` that may hold pods (none on a node that is not ready).
+fn usable(n: &Node) -> impl Iterator<Item = (usize, &tessera_core::model::Gpu)> {
+    n.gpus.iter().enumerate().filter(move |(_, g)| n.ready && g.health != tessera_core::model::GpuHealth::Failed)
+}
+
 /// Most rounds of pattern generation for [`repacking_bound`].
 const MAX_ROUNDS: usize = 300;
 
@@ -210,31 +215,30 @@ pub fn repacking_bound(
     let (lo, hi): (Vec<u64>, Vec<u64>) = classes.iter().map(|c| (lower.get(c).copied().unwrap_or(0), upper[c])).unzip();
     // GPU types: the models of usable GPUs, with their counts.
     let mut types: BTreeMap<String, u64> = BTreeMap::new();
-    let mut usable: Vec<(u32, usize, usize)> = Vec::new();
-    for n in cluster.nodes().iter().filter(|n| n.ready) {
-        for (i, g) in n.gpus.iter().enumerate() {
-            if g.health != tessera_core::model::GpuHealth::Failed {
-                *types.entry(n.gpu_model.clone()).or_insert(0) += 1;
-                usable.push((n.id, i, 0));
-            }
+    for n in cluster.nodes() {
+        let count = usable(n).count() as u64;
+        if count > 0 {
+            *types.entry(n.gpu_model.clone()).or_insert(0) += count;
         }
     }
     let type_names: Vec<String> = types.keys().cloned().collect();
-    let type_of = |node: u32| {
-        type_names.binary_search(&cluster.nodes()[node as usize].gpu_model).expect("every usable GPU's model is a type")
-    };
-    for u in &mut usable {
-        u.2 = type_of(u.0);
-    }
-    // Which classes a type takes.
-    let allowed: Vec<Vec<bool>> = type_names
+    // What a type may pack of each class (none of a class it does not take).
+    let offered: Vec<Vec<u64>> = type_names
         .iter()
-        .map(|t| classes.iter().map(|(_, models)| models.is_empty() || models.contains(t)).collect())
+        .map(|t| {
+            classes.iter().zip(&hi).map(|((_, m), &h)| if m.is_empty() || m.contains(t) { h } else { 0 }).collect()
+        })
         .collect();
     let total = cluster.nodes().iter().map(|n| n.gpus.len() as f64 * f64::from(GPU_MILLI)).sum::<f64>();
     // Start from the packings each usable GPU has now.
-    let mut now: BTreeMap<(u32, usize), (usize, Vec<u64>)> =
-        usable.iter().map(|&(n, i, t)| ((n, i), (t, vec![0; classes.len()]))).collect();
+    let mut now: BTreeMap<(u32, usize), (usize, Vec<u64>)> = BTreeMap::new();
+    for n in cluster.nodes() {
+        let t = type_names.binary_search(&n.gpu_model);
+        for (i, _) in usable(n) {
+            let t = t.expect("a node with usable GPUs has its model counted");
+            now.insert((n.id, i), (t, vec![0; classes.len()]));
+        }
+    }
     for (p, at) in admitted.iter().filter(|(p, _)| holds_gpu(p)) {
         let c = classes.binary_search(&class_of(p)).expect("every admitted pod's class is a class");
         for g in at.gpus.indices() {
@@ -275,9 +279,7 @@ pub fn repacking_bound(
         let mut raised = 0.0;
         let mut added = false;
         for (t, name) in type_names.iter().enumerate() {
-            // Classes the type does not take are offered none.
-            let counts: Vec<u64> = (0..sizes.len()).map(|c| if allowed[t][c] { hi[c] } else { 0 }).collect();
-            let (worth, packing) = best_packing(&sizes, &counts, &d);
+            let (worth, packing) = best_packing(&sizes, &offered[t], &d);
             let violation = (worth - sol.value(pi_t[t])).max(0.0);
             raised += types[name] as f64 * violation;
             let pattern = (t, packing);

@@ -391,15 +391,20 @@ pub fn trace_arrivals(rows: &[PodRow]) -> Vec<Arrival> {
 pub fn run_with(rt: &Runtime, opts: &SimOptions) -> Result<SimOutcome> {
     // Load every input before simulating anything.
     let Inputs { nodes, rows, submissions, workload, .. } = load_inputs(opts)?;
-    let bound = if opts.bound && !opts.time_replay {
-        Some(tessera_resched::gpu_allocation_bound(&nodes, &submissions).context("offline bound")?.allocation_pct)
-    } else {
-        None
-    };
     let mut doc = policy_document(&opts.policy, opts.seed)?;
     if let Some(t) = opts.tie_break {
         doc.tie_break = t;
     }
+    let solver = doc.rescheduling.solver;
+    let bound = if opts.bound && !opts.time_replay {
+        Some(
+            tessera_resched::gpu_allocation_bound(&nodes, &submissions, solver)
+                .context("offline bound")?
+                .allocation_pct,
+        )
+    } else {
+        None
+    };
     inject_workload(&mut doc, &workload);
     // The wall-clock decision budget is for live scheduling; a simulation
     // must give the same result on any machine.
@@ -432,7 +437,7 @@ pub fn run_with(rt: &Runtime, opts: &SimOptions) -> Result<SimOutcome> {
                 if opts.bound {
                     let waiting: Vec<Pod> = r.failed_pods.iter().map(|&i| submissions[i].clone()).collect();
                     repacking = Some(
-                        tessera_resched::bound::repacking_bound(&cluster, &running, &waiting)
+                        tessera_resched::bound::repacking_bound(&cluster, &running, &waiting, solver)
                             .context("re-packing bound")?
                             .allocation_pct,
                     );

@@ -171,4 +171,14 @@ fn rescheduling_section_is_typed_and_checked() {
     assert!(invalid(&format!("{GOOD}rescheduling:\n  cost: {{ beta: -2 }}\n")).2.contains("cost.beta"));
     assert!(invalid(&format!("{GOOD}rescheduling:\n  load_threshold: 1.5\n")).2.contains("load_threshold"));
     assert!(invalid(&format!("{GOOD}rescheduling:\n  defrag: 1\n")).2.contains("unknown field `defrag`"));
+    // The solver: a known name, and HiGHS only where it is built in.
+    let solver = |name: &str| format!("{GOOD}rescheduling:\n  solver: {name}\n");
+    assert!(PolicyDocument::parse(&solver("microlp"), "p.yaml").is_ok());
+    assert!(invalid(&solver("cplex")).2.contains("unknown variant `cplex`"), "{:?}", invalid(&solver("cplex")));
+    match PolicyDocument::parse(&solver("highs"), "p.yaml") {
+        Ok(doc) => assert!(
+            tessera_resched::Backend::HIGHS_BUILT_IN && doc.rescheduling.solver == tessera_resched::Backend::Highs
+        ),
+        Err(_) => assert!(invalid(&solver("highs")).2.contains("--features highs")),
+    }
 }

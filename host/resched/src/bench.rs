@@ -22,6 +22,7 @@ use tessera_core::model::{GPU_MILLI, GpuHealth, NodeId, Pod, Tier};
 
 use crate::controller::{Planner, PlannerConfig};
 use crate::plan::{self, Plan};
+use crate::solver::Backend;
 
 /// The figures `tessera bench reschedule` prints.
 #[derive(Debug, Clone, Serialize)]
@@ -56,6 +57,8 @@ pub struct RescheduleBench {
     pub timed_out: usize,
     /// Repetitions of each measurement.
     pub reps: usize,
+    /// The LP/MILP solver the bound (and any MILP) used.
+    pub solver: String,
 }
 
 /// Binds `pod` on a random node that takes it (at most `tries` draws),
@@ -150,7 +153,7 @@ pub fn fragmented(nodes: usize, pods: usize, seed: u64) -> (Cluster, Vec<(Pod, P
 /// the unmovable ones; pods over half a GPU need a GPU each, less one per
 /// unmovable GPU with room for them; and at least Martello–Toth's L2 bound
 /// of GPUs, less one per unmovable GPU with any room.
-pub fn whole_free_bound(c: &Cluster, running: &[(Pod, Placement)]) -> u64 {
+pub fn whole_free_bound(c: &Cluster, running: &[(Pod, Placement)], backend: Backend) -> u64 {
     // Share held by unmovable pods, per GPU.
     let mut held: std::collections::HashMap<(NodeId, usize), u64> = std::collections::HashMap::new();
     let (mut share, mut big) = (0u64, 0u64);
@@ -195,7 +198,7 @@ pub fn whole_free_bound(c: &Cluster, running: &[(Pod, Placement)]) -> u64 {
         .div_ceil(u64::from(GPU_MILLI))
         .max(big.saturating_sub(big_room))
         .max(martello_toth_l2(&shares).saturating_sub(rooms))
-        .max(configuration_lp_bins(&shares).saturating_sub(rooms));
+        .max(configuration_lp_bins(&shares, backend).saturating_sub(rooms));
     gpus.saturating_sub(need)
 }
 
@@ -211,8 +214,10 @@ const MAX_PATTERN_ROUNDS: usize = 200;
 /// adding the most violated packing (a knapsack over the shares with values
 /// `y_c`) until none is; the duals, scaled by the most violated packing's
 /// value, are feasible, so every round's figure is a valid bound.
-pub fn configuration_lp_bins(items: &[u32]) -> u64 {
-    use good_lp::{Expression, ProblemVariables, Solution, SolverModel, constraint, microlp, variable};
+pub fn configuration_lp_bins(items: &[u32], backend: Backend) -> u64 {
+    use good_lp::{Expression, ProblemVariables, Solution, constraint, variable};
+
+    use crate::solver::Model;
     let mut classes: std::collections::BTreeMap<u32, u64> = std::collections::BTreeMap::new();
     for &x in items.iter().filter(|&&x| x > 0) {
         *classes.entry(x.min(GPU_MILLI)).or_insert(0) += 1;
@@ -235,12 +240,12 @@ pub fn configuration_lp_bins(items: &[u32]) -> u64 {
         let mut vars = ProblemVariables::new();
         let y: Vec<_> = (0..sizes.len()).map(|_| vars.add(variable().min(0.0))).collect();
         let objective: Expression = y.iter().zip(&counts).map(|(&v, &n)| n as f64 * v).sum();
-        let mut model = vars.maximise(objective.clone()).using(microlp);
+        let mut model = Model::maximise(vars, objective.clone());
         for a in &patterns {
             let used: Expression = y.iter().zip(a).map(|(&v, &k)| k as f64 * v).sum();
-            model = model.with(constraint!(used <= 1.0));
+            model.with(constraint!(used <= 1.0));
         }
-        let Ok(sol) = model.solve() else { break };
+        let Ok(sol) = model.solve(backend) else { break };
         let duals: Vec<f64> = y.iter().map(|&v| sol.value(v).max(0.0)).collect();
         let value = sol.eval(&objective);
         // Pricing: the packing of one GPU of greatest dual value.
@@ -308,7 +313,7 @@ pub fn run(nodes: usize, pods: usize, seed: u64, reps: usize) -> RescheduleBench
     }
     let plan = last.expect("reps ≥ 1");
     let after = plan::validate(&cluster, &running, &plan.moves).expect("the planner's moves hold");
-    let bound = whole_free_bound(&cluster, &running);
+    let bound = whole_free_bound(&cluster, &running, planner.config().solver);
     let whole_after = plan::whole_free_gpus(&after);
 
     // Incremental: replace 1% of the pods, re-plan from the last plan.
@@ -363,6 +368,7 @@ pub fn run(nodes: usize, pods: usize, seed: u64, reps: usize) -> RescheduleBench
         incremental_moves: inc_moves,
         timed_out,
         reps,
+        solver: planner.config().solver.resolved().to_string(),
     }
 }
 
@@ -383,6 +389,7 @@ impl RescheduleBench {
             ),
             ("gap to the LP bound", format!("{:.2}%", self.lp_bound_gap_pct)),
             ("plans cut by the time limit", self.timed_out.to_string()),
+            ("LP/MILP solver", self.solver.clone()),
         ];
         rows.iter().map(|(k, v)| format!("{k:<30} {v}\n")).collect()
     }
@@ -405,14 +412,14 @@ mod tests {
     fn the_configuration_lp_bounds_bin_packing_from_below_and_is_tight_here() {
         // 0.35 × 3 does not fit one GPU; pairs do: 4 items need 2 GPUs,
         // where the sum (1.4) and L2 say 2 as well; 5 need 3 (sum: 2).
-        assert_eq!(configuration_lp_bins(&[350; 4]), 2);
-        assert_eq!(configuration_lp_bins(&[350; 5]), 3);
+        assert_eq!(configuration_lp_bins(&[350; 4], Backend::Auto), 2);
+        assert_eq!(configuration_lp_bins(&[350; 5], Backend::Auto), 3);
         // 0.45 and 0.65: pairs of 0.45, 0.65 alone (nothing fits beside it
         // but nothing): 4 × 0.45 → 2, 3 × 0.65 → 3.
         let items = [450, 450, 450, 450, 650, 650, 650];
-        assert_eq!(configuration_lp_bins(&items), 5);
+        assert_eq!(configuration_lp_bins(&items, Backend::Auto), 5);
         assert!(martello_toth_l2(&items) <= 5);
-        assert_eq!(configuration_lp_bins(&[]), 0);
+        assert_eq!(configuration_lp_bins(&[], Backend::Auto), 0);
         // Never above first-fit decreasing on random instances.
         let mut x: u64 = 0x2545_F491_4F6C_DD1D;
         for _ in 0..30 {
@@ -433,7 +440,7 @@ mod tests {
                     None => bins.push(s),
                 }
             }
-            let lp = configuration_lp_bins(&items);
+            let lp = configuration_lp_bins(&items, Backend::Auto);
             let sum = items.iter().map(|&s| u64::from(s)).sum::<u64>().div_ceil(1000);
             assert!(lp <= bins.len() as u64 && lp >= sum, "{lp} vs FFD {} and the sum {sum}", bins.len());
         }

@@ -14,8 +14,10 @@
 
 use std::collections::BTreeMap;
 
-use good_lp::{Expression, ProblemVariables, Solution, SolverModel, constraint, microlp, variable};
+use good_lp::{Expression, ProblemVariables, Solution, constraint, variable};
 use tessera_core::model::{GPU_MILLI, Node, Pod};
+
+use crate::solver::{Backend, Model};
 
 /// The bound could not be computed.
 #[derive(Debug, thiserror::Error)]
@@ -69,7 +71,7 @@ impl Shape {
 }
 
 /// The LP bound on GPU share allocated when `pods` are placed on `nodes`.
-pub fn gpu_allocation_bound(nodes: &[Node], pods: &[Pod]) -> Result<Bound, BoundError> {
+pub fn gpu_allocation_bound(nodes: &[Node], pods: &[Pod], backend: Backend) -> Result<Bound, BoundError> {
     let mut types: BTreeMap<NodeType, u64> = BTreeMap::new();
     for n in nodes.iter().filter(|n| n.ready) {
         let t = NodeType {
@@ -108,10 +110,10 @@ pub fn gpu_allocation_bound(nodes: &[Node], pods: &[Pod]) -> Result<Bound, Bound
         }
     }
     let objective: Expression = y.iter().map(|&(si, _, v)| shape_list[si].0.gpu() * v).sum();
-    let mut model = vars.maximise(objective.clone()).using(microlp);
+    let mut model = Model::maximise(vars, objective.clone());
     for (si, (_, count)) in shape_list.iter().enumerate() {
         let placed: Expression = y.iter().filter(|e| e.0 == si).map(|e| Expression::from(e.2)).sum();
-        model = model.with(constraint!(placed <= *count as f64));
+        model.with(constraint!(placed <= *count as f64));
     }
     for (ti, (t, count)) in type_list.iter().enumerate() {
         let on = || y.iter().filter(move |e| e.1 == ti);
@@ -123,13 +125,13 @@ pub fn gpu_allocation_bound(nodes: &[Node], pods: &[Pod]) -> Result<Bound, Bound
             .filter(|&&(si, _, _)| shape_list[si].0.gpu_milli >= GPU_MILLI)
             .map(|&(si, _, v)| f64::from(shape_list[si].0.gpu_count) * v)
             .sum();
-        model = model
+        model
             .with(constraint!(cpu <= c * t.cpu as f64))
             .with(constraint!(mem <= c * t.memory as f64))
             .with(constraint!(gpu <= c * t.gpus as f64 * f64::from(GPU_MILLI)))
             .with(constraint!(whole <= c * t.gpus as f64));
     }
-    let solution = model.solve()?;
+    let solution = model.solve(backend)?;
     let gpu_milli = solution.eval(&objective);
     Ok(Bound {
         gpu_milli,
@@ -190,8 +192,8 @@ pub fn repacking_bound(
     cluster: &tessera_core::cluster::Cluster,
     admitted: &[(Pod, tessera_core::cluster::Placement)],
     waiting: &[Pod],
+    backend: Backend,
 ) -> Result<Bound, BoundError> {
-    use good_lp::{Expression, ProblemVariables, Solution, SolverModel, constraint, microlp, variable};
     let share = |p: &Pod| if p.gpu_milli >= GPU_MILLI { GPU_MILLI } else { p.gpu_milli };
     let units = |p: &Pod| u64::from(if p.gpu_milli >= GPU_MILLI { p.gpu_count } else { 1 });
     let class_of = |p: &Pod| {
@@ -264,7 +266,7 @@ pub fn repacking_bound(
         for c in 0..sizes.len() {
             objective += hi[c] as f64 * pi[c] - lo[c] as f64 * mu[c];
         }
-        let mut model = vars.minimise(objective.clone()).using(microlp);
+        let mut model = Model::minimise(vars, objective.clone());
         for (t, a) in &patterns {
             let mut lhs: Expression = Expression::from(pi_t[*t]);
             for c in 0..sizes.len() {
@@ -272,9 +274,9 @@ pub fn repacking_bound(
                     lhs += a[c] as f64 * (pi[c] - mu[c]);
                 }
             }
-            model = model.with(constraint!(lhs >= value(a)));
+            model.with(constraint!(lhs >= value(a)));
         }
-        let sol = model.solve()?;
+        let sol = model.solve(backend)?;
         let d: Vec<f64> = (0..sizes.len()).map(|c| f64::from(sizes[c]) - sol.value(pi[c]) + sol.value(mu[c])).collect();
         let mut raised = 0.0;
         let mut added = false;
@@ -324,8 +326,12 @@ mod tests {
     #[test]
     fn gpu_bound_when_gpus_run_out() {
         // 2 nodes × 4 GPUs; 10 one-GPU pods: at most 8 GPUs' worth.
-        let b = gpu_allocation_bound(&[node(64_000, 4, "A"), node(64_000, 4, "A")], &vec![pod(1_000, 1, 1000); 10])
-            .unwrap();
+        let b = gpu_allocation_bound(
+            &[node(64_000, 4, "A"), node(64_000, 4, "A")],
+            &vec![pod(1_000, 1, 1000); 10],
+            Backend::Auto,
+        )
+        .unwrap();
         assert!((b.gpu_milli - 8_000.0).abs() < 1e-6, "{b:?}");
         assert!((b.allocation_pct - 100.0).abs() < 1e-6);
     }
@@ -333,7 +339,7 @@ mod tests {
     #[test]
     fn cpu_bound_when_cpu_runs_out() {
         // 4 GPUs but 10 cores; pods want 4 cores and one GPU: 2.5 pods' CPU.
-        let b = gpu_allocation_bound(&[node(10_000, 4, "A")], &vec![pod(4_000, 1, 1000); 4]).unwrap();
+        let b = gpu_allocation_bound(&[node(10_000, 4, "A")], &vec![pod(4_000, 1, 1000); 4], Backend::Auto).unwrap();
         assert!((b.gpu_milli - 2_500.0).abs() < 1e-6, "{b:?}");
     }
 
@@ -341,9 +347,11 @@ mod tests {
     fn model_constraints_are_kept() {
         let mut want_b = pod(1_000, 1, 1000);
         want_b.allowed_models = vec!["B".into()];
-        let b = gpu_allocation_bound(&[node(64_000, 4, "A")], &vec![want_b; 3]).unwrap();
+        let b = gpu_allocation_bound(&[node(64_000, 4, "A")], &vec![want_b; 3], Backend::Auto).unwrap();
         assert_eq!(b.gpu_milli, 0.0, "no B node: nothing can be placed");
-        let b = gpu_allocation_bound(&[node(64_000, 4, "A"), node(64_000, 1, "B")], &[pod(1_000, 1, 1000)]).unwrap();
+        let b =
+            gpu_allocation_bound(&[node(64_000, 4, "A"), node(64_000, 1, "B")], &[pod(1_000, 1, 1000)], Backend::Auto)
+                .unwrap();
         assert!((b.gpu_milli - 1_000.0).abs() < 1e-6);
     }
 
@@ -388,7 +396,7 @@ mod tests {
                     placed += f64::from(p.gpu_count) * f64::from(p.gpu_milli);
                 }
             }
-            let b = gpu_allocation_bound(&nodes, &pods).unwrap();
+            let b = gpu_allocation_bound(&nodes, &pods, Backend::Auto).unwrap();
             assert!(placed <= b.gpu_milli + 1e-6, "placed {placed} > bound {}", b.gpu_milli);
         }
     }
@@ -403,11 +411,11 @@ mod tests {
         let big = pod(1_000, 1, 810);
         let admitted: Vec<_> = (0..2).map(|n| (big.clone(), c.bind(n, &big, GpuSet(1)).unwrap())).collect();
         let waiting = vec![pod(1_000, 1, 500), pod(1_000, 1, 500), pod(1_000, 1, 150)];
-        let b = repacking_bound(&c, &admitted, &waiting).unwrap();
+        let b = repacking_bound(&c, &admitted, &waiting, Backend::Auto).unwrap();
         assert!((b.gpu_milli - 1_770.0).abs() < 1e-3, "{b:?}");
         // The fluid bound, free to drop the 0.81s, says more.
         let all: Vec<Pod> = admitted.iter().map(|(p, _)| p.clone()).chain(waiting).collect();
-        assert!(gpu_allocation_bound(c.nodes(), &all).unwrap().gpu_milli > 1_770.0 + 1.0);
+        assert!(gpu_allocation_bound(c.nodes(), &all, Backend::Auto).unwrap().gpu_milli > 1_770.0 + 1.0);
     }
 
     #[test]
@@ -422,7 +430,7 @@ mod tests {
         let admitted = vec![(half.clone(), c.bind(1, &half, GpuSet(1)).unwrap())];
         let mut b_only = pod(1_000, 1, 500);
         b_only.allowed_models = vec!["B".into()];
-        let b = repacking_bound(&c, &admitted, &vec![b_only; 3]).unwrap();
+        let b = repacking_bound(&c, &admitted, &vec![b_only; 3], Backend::Auto).unwrap();
         assert!((b.gpu_milli - 1_500.0).abs() < 1e-3, "{b:?}");
         assert_eq!(b.node_types, 2);
     }
@@ -463,10 +471,10 @@ mod tests {
             }
             let now: f64 =
                 admitted.iter().map(|(p, _)| f64::from(p.gpu_count) * f64::from(p.gpu_milli.min(1000))).sum();
-            let b = repacking_bound(&c, &admitted, &waiting).unwrap();
+            let b = repacking_bound(&c, &admitted, &waiting, Backend::Auto).unwrap();
             assert!(b.gpu_milli + 1e-6 >= now, "bound {} below the {now} held now", b.gpu_milli);
             let all: Vec<Pod> = admitted.iter().map(|(p, _)| p.clone()).chain(waiting).collect();
-            let fluid = gpu_allocation_bound(&nodes, &all).unwrap();
+            let fluid = gpu_allocation_bound(&nodes, &all, Backend::Auto).unwrap();
             assert!(b.gpu_milli <= fluid.gpu_milli + 1e-3, "{} over the fluid {}", b.gpu_milli, fluid.gpu_milli);
         }
     }

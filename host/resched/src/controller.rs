@@ -20,6 +20,7 @@ use tessera_core::model::{NodeId, Pod};
 use crate::cost::CostWeights;
 use crate::plan::{self, Plan, Solver, Strategy};
 use crate::scratch::Scratch;
+use crate::solver::Backend;
 use crate::{balance, consolidate, defrag, milp, repack, repair};
 
 /// Move budgets from which a global re-packing is also tried.
@@ -76,6 +77,9 @@ pub struct PlannerConfig {
     pub milp_max_nodes: usize,
     /// The MILP is refused above this many binary variables.
     pub milp_max_binaries: usize,
+    /// The LP/MILP solver: `auto` (HiGHS when built in), `microlp` or
+    /// `highs`.
+    pub solver: Backend,
 }
 
 impl Default for PlannerConfig {
@@ -89,6 +93,7 @@ impl Default for PlannerConfig {
             low_load_threshold: 0.1,
             milp_max_nodes: 8,
             milp_max_binaries: 400,
+            solver: Backend::Auto,
         }
     }
 }
@@ -113,7 +118,7 @@ impl PlannerConfig {
         if self.time_limit_ms == 0 {
             return Err("time_limit_ms must be > 0".into());
         }
-        Ok(())
+        self.solver.validate()
     }
 }
 
@@ -295,7 +300,12 @@ impl Planner {
         {
             let nodes: Vec<NodeId> = cluster.nodes().iter().map(|n| n.id).collect();
             let left = deadline.saturating_duration_since(Instant::now());
-            let limits = milp::Limits { max_moves: budget, max_binaries: self.cfg.milp_max_binaries, time_limit: left };
+            let limits = milp::Limits {
+                max_moves: budget,
+                max_binaries: self.cfg.milp_max_binaries,
+                time_limit: left,
+                backend: self.cfg.solver,
+            };
             let phase_start = started.elapsed();
             let solved = milp::repack(cluster, running, &nodes, &self.cfg.cost, limits, &out.moves);
             out.phases.0.push(plan::Phase {

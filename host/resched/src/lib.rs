@@ -19,6 +19,8 @@
 //! - [`plan`]: moves, their validation against every hard constraint of
 //!   placement, and plan statistics.
 //! - [`bound`]: the offline LP bound on GPU allocation.
+//! - [`solver`]: the backends every model goes to (HiGHS when built with
+//!   the `highs` feature, the pure-Rust microlp otherwise).
 
 pub mod adapter;
 pub mod balance;
@@ -34,12 +36,14 @@ pub mod plan;
 mod repack;
 mod repair;
 mod scratch;
+pub mod solver;
 
 pub use adapter::{PlanTotals, SimPlanner};
 pub use bound::{Bound, BoundError, gpu_allocation_bound};
 pub use controller::{Planner, PlannerConfig, StrategyWeights};
 pub use cost::CostWeights;
 pub use plan::{Move, Plan, PlanError, Strategy};
+pub use solver::Backend;
 
 #[cfg(test)]
 mod tests;

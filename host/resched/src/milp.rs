@@ -1,5 +1,6 @@
-//! The exact re-packing of a restricted candidate set as a MILP (`good_lp`;
-//! the pure-Rust `microlp` backend, for small instances and tests).
+//! The exact re-packing of a restricted candidate set as a MILP (`good_lp`,
+//! solved by HiGHS when built in, else by the pure-Rust microlp: see
+//! [`crate::solver`]).
 //!
 //! Candidates: the movable sharing pods on a set of nodes and the usable
 //! GPUs of those nodes. `x[p][g] = 1` puts pod `p` on GPU `g` (its own GPU,
@@ -17,15 +18,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use good_lp::{
-    Expression, ProblemVariables, Solution, SolverModel, Variable, WithInitialSolution, WithTimeLimit, constraint,
-    microlp, variable,
-};
+use good_lp::{Expression, ProblemVariables, Solution, Variable, constraint, variable};
 use tessera_core::cluster::{Cluster, GpuSet, Placement};
 use tessera_core::model::{GPU_MILLI, GpuHealth, NodeId, Pod, Tier};
 
 use crate::cost::CostWeights;
 use crate::plan::{Move, Strategy};
+use crate::solver::{Backend, Model};
 
 /// Why no exact plan came back.
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +56,8 @@ pub struct Limits {
     pub max_binaries: usize,
     /// Wall-clock limit of the solver.
     pub time_limit: Duration,
+    /// The solver.
+    pub backend: Backend,
 }
 
 /// Solves the re-packing of `nodes` exactly. `warm` (moves of a plan on the
@@ -69,7 +70,7 @@ pub fn repack(
     limits: Limits,
     warm: &[Move],
 ) -> Result<Vec<Move>, MilpError> {
-    let Limits { max_moves, max_binaries, time_limit } = limits;
+    let Limits { max_moves, max_binaries, time_limit, backend } = limits;
     let in_set: BTreeMap<NodeId, usize> = nodes.iter().enumerate().map(|(k, &n)| (n, k)).collect();
     let candidate = |i: usize| {
         let (p, at) = &running[i];
@@ -153,10 +154,10 @@ pub fn repack(
     for (k, &c) in cost.iter().enumerate() {
         objective += c * stays(k) - c;
     }
-    let mut model = vars.maximise(objective).using(microlp).with_time_limit(time_limit.as_secs_f64());
+    let mut model = Model::maximise(vars, objective).time_limit(time_limit);
     for row in &x {
         let sum: Expression = row.iter().map(|&(_, v)| Expression::from(v)).sum();
-        model = model.with(constraint!(sum == 1));
+        model.with(constraint!(sum == 1));
     }
     for (g, gpu) in gpus.iter().enumerate() {
         let mut load: Expression = Expression::from(0.0);
@@ -170,7 +171,7 @@ pub fn repack(
         if let Some(wv) = w[g] {
             load += f64::from(GPU_MILLI) * wv;
         }
-        model = model.with(constraint!(load <= f64::from(gpu.base_free)));
+        model.with(constraint!(load <= f64::from(gpu.base_free)));
     }
     for (n, &node) in nodes.iter().enumerate() {
         let mut cpu: Expression = Expression::from(0.0);
@@ -184,10 +185,10 @@ pub fn repack(
                 }
             }
         }
-        model = model.with(constraint!(cpu <= cpu_free[n] as f64)).with(constraint!(mem <= mem_free[n] as f64));
+        model.with(constraint!(cpu <= cpu_free[n] as f64)).with(constraint!(mem <= mem_free[n] as f64));
     }
     let moved: Expression = (0..pods.len()).map(|k| 1.0 - stays(k)).sum();
-    model = model.with(constraint!(moved <= max_moves as f64));
+    model.with(constraint!(moved <= max_moves as f64));
 
     // Warm start: the given moves, every other pod home, w where a GPU ends empty.
     let mut start: Vec<(Variable, f64)> = Vec::new();
@@ -208,10 +209,10 @@ pub fn repack(
                 start.push((*v, if dest.contains(&g) { 0.0 } else { 1.0 }));
             }
         }
-        model = model.with_initial_solution(start);
+        model = model.initial(start);
     }
 
-    let solution = model.solve()?;
+    let solution = model.solve(backend)?;
     let mut moves: Vec<Move> = Vec::new();
     for (k, &i) in pods.iter().enumerate() {
         let Some(&(g, _)) = x[k].iter().find(|(_, v)| solution.value(*v) > 0.5) else { continue };

@@ -13,6 +13,8 @@
 //! - Strategies: [`defrag`] (re-pack fractional pods so that free GPU share
 //!   merges into whole GPUs), [`balance`] (minimum-cost moves until nodes
 //!   are under a load threshold), [`consolidate`] (empty low-load nodes).
+//! - [`flow`]: min-cost flow over grouped GPUs and packings (which GPU
+//!   takes which packing of a global re-packing, in the fewest moves).
 //! - [`milp`]: the exact re-packing of a restricted candidate set as a
 //!   MILP through `good_lp`; [`knapsack`]: the DP that fills one GPU.
 //! - [`cost`]: `cost = α·migration_time + β·disruption − γ·gain`.
@@ -30,6 +32,7 @@ pub mod consolidate;
 pub mod controller;
 pub mod cost;
 pub mod defrag;
+pub mod flow;
 pub mod knapsack;
 pub mod milp;
 pub mod plan;

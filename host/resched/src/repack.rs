@@ -12,6 +12,12 @@
 //! memory are respected in the target state; the moves are then carried out
 //! in an order in which each fits (a move waiting on room another frees
 //! comes after it), and those that never fit are left out.
+//!
+//! Which GPU ends up with which packing is then chosen again by a
+//! min-cost flow over groups of GPUs with the same content ([`assign`]),
+//! and kept when it needs fewer moves than FFD's own choice.
+
+mod assign;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -32,6 +38,11 @@ struct Bin {
     gpu: u8,
     free: u32,
     open: bool,
+}
+
+/// The GPU pod `i` runs on.
+fn home_of(s: &Scratch<'_>, i: usize) -> Option<(NodeId, u8)> {
+    Some((s.at[i].node, s.at[i].gpus.indices().next()? as u8))
 }
 
 /// Plans the re-packing on `s` (which must have no moves yet) with at most
@@ -58,6 +69,7 @@ pub(crate) fn run(s: &mut Scratch<'_>, budget: usize) -> usize {
             mem[n] += p.requests.memory_mib;
         }
     }
+    let (lifted_cpu, lifted_mem) = (cpu.clone(), mem.clone());
     for (model, pods) in &by_model {
         // Bins: usable GPUs of ready nodes of this model, their free share
         // with the candidates lifted.
@@ -88,6 +100,7 @@ pub(crate) fn run(s: &mut Scratch<'_>, budget: usize) -> usize {
                 closed.insert((bin.free, b));
             }
         }
+        let pinned: Vec<bool> = bins.iter().map(|b| b.open).collect();
         let mut order = pods.clone();
         order.sort_by_key(|&i| (std::cmp::Reverse(s.pod(i).gpu_milli), i));
         for i in order {
@@ -125,6 +138,17 @@ pub(crate) fn run(s: &mut Scratch<'_>, budget: usize) -> usize {
             cpu[bins[b].node as usize] -= p.requests.cpu_milli;
             mem[bins[b].node as usize] -= p.requests.memory_mib;
             target[i] = Some((bins[b].node, bins[b].gpu));
+        }
+        // The same packings, placed with the fewest moves.
+        let mut fewer = target.clone();
+        let packing =
+            assign::Packing { bins: &bins, pinned: &pinned, index: &index, pods, cpu: &lifted_cpu, mem: &lifted_mem };
+        let (by_flow, unfilled) = assign::fewest_moves(s, &packing, &mut fewer);
+        let by_ffd = pods.iter().filter(|&&i| target[i].is_some_and(|t| Some(t) != home_of(s, i))).count();
+        if unfilled == 0 && by_flow < by_ffd {
+            for &i in pods {
+                target[i] = fewer[i];
+            }
         }
     }
     // Carry the moves out in an order in which each fits.

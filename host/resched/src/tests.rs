@@ -146,6 +146,34 @@ fn repair_pairs_a_pod_where_it_completes_a_tight_packing() {
 }
 
 #[test]
+fn the_global_repacking_reaches_its_packing_in_the_fewest_moves() {
+    // A {500, 250}, B {500}, C {250, 250}, one GPU per node. FFD packs
+    // {500, 500} and {250, 250, 250} and, placing pod by pod, makes four
+    // moves (A's 250 and both of C's go to B, B's 500 to A); giving
+    // {500, 500} to A and {250, 250, 250} to C needs two.
+    let (c, running) = build(
+        (0..3).map(|i| node(i, 1)).collect(),
+        vec![
+            (pod("a1", 500), 0, 0),
+            (pod("a2", 250), 0, 0),
+            (pod("b", 500), 1, 0),
+            (pod("c1", 250), 2, 0),
+            (pod("c2", 250), 2, 0),
+        ],
+    );
+    let w = whole_gpu_workload();
+    let mut s = crate::scratch::Scratch::new(&c, &running, &w, crate::cost::CostWeights::default(), None);
+    assert_eq!(crate::repack::run(&mut s, 10), 2, "{:?}", s.moves);
+    let after = plan::validate(&c, &running, &s.moves).unwrap();
+    assert_eq!(plan::whole_free_gpus(&after), 1);
+    // (Or {500, 500} on B, as few moves: both A's pods leave.)
+    let mut used: Vec<u32> = after.nodes().iter().map(|n| GPU_MILLI - n.gpus[0].free_milli).collect();
+    assert_eq!(used[2], 750);
+    used.sort_unstable();
+    assert_eq!(used, vec![0, 750, 1000]);
+}
+
+#[test]
 fn consolidation_empties_the_low_load_node() {
     // Node 1 holds one small pod; node 0 is busy and has room.
     let mut busy = pod("busy", 1000);

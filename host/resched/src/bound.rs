@@ -19,6 +19,9 @@ use tessera_core::model::{GPU_MILLI, Node, Pod};
 
 use crate::solver::{Backend, Model};
 
+mod repacking;
+pub use repacking::repacking_bound;
+
 /// The bound could not be computed.
 #[derive(Debug, thiserror::Error)]
 pub enum BoundError {
@@ -166,144 +169,6 @@ pub(crate) fn best_packing(sizes: &[u32], counts: &[u64], values: &[f64]) -> (f6
     (best[w], take[w].clone())
 }
 
-/// The GPUs of `n` that may hold pods (none on a node that is not ready).
-fn usable(n: &Node) -> impl Iterator<Item = (usize, &tessera_core::model::Gpu)> {
-    n.gpus.iter().enumerate().filter(move |(_, g)| n.ready && g.health != tessera_core::model::GpuHealth::Failed)
-}
-
-/// Most rounds of pattern generation for [`repacking_bound`].
-const MAX_ROUNDS: usize = 300;
-
-/// An upper bound on the GPU share any re-packing can allocate when every
-/// pod of `admitted` (where they run on `cluster`) must stay placed and
-/// any of `waiting` may be added: the configuration LP over GPUs (each
-/// usable GPU holds one packing of shares its model allows, whole-GPU pods
-/// counting a full GPU per GPU), CPU and memory left out, so it bounds
-/// every rescheduler that neither evicts nor overcommits.
-///
-/// Pods fall in classes by share and allowed models; GPUs in types by
-/// model. Solved through its dual, `min Σ_t G_t·π_t + Σ_c U_c π_c −
-/// Σ_c L_c μ_c` subject to `π_t + Σ_c a_c (π_c − μ_c) ≥ Σ_c a_c s_c` for
-/// every packing `a` a GPU of type `t` can hold, adding each type's most
-/// violated packing (a knapsack) each round, starting from the packings
-/// the cluster has now (so the admitted pods always fit). A round that
-/// stops early is still a valid bound: each `π_t` raised by its violation.
-pub fn repacking_bound(
-    cluster: &tessera_core::cluster::Cluster,
-    admitted: &[(Pod, tessera_core::cluster::Placement)],
-    waiting: &[Pod],
-    backend: Backend,
-) -> Result<Bound, BoundError> {
-    let share = |p: &Pod| if p.gpu_milli >= GPU_MILLI { GPU_MILLI } else { p.gpu_milli };
-    let units = |p: &Pod| u64::from(if p.gpu_milli >= GPU_MILLI { p.gpu_count } else { 1 });
-    let class_of = |p: &Pod| {
-        let mut models = p.allowed_models.clone();
-        models.sort();
-        models.dedup();
-        (share(p), models)
-    };
-    let holds_gpu = |p: &Pod| p.gpu_count > 0 && p.gpu_milli > 0;
-    // Classes: mandatory (admitted) and most (admitted + waiting) of each.
-    let mut lower: BTreeMap<(u32, Vec<String>), u64> = BTreeMap::new();
-    let mut upper: BTreeMap<(u32, Vec<String>), u64> = BTreeMap::new();
-    for (p, _) in admitted.iter().filter(|(p, _)| holds_gpu(p)) {
-        *lower.entry(class_of(p)).or_insert(0) += units(p);
-    }
-    for p in admitted.iter().map(|(p, _)| p).chain(waiting).filter(|p| holds_gpu(p)) {
-        *upper.entry(class_of(p)).or_insert(0) += units(p);
-    }
-    let classes: Vec<(u32, Vec<String>)> = upper.keys().cloned().collect();
-    let sizes: Vec<u32> = classes.iter().map(|c| c.0).collect();
-    let (lo, hi): (Vec<u64>, Vec<u64>) = classes.iter().map(|c| (lower.get(c).copied().unwrap_or(0), upper[c])).unzip();
-    // GPU types: the models of usable GPUs, with their counts.
-    let mut types: BTreeMap<String, u64> = BTreeMap::new();
-    for n in cluster.nodes() {
-        let count = usable(n).count() as u64;
-        if count > 0 {
-            *types.entry(n.gpu_model.clone()).or_insert(0) += count;
-        }
-    }
-    let type_names: Vec<String> = types.keys().cloned().collect();
-    // What a type may pack of each class (none of a class it does not take).
-    let offered: Vec<Vec<u64>> = type_names
-        .iter()
-        .map(|t| {
-            classes.iter().zip(&hi).map(|((_, m), &h)| if m.is_empty() || m.contains(t) { h } else { 0 }).collect()
-        })
-        .collect();
-    let total = cluster.nodes().iter().map(|n| n.gpus.len() as f64 * f64::from(GPU_MILLI)).sum::<f64>();
-    // Start from the packings each usable GPU has now.
-    let mut now: BTreeMap<(u32, usize), (usize, Vec<u64>)> = BTreeMap::new();
-    for n in cluster.nodes() {
-        let t = type_names.binary_search(&n.gpu_model);
-        for (i, _) in usable(n) {
-            let t = t.expect("a node with usable GPUs has its model counted");
-            now.insert((n.id, i), (t, vec![0; classes.len()]));
-        }
-    }
-    for (p, at) in admitted.iter().filter(|(p, _)| holds_gpu(p)) {
-        let c = classes.binary_search(&class_of(p)).expect("every admitted pod's class is a class");
-        for g in at.gpus.indices() {
-            if let Some((_, a)) = now.get_mut(&(at.node, g)) {
-                a[c] += 1;
-            }
-        }
-    }
-    let mut patterns: Vec<(usize, Vec<u64>)> = now.into_values().collect();
-    patterns.sort();
-    patterns.dedup();
-    let value = |a: &[u64]| a.iter().zip(&sizes).map(|(&k, &s)| k as f64 * f64::from(s)).sum::<f64>();
-    let mut best = f64::INFINITY;
-    for _ in 0..MAX_ROUNDS {
-        let mut vars = ProblemVariables::new();
-        let pi_t: Vec<_> = type_names.iter().map(|_| vars.add(variable().min(0.0))).collect();
-        let pi: Vec<_> = sizes.iter().map(|_| vars.add(variable().min(0.0))).collect();
-        let mu: Vec<_> = sizes.iter().map(|_| vars.add(variable().min(0.0))).collect();
-        let mut objective: Expression = Expression::from(0.0);
-        for (t, name) in type_names.iter().enumerate() {
-            objective += types[name] as f64 * pi_t[t];
-        }
-        for c in 0..sizes.len() {
-            objective += hi[c] as f64 * pi[c] - lo[c] as f64 * mu[c];
-        }
-        let mut model = Model::minimise(vars, objective.clone());
-        for (t, a) in &patterns {
-            let mut lhs: Expression = Expression::from(pi_t[*t]);
-            for c in 0..sizes.len() {
-                if a[c] > 0 {
-                    lhs += a[c] as f64 * (pi[c] - mu[c]);
-                }
-            }
-            model.with(constraint!(lhs >= value(a)));
-        }
-        let sol = model.solve(backend)?;
-        let d: Vec<f64> = (0..sizes.len()).map(|c| f64::from(sizes[c]) - sol.value(pi[c]) + sol.value(mu[c])).collect();
-        let mut raised = 0.0;
-        let mut added = false;
-        for (t, name) in type_names.iter().enumerate() {
-            let (worth, packing) = best_packing(&sizes, &offered[t], &d);
-            let violation = (worth - sol.value(pi_t[t])).max(0.0);
-            raised += types[name] as f64 * violation;
-            let pattern = (t, packing);
-            if violation > 1e-6 && !patterns.contains(&pattern) {
-                patterns.push(pattern);
-                added = true;
-            }
-        }
-        best = best.min(sol.eval(&objective) + raised);
-        if !added {
-            break;
-        }
-    }
-    let gpu_milli = best.min(total);
-    Ok(Bound {
-        gpu_milli,
-        allocation_pct: if total > 0.0 { 100.0 * gpu_milli / total } else { 0.0 },
-        node_types: type_names.len(),
-        pod_shapes: sizes.len(),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use tessera_core::model::Resources;
@@ -433,6 +298,26 @@ mod tests {
         let b = repacking_bound(&c, &admitted, &vec![b_only; 3], Backend::Auto).unwrap();
         assert!((b.gpu_milli - 1_500.0).abs() < 1e-3, "{b:?}");
         assert_eq!(b.node_types, 2);
+    }
+
+    #[test]
+    fn repacking_keeps_a_multi_gpu_pod_on_one_node() {
+        use tessera_core::cluster::{Cluster, GpuSet};
+        // Two nodes of two GPUs, empty; a 4-GPU pod and a half wait. The
+        // 4-GPU pod fits no node: 500. Counting GPUs alone, it would take
+        // all four: 4,000 and more.
+        let c = Cluster::new(vec![node(64_000, 2, "A"), node(64_000, 2, "A")]);
+        let waiting = [pod(1_000, 4, 1000), pod(1_000, 1, 500)];
+        let b = repacking_bound(&c, &[], &waiting, Backend::Auto).unwrap();
+        assert!((b.gpu_milli - 500.0).abs() < 1e-3, "{b:?}");
+        // Two nodes of four GPUs, a whole-GPU pod on each: re-packed onto
+        // one node, the other takes the 4-GPU pod (and the half fits
+        // beside the first): 6,500.
+        let mut c = Cluster::new(vec![node(64_000, 4, "A"), node(64_000, 4, "A")]);
+        let one = pod(1_000, 1, 1000);
+        let admitted: Vec<_> = (0..2).map(|n| (one.clone(), c.bind(n, &one, GpuSet(1)).unwrap())).collect();
+        let b = repacking_bound(&c, &admitted, &waiting, Backend::Auto).unwrap();
+        assert!((b.gpu_milli - 6_500.0).abs() < 1e-3, "{b:?}");
     }
 
     /// The re-packing bound is never below what the cluster holds now, and

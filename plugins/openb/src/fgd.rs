@@ -19,8 +19,9 @@
 //! pods to the nodes with the least GPU share free (with `balance_cpu`:
 //! the most CPU to spare beyond what the free GPUs will need), whole-GPU
 //! pods to the nodes whose CPU left per GPU left stays closest to the
-//! workload's. On the openb traces this beats the published FGD on every
-//! workload.
+//! workload's, and (with `fill_residue`) sharing pods to the GPU whose gap
+//! is left most fillable by the workload's common sizes. On the openb
+//! traces this beats the published FGD on every workload.
 
 use serde::Deserialize;
 use tessera_sdk::{Node, NodeTable, Pod, Score, Scorer, Sym};
@@ -63,6 +64,12 @@ pub struct FgdConfig {
     /// the free GPU share will need.
     #[serde(default)]
     pub balance_cpu: bool,
+    /// With `spare_gpu_nodes`, among nodes (and GPUs) FGD scores alike a
+    /// sharing pod goes where the *residue* falls most: the share of a GPU
+    /// gap that no sum of the workload's common sharing sizes (≥ 1.5% of
+    /// its GPU pods) can fill.
+    #[serde(default)]
+    pub fill_residue: bool,
 }
 
 /// Shape key of a pod for the learned workload.
@@ -119,6 +126,35 @@ pub struct Fgd {
     spare_gpu_nodes: bool,
     /// See [`FgdConfig::balance_cpu`].
     balance_cpu: bool,
+    /// See [`FgdConfig::fill_residue`].
+    fill_residue: bool,
+    /// `residue[x]`: the part of a free share `x` no sum of common sharing
+    /// sizes fills (0 for a whole free GPU).
+    residue: Vec<u16>,
+}
+
+/// Sharing sizes with at least this share of the GPU pods are common.
+const COMMON: f64 = 0.015;
+
+/// `residue[x]` for x in 0..=1000 (see [`Fgd::residue`]).
+fn residues(shapes: &[ShapeConfig]) -> Vec<u16> {
+    let gpu_weight: f64 = shapes.iter().filter(|s| s.gpu_count > 0).map(|s| s.weight).sum();
+    let mut by_size: std::collections::BTreeMap<u32, f64> = std::collections::BTreeMap::new();
+    for s in shapes.iter().filter(|s| s.gpu_count == 1 && s.gpu_milli > 0 && s.gpu_milli < 1000) {
+        *by_size.entry(s.gpu_milli).or_insert(0.0) += s.weight;
+    }
+    let sizes: Vec<usize> =
+        by_size.into_iter().filter(|&(_, w)| w >= COMMON * gpu_weight).map(|(s, _)| s as usize).collect();
+
+    // fill[x]: the largest sum of common sizes within x (unbounded).
+    let mut fill = vec![0usize; 1001];
+    for x in 1..=1000 {
+        fill[x] = fill[x - 1];
+        for &s in sizes.iter().filter(|&&s| s <= x) {
+            fill[x] = fill[x].max(fill[x - s] + s);
+        }
+    }
+    (0..=1000).map(|x| if x == 1000 { 0 } else { (x - fill[x]) as u16 }).collect()
 }
 
 /// `⌊100·sigmoid(x)⌋` without `exp` per call: it is the number of k in
@@ -230,6 +266,7 @@ impl Scorer for Fgd {
             learned,
             spare_gpu_nodes: config.spare_gpu_nodes,
             balance_cpu: config.balance_cpu,
+            fill_residue: config.fill_residue,
             ..Self::default()
         })
     }
@@ -262,6 +299,7 @@ impl Scorer for Fgd {
                 })
                 .collect();
             self.levels = levels;
+            self.residue = residues(&self.config);
             self.generation += 1;
             self.kinds = self
                 .config
@@ -389,7 +427,13 @@ impl Fgd {
             // Each fitting GPU in index order; the best integer score wins,
             // the lowest index on ties. GPUs with equal free share give equal
             // results, so each free value is tried once.
-            let mut best: Option<(i64, u8)> = None;
+            // With `fill_residue`: ties go to the GPU whose residue falls most.
+            let residue_drop = |a: u32, b: u32| {
+                let r = |x: u32| i64::from(self.residue.get(x as usize).copied().unwrap_or(0));
+                r(a) - r(b)
+            };
+            let by_residue = self.spare_gpu_nodes && self.fill_residue;
+            let mut best: Option<(i64, i64, u8)> = None;
             let mut tried = [u32::MAX; tessera_sdk::MAX_GPUS];
             for (k, g) in gpus.iter().filter(|g| g.usable()).enumerate() {
                 let a = free(g);
@@ -401,12 +445,15 @@ impl Fgd {
                 agg.change(a, b, &self.levels);
                 let s = score(self.weighted(&agg, cpu_after, node.gpu_model, mask));
                 agg.change(b, a, &self.levels);
-                if best.is_none_or(|(bs, _)| s > bs) {
-                    best = Some((s, g.index));
+                let drop = if by_residue { residue_drop(a, b) } else { 0 };
+                if best.is_none_or(|(bs, bd, _)| (s, drop) > (bs, bd)) {
+                    best = Some((s, drop, g.index));
                 }
             }
             return match best {
-                Some((s, gpu)) => Score::with_gpu(s, gpu),
+                // 500 when the residue stays, 999 when it falls by 998+.
+                Some((s, drop, gpu)) if by_residue => Score::with_gpu(s * 1000 + (500 + drop / 2).clamp(0, 999), gpu),
+                Some((s, _, gpu)) => Score::with_gpu(s, gpu),
                 None => Score::new(0),
             };
         }

@@ -229,3 +229,36 @@ fn fgd_breaks_its_ties_to_spare_gpu_nodes_and_balance_cpu() {
     let (s, _) = scores(&mut spare, &whole, &[0, 1]);
     assert_eq!(best(&s), 0, "{s:?}");
 }
+
+/// With `fill_residue`, FGD's ties for a sharing pod go where the gap left
+/// is one the workload's common sizes fill: with sizes 300 and 400 common,
+/// a 300 pod on a GPU with 600 free leaves 300 (fillable) where 500 free
+/// would leave 200 (not); on 700 it leaves 400 (fillable), on 800 it
+/// leaves 500 (100 of it not).
+#[test]
+fn fgd_breaks_sharing_ties_by_the_residue_of_the_gap() {
+    let cfg = r#"{"workload": [{"cpu_milli": 4000, "gpu_count": 1, "gpu_milli": 1000, "weight": 0.5},
+        {"cpu_milli": 4000, "gpu_count": 1, "gpu_milli": 300, "weight": 0.25},
+        {"cpu_milli": 4000, "gpu_count": 1, "gpu_milli": 400, "weight": 0.25}], "spare_gpu_nodes": true"#;
+    let p = pod(4_000, 1, 300);
+    for (a, b, want) in [(500, 600, 1), (700, 800, 0)] {
+        let nodes = || [node(0, 60_000, "V", &[a, 0]), node(1, 60_000, "V", &[b, 0])];
+        let mut plain = ScorerHarness::<Fgd>::new(&format!("{cfg}}}")).unwrap();
+        plain.apply(nodes()).unwrap();
+        let (v, _) = scores(&mut plain, &p, &[0, 1]);
+        assert_eq!(v[0], v[1], "FGD alone ties ({a} vs {b}): {v:?}");
+        let mut residue = ScorerHarness::<Fgd>::new(&format!(r#"{cfg}, "fill_residue": true}}"#)).unwrap();
+        residue.apply(nodes()).unwrap();
+        let (v, _) = scores(&mut residue, &p, &[0, 1]);
+        assert_eq!(best(&v), want, "{a} vs {b}: {v:?}");
+    }
+    // Within a node too: GPUs with 800 and 700 free tie for FGD (the
+    // first wins); by residue, the 700 one.
+    let one = || [node(0, 60_000, "V", &[800, 700])];
+    let mut plain = ScorerHarness::<Fgd>::new(&format!("{cfg}}}")).unwrap();
+    plain.apply(one()).unwrap();
+    assert_eq!(scores(&mut plain, &p, &[0]).1, [0]);
+    let mut residue = ScorerHarness::<Fgd>::new(&format!(r#"{cfg}, "fill_residue": true}}"#)).unwrap();
+    residue.apply(one()).unwrap();
+    assert_eq!(scores(&mut residue, &p, &[0]).1, [1]);
+}

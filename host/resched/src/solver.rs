@@ -112,32 +112,31 @@ impl Model {
         // its optimum is the objective's constant, which microlp returns.
         let backend = if vars.is_empty() { Backend::Microlp } else { backend.resolved() };
         let problem = if maximise { vars.maximise(objective) } else { vars.minimise(objective) };
+        let opts = (time_limit, initial, constraints);
         match backend {
             #[cfg(feature = "highs")]
-            Backend::Highs => {
-                let mut m = problem.using(good_lp::highs).set_threads(1);
-                if let Some(t) = time_limit {
-                    m = m.with_time_limit(t.as_secs_f64());
-                }
-                if !initial.is_empty() {
-                    m = m.with_initial_solution(initial);
-                }
-                let m = constraints.into_iter().fold(m, |m, c| m.with(c));
-                m.solve().map(Values::Highs)
-            }
-            _ => {
-                let mut m = problem.using(microlp);
-                if let Some(t) = time_limit {
-                    m = m.with_time_limit(t.as_secs_f64());
-                }
-                if !initial.is_empty() {
-                    m = m.with_initial_solution(initial);
-                }
-                let m = constraints.into_iter().fold(m, |m, c| m.with(c));
-                m.solve().map(Values::Microlp)
-            }
+            Backend::Highs => finish(problem.using(good_lp::highs).set_threads(1), opts).map(Values::Highs),
+            _ => finish(problem.using(microlp), opts).map(Values::Microlp),
         }
     }
+}
+
+/// Gives `m` the time limit, the starting point and the constraints, and
+/// solves it.
+fn finish<M>(
+    mut m: M,
+    (time_limit, initial, constraints): (Option<Duration>, Vec<(Variable, f64)>, Vec<Constraint>),
+) -> Result<M::Solution, ResolutionError>
+where
+    M: SolverModel<Error = ResolutionError> + WithTimeLimit + WithInitialSolution,
+{
+    if let Some(t) = time_limit {
+        m = m.with_time_limit(t.as_secs_f64());
+    }
+    if !initial.is_empty() {
+        m = m.with_initial_solution(initial);
+    }
+    constraints.into_iter().fold(m, |m, c| m.with(c)).solve()
 }
 
 /// A solution from either backend.

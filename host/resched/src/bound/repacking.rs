@@ -96,7 +96,6 @@ pub fn repacking_bound(
     let cap = most_gpus(cluster) as f64 + 1.0;
     let (lo, hi): (Vec<u64>, Vec<u64>) = classes.iter().map(|c| (lower.get(c).copied().unwrap_or(0), upper[c])).unzip();
     let sharing: Vec<usize> = (0..nc).filter(|&c| classes[c].0 < GPU_MILLI).collect();
-    let whole: Vec<usize> = (0..nc).filter(|&c| classes[c].0 >= GPU_MILLI).collect();
     // Node types: (model, usable GPUs), with their counts.
     let mut types: BTreeMap<(String, usize), u64> = BTreeMap::new();
     for n in cluster.nodes() {
@@ -106,16 +105,13 @@ pub fn repacking_bound(
         }
     }
     let type_list: Vec<((String, usize), u64)> = types.into_iter().collect();
-    let type_of = |n: &Node| type_list.binary_search_by(|(t, _)| t.cmp(&(n.gpu_model.clone(), usable(n).count())));
-    // What one GPU of a type may pack of each sharing class, and which
-    // whole-GPU classes a type takes.
-    let allows = |t: usize, c: usize| {
-        let m = &classes[c].2;
-        m.is_empty() || m.contains(&type_list[t].0.0)
+    let type_of = |n: &Node| {
+        let key = (n.gpu_model.clone(), usable(n).count());
+        type_list.binary_search_by(|(t, _)| t.cmp(&key))
     };
-    let offered: Vec<Vec<u64>> =
-        (0..type_list.len()).map(|t| sharing.iter().map(|&c| if allows(t, c) { hi[c] } else { 0 }).collect()).collect();
-    let sizes: Vec<u32> = sharing.iter().map(|&c| classes[c].0).collect();
+    let catalog =
+        Catalog { sizes: sharing.iter().map(|&c| classes[c].0).collect(), sharing, classes: &classes, hi: &hi };
+    let offers: Vec<Offer> = type_list.iter().map(|((model, gpus), _)| catalog.offer(model, *gpus)).collect();
     let total = cluster.nodes().iter().map(|n| n.gpus.len() as f64 * f64::from(GPU_MILLI)).sum::<f64>();
 
     // Start from the configurations the nodes have now.
@@ -161,8 +157,8 @@ pub fn repacking_bound(
         let d: Vec<f64> = (0..nc).map(|c| value[c] - sol.value(pi[c]) + sol.value(mu[c])).collect();
         let mut raised = 0.0;
         let mut added = false;
-        for (t, ((_, gpus), count)) in type_list.iter().enumerate() {
-            let (worth_t, column) = price(t, *gpus, &d, &sharing, &whole, &sizes, &offered[t], &hi, &classes, allows);
+        for (t, (_, count)) in type_list.iter().enumerate() {
+            let (worth_t, column) = catalog.price(&offers[t], &d);
             let violation = (worth_t - sol.value(pi_t[t])).max(0.0);
             raised += *count as f64 * violation;
             let column = (t, column);
@@ -185,64 +181,80 @@ pub fn repacking_bound(
     })
 }
 
-/// The configuration of a node of type `t` (`gpus` usable GPUs) of
-/// greatest reduced worth `Σ_c a_c d_c`: whole-GPU pods on some GPUs (a
-/// knapsack over GPU counts, each class at most its count), the best
-/// packing of one GPU on each of the others.
-#[allow(clippy::too_many_arguments)]
-fn price(
-    t: usize,
+/// The pod classes as pricing needs them.
+struct Catalog<'a> {
+    classes: &'a [Class],
+    /// Most pods of each class.
+    hi: &'a [u64],
+    /// The sharing classes, and their shares.
+    sharing: Vec<usize>,
+    sizes: Vec<u32>,
+}
+
+/// What a node type may hold: its usable GPUs, how many of each sharing
+/// class one of its GPUs may pack, the whole-GPU classes it takes.
+struct Offer {
     gpus: usize,
-    d: &[f64],
-    sharing: &[usize],
-    whole: &[usize],
-    sizes: &[u32],
-    offered: &[u64],
-    hi: &[u64],
-    classes: &[Class],
-    allows: impl Fn(usize, usize) -> bool,
-) -> (f64, Vec<u64>) {
-    let nc = d.len();
-    // One GPU's best sharing packing.
-    let d_sharing: Vec<f64> = sharing.iter().map(|&c| d[c]).collect();
-    let (one, packing) = best_packing(sizes, offered, &d_sharing);
-    let one = one.max(0.0);
-    // w[g]: best whole-GPU pods within g GPUs, and the pods.
-    let mut w: Vec<(f64, Vec<u64>)> = vec![(0.0, vec![0; nc]); gpus + 1];
-    for &c in whole.iter().filter(|&&c| allows(t, c) && d[c] > 0.0) {
-        let k = classes[c].1 as usize;
-        if k == 0 || k > gpus {
-            continue;
+    per_gpu: Vec<u64>,
+    whole: Vec<usize>,
+}
+
+impl Catalog<'_> {
+    fn offer(&self, model: &str, gpus: usize) -> Offer {
+        let allows = |c: usize| self.classes[c].2.is_empty() || self.classes[c].2.iter().any(|m| m == model);
+        Offer {
+            gpus,
+            per_gpu: self.sharing.iter().map(|&c| if allows(c) { self.hi[c] } else { 0 }).collect(),
+            whole: (0..self.classes.len())
+                .filter(|&c| self.classes[c].0 >= GPU_MILLI && allows(c) && self.classes[c].1 as usize <= gpus)
+                .collect(),
         }
-        for _ in 0..(gpus / k).min(hi[c] as usize) {
-            for g in (k..=gpus).rev() {
-                let with = w[g - k].0 + d[c];
-                if with > w[g].0 + 1e-12 && w[g - k].1[c] < hi[c] {
-                    let mut a = w[g - k].1.clone();
-                    a[c] += 1;
-                    w[g] = (with, a);
+    }
+
+    /// The configuration of a node with offer `o` of greatest reduced
+    /// worth `Σ_c a_c d_c`: whole-GPU pods on some GPUs (a knapsack over
+    /// GPU counts, each class at most its count), the best packing of one
+    /// GPU on each of the others.
+    fn price(&self, o: &Offer, d: &[f64]) -> (f64, Vec<u64>) {
+        let (nc, gpus, hi) = (d.len(), o.gpus, self.hi);
+        // One GPU's best sharing packing.
+        let d_sharing: Vec<f64> = self.sharing.iter().map(|&c| d[c]).collect();
+        let (one, packing) = best_packing(&self.sizes, &o.per_gpu, &d_sharing);
+        let one = one.max(0.0);
+        // w[g]: best whole-GPU pods within g GPUs, and the pods.
+        let mut w: Vec<(f64, Vec<u64>)> = vec![(0.0, vec![0; nc]); gpus + 1];
+        for &c in o.whole.iter().filter(|&&c| d[c] > 0.0) {
+            let k = self.classes[c].1.max(1) as usize;
+            for _ in 0..(gpus / k).min(hi[c] as usize) {
+                for g in (k..=gpus).rev() {
+                    let with = w[g - k].0 + d[c];
+                    if with > w[g].0 + 1e-12 && w[g - k].1[c] < hi[c] {
+                        let mut a = w[g - k].1.clone();
+                        a[c] += 1;
+                        w[g] = (with, a);
+                    }
                 }
             }
         }
-    }
-    // g GPUs for whole-GPU pods (the best within g: entry h ≤ g), the
-    // rest each with the best packing.
-    let (mut v, mut h, mut g) = (f64::NEG_INFINITY, 0, 0);
-    let mut within = 0;
-    for k in 0..=gpus {
-        if w[k].0 > w[within].0 {
-            within = k;
+        // g GPUs for whole-GPU pods (the best within g: entry h ≤ g), the
+        // rest each with the best packing.
+        let (mut v, mut h, mut g) = (f64::NEG_INFINITY, 0, 0);
+        let mut within = 0;
+        for k in 0..=gpus {
+            if w[k].0 > w[within].0 {
+                within = k;
+            }
+            let here = w[within].0 + (gpus - k) as f64 * one;
+            if here > v {
+                (v, h, g) = (here, within, k);
+            }
         }
-        let here = w[within].0 + (gpus - k) as f64 * one;
-        if here > v {
-            (v, h, g) = (here, within, k);
+        let mut a = w[h].1.clone();
+        if one > 0.0 {
+            for (i, &c) in self.sharing.iter().enumerate() {
+                a[c] += packing[i] * (gpus - g) as u64;
+            }
         }
+        (v, a)
     }
-    let mut a = w[h].1.clone();
-    if one > 0.0 {
-        for (i, &c) in sharing.iter().enumerate() {
-            a[c] += packing[i] * (gpus - g) as u64;
-        }
-    }
-    (v, a)
 }

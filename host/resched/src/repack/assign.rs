@@ -45,10 +45,7 @@ pub(super) struct Packing<'p> {
 /// the packings no pod could be found for.
 pub(super) fn fewest_moves(s: &Scratch<'_>, p: &Packing<'_>, target: &mut [Option<(NodeId, u8)>]) -> (usize, usize) {
     let nb = p.bins.len();
-    let home = |i: usize| -> Option<usize> {
-        let g = s.at[i].gpus.indices().next()? as u8;
-        p.index.get(&(s.at[i].node, g)).copied()
-    };
+    let home = |i: usize| super::home_of(s, i).and_then(|h| p.index.get(&h).copied());
     // Current and target content of each bin (shares, sorted), and which
     // bins may take any packing: no unmovable pod, no candidate left out.
     let mut cur: Vec<Vec<u32>> = vec![Vec::new(); nb];

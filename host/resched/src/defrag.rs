@@ -58,7 +58,8 @@ fn donors(s: &Scratch<'_>) -> Vec<Donor> {
 /// best fit left, while `budget` moves remain; returns the moves made.
 pub(crate) fn run(s: &mut Scratch<'_>, budget: usize) -> usize {
     let start = s.moves.len();
-    relieve_cpu(s, budget);
+    crate::relief::relieve_cpu(s, budget);
+    crate::relief::relieve_gpu_pods(s, budget.saturating_sub(s.moves.len() - start));
     // Drains change what fits where: pass again while a pass drains any.
     for _ in 0..MAX_PASSES {
         let before = s.moves.len();
@@ -194,71 +195,4 @@ pub(crate) fn keep_if_it_pays(s: &mut Scratch<'_>, mark: usize, bonus_milli: f64
         s.undo_to(mark);
         false
     }
-}
-
-/// Most pods moved off one node by [`relieve_cpu`] before its gain is judged.
-const RELIEF_GROUP: usize = 3;
-
-/// Free GPU share under which a node counts as GPU-saturated: its spare CPU
-/// is of no use to GPU pods.
-const SATURATED_MILLI: u32 = 100;
-
-/// Moves CPU-only pods off nodes whose GPUs sit free for want of CPU onto
-/// GPU-saturated nodes with spare CPU (best fit on CPU). A node's group of
-/// moves (at most [`RELIEF_GROUP`]) is kept when the fragmentation it
-/// removes pays for it: GPU share the workload could not use becomes usable.
-fn relieve_cpu(s: &mut Scratch<'_>, budget: usize) -> usize {
-    let start = s.moves.len();
-    let mut sources: Vec<(u64, NodeId)> = s
-        .cluster
-        .nodes()
-        .iter()
-        .filter(|n| n.ready && s.in_focus(n.id) && n.free_gpu_milli() >= SATURATED_MILLI && s.frag[n.id as usize] > 0.0)
-        .filter(|n| s.on_node[n.id as usize].iter().any(|&i| s.pod(i).gpu_count == 0))
-        .map(|n| ((s.frag[n.id as usize] * 1e3) as u64, n.id))
-        .collect();
-    sources.sort_unstable_by(|a, b| b.cmp(a));
-    if sources.is_empty() {
-        return 0;
-    }
-    // Moves here take no GPU share, so the saturated nodes stay saturated.
-    let saturated: Vec<NodeId> =
-        s.cluster.nodes().iter().filter(|n| n.ready && n.free_gpu_milli() < SATURATED_MILLI).map(|n| n.id).collect();
-    for (_, node) in sources {
-        let used = s.moves.len() - start;
-        if used >= budget || s.out_of_time() {
-            break;
-        }
-        let mut pods: Vec<usize> =
-            s.on_node[node as usize].iter().copied().filter(|&i| s.pod(i).gpu_count == 0 && s.movable(i)).collect();
-        pods.sort_by_key(|&i| (std::cmp::Reverse(s.pod(i).requests.cpu_milli), i));
-        let mark = s.moves.len();
-        for i in pods.into_iter().take(RELIEF_GROUP.min(budget - used)) {
-            let Some(to) = saturated_fit(s, &saturated, i, node) else { break };
-            if !s.try_move(i, to, GpuSet::default(), Strategy::FragmentMerge) {
-                break;
-            }
-            // Judge as soon as the node's fragmentation falls.
-            if s.frag_delta(&[node], false) < 0.0 {
-                break;
-            }
-        }
-        if s.moves.len() > mark {
-            keep_if_it_pays(s, mark, 0.0);
-        }
-    }
-    s.moves.len() - start
-}
-
-/// The GPU-saturated node (of `saturated`, other than `not`) with the
-/// least free CPU that takes CPU-only pod `i`.
-fn saturated_fit(s: &Scratch<'_>, saturated: &[NodeId], i: usize, not: NodeId) -> Option<NodeId> {
-    let p = s.pod(i);
-    saturated
-        .iter()
-        .map(|&n| &s.cluster.nodes()[n as usize])
-        .filter(|n| n.id != not)
-        .filter(|n| n.free.cpu_milli >= p.requests.cpu_milli && n.free.memory_mib >= p.requests.memory_mib)
-        .min_by_key(|n| (n.free.cpu_milli, n.id))
-        .map(|n| n.id)
 }

@@ -36,6 +36,7 @@ pub mod flow;
 pub mod knapsack;
 pub mod milp;
 pub mod plan;
+mod relief;
 mod repack;
 mod repair;
 mod scratch;

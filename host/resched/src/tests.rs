@@ -11,11 +11,11 @@ use tessera_core::model::{GPU_MILLI, Node, NodeId, Pod, Resources, Tier};
 use crate::controller::{Planner, PlannerConfig, StrategyWeights};
 use crate::plan::{self, Solver, Strategy};
 
-fn node(id: NodeId, gpus: usize) -> Node {
+pub(crate) fn node(id: NodeId, gpus: usize) -> Node {
     Node::new(id, format!("n{id}"), Resources { cpu_milli: 32_000, memory_mib: 256 * 1024 }, gpus, "A100")
 }
 
-fn pod(name: &str, milli: u32) -> Pod {
+pub(crate) fn pod(name: &str, milli: u32) -> Pod {
     Pod {
         name: name.into(),
         workload: name.into(),
@@ -28,7 +28,7 @@ fn pod(name: &str, milli: u32) -> Pod {
 }
 
 /// Binds each `(pod, node, gpu)` and returns the cluster and running pods.
-fn build(nodes: Vec<Node>, pods: Vec<(Pod, NodeId, usize)>) -> (Cluster, Vec<(Pod, Placement)>) {
+pub(crate) fn build(nodes: Vec<Node>, pods: Vec<(Pod, NodeId, usize)>) -> (Cluster, Vec<(Pod, Placement)>) {
     let mut c = Cluster::new(nodes);
     let mut running = Vec::new();
     for (p, n, g) in pods {
@@ -53,7 +53,7 @@ fn whole_gpu_workload() -> TargetWorkload {
     }
 }
 
-fn only(s: Strategy) -> PlannerConfig {
+pub(crate) fn only(s: Strategy) -> PlannerConfig {
     let w = |t| if t == s { 1.0 } else { 0.0 };
     PlannerConfig {
         strategy_weights: StrategyWeights {

@@ -52,7 +52,7 @@ enum Command {
         max_migrations_pct: f64,
         /// Also plan globally every N submissions (0: only when a pod fits
         /// nowhere; submissions protocol).
-        #[arg(long, default_value_t = 10, requires = "reschedule")]
+        #[arg(long, default_value_t = 5, requires = "reschedule")]
         reschedule_every: u64,
         /// Plans execute through the Movement Manager on a simulated
         /// actuator: probability that an eviction or a start fails.
@@ -322,7 +322,7 @@ enum BenchCmd {
         max_migrations_pct: f64,
         /// Also plan globally every N submissions (0: only when a pod fits
         /// nowhere).
-        #[arg(long, default_value_t = 10, requires = "reschedule")]
+        #[arg(long, default_value_t = 5, requires = "reschedule")]
         reschedule_every: u64,
         /// Only these workloads (pod list file stems, comma-separated).
         #[arg(long, value_delimiter = ',')]

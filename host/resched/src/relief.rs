@@ -156,7 +156,9 @@ pub(crate) fn relieve_gpu_pods(s: &mut Scratch<'_>, budget: usize) -> usize {
                     .filter(|n| tessera_core::cluster::check(n, p).is_ok())
                     .min_by_key(|n| (whole_free(n), spare(n, need, p.requests.cpu_milli, 1), n.id))
                     .and_then(|n| {
-                        let g = n.gpus.iter().position(|g| g.free_milli >= GPU_MILLI)?;
+                        let g = n.gpus.iter().position(|g| {
+                            g.free_milli >= GPU_MILLI && g.health != tessera_core::model::GpuHealth::Failed
+                        })?;
                         Some((n.id, g as u8))
                     })
             } else {

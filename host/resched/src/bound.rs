@@ -176,6 +176,35 @@ mod tests {
 
     use super::*;
 
+    /// `p` runs on the first node that takes it, or waits.
+    fn first_fit(
+        c: &mut tessera_core::cluster::Cluster,
+        p: Pod,
+        admitted: &mut Vec<(Pod, tessera_core::cluster::Placement)>,
+        waiting: &mut Vec<Pod>,
+    ) {
+        let (mut cand, mut rej) = (Vec::new(), [0; tessera_core::cluster::FilterReason::COUNT]);
+        c.feasible(&p, &mut cand, &mut rej);
+        match cand.first() {
+            Some(&n) => {
+                let gpus = tessera_core::cluster::choose_gpus(c.node(n).unwrap(), &p, None).unwrap();
+                let at = c.bind(n, &p, gpus).unwrap();
+                admitted.push((p, at));
+            }
+            None => waiting.push(p),
+        }
+    }
+
+    /// A seeded xorshift stream: `next(m)` is in `0..m`.
+    fn xorshift(mut x: u64) -> impl FnMut(u64) -> u64 {
+        move |m| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        }
+    }
+
     fn node(cpu: u64, gpus: usize, model: &str) -> Node {
         Node::new(0, "n", Resources { cpu_milli: cpu, memory_mib: 1 << 20 }, gpus, model)
     }
@@ -226,13 +255,7 @@ mod tests {
     #[test]
     fn the_bound_bounds_real_placements() {
         use tessera_core::cluster::{Cluster, choose_gpus};
-        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
-        let mut next = |m: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % m
-        };
+        let mut next = xorshift(0x2545_F491_4F6C_DD1D);
         for _ in 0..30 {
             let nodes: Vec<Node> = (0..1 + next(6))
                 .map(|_| node(8_000 * (1 + next(8)), 1 + next(8) as usize, ["A", "B"][next(2) as usize]))
@@ -405,20 +428,13 @@ mod tests {
     /// re-packing (found by trying every one) on small random clusters.
     #[test]
     fn the_repacking_bound_is_never_below_the_best_repacking() {
-        use tessera_core::cluster::{Cluster, choose_gpus};
-        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
-        let mut next = |m: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % m
-        };
+        use tessera_core::cluster::Cluster;
+        let mut next = xorshift(0x2545_F491_4F6C_DD1D);
         let mut tight = 0;
         for _ in 0..40 {
             let nodes: Vec<Node> = (0..2).map(|_| node(4_000 + 1_500 * next(6), 1 + next(3) as usize, "A")).collect();
             let mut c = Cluster::new(nodes.clone());
             let (mut admitted, mut waiting) = (Vec::new(), Vec::new());
-            let (mut cand, mut rej) = (Vec::new(), [0; tessera_core::cluster::FilterReason::COUNT]);
             for _ in 0..1 + next(6) {
                 let cpu = 500 * (1 + next(10));
                 let p = match next(4) {
@@ -426,15 +442,7 @@ mod tests {
                     1 => pod(cpu, 1 + next(2) as u32, 1000),
                     _ => pod(cpu, 1, 100 * (1 + next(9) as u32)),
                 };
-                c.feasible(&p, &mut cand, &mut rej);
-                match cand.first() {
-                    Some(&n) => {
-                        let gpus = choose_gpus(c.node(n).unwrap(), &p, None).unwrap();
-                        let at = c.bind(n, &p, gpus).unwrap();
-                        admitted.push((p, at));
-                    }
-                    None => waiting.push(p),
-                }
+                first_fit(&mut c, p, &mut admitted, &mut waiting);
             }
             let kept: Vec<Pod> = admitted.iter().map(|(p, _)| p.clone()).collect();
             let best = best_repacking(&nodes, &kept, &waiting).expect("the admitted pods fit as they are");
@@ -450,19 +458,12 @@ mod tests {
     /// never above the fluid bound over the same pods.
     #[test]
     fn the_repacking_bound_bounds_from_above() {
-        use tessera_core::cluster::{Cluster, choose_gpus};
-        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-        let mut next = |m: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % m
-        };
+        use tessera_core::cluster::Cluster;
+        let mut next = xorshift(0x9E37_79B9_7F4A_7C15);
         for _ in 0..25 {
             let nodes: Vec<Node> = (0..1 + next(5)).map(|_| node(64_000, 1 + next(4) as usize, "A")).collect();
             let mut c = Cluster::new(nodes.clone());
             let (mut admitted, mut waiting) = (Vec::new(), Vec::new());
-            let (mut cand, mut rej) = (Vec::new(), [0; tessera_core::cluster::FilterReason::COUNT]);
             for _ in 0..next(30) {
                 let whole = next(3) == 0;
                 let p = pod(
@@ -470,15 +471,7 @@ mod tests {
                     if whole { 1 + next(2) as u32 } else { 1 },
                     if whole { 1000 } else { 50 * (1 + next(19) as u32) },
                 );
-                c.feasible(&p, &mut cand, &mut rej);
-                match cand.first() {
-                    Some(&n) => {
-                        let gpus = choose_gpus(c.node(n).unwrap(), &p, None).unwrap();
-                        let at = c.bind(n, &p, gpus).unwrap();
-                        admitted.push((p, at));
-                    }
-                    None => waiting.push(p),
-                }
+                first_fit(&mut c, p, &mut admitted, &mut waiting);
             }
             let now: f64 =
                 admitted.iter().map(|(p, _)| f64::from(p.gpu_count) * f64::from(p.gpu_milli.min(1000))).sum();

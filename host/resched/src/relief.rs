@@ -55,19 +55,27 @@ pub(crate) fn relieve_cpu(s: &mut Scratch<'_>, budget: usize) -> usize {
         let mark = s.moves.len();
         for i in pods.into_iter().take(RELIEF_GROUP.min(budget - used)) {
             let Some(to) = saturated_fit(s, &saturated, i, node) else { break };
-            if !s.try_move(i, to, GpuSet::default(), Strategy::FragmentMerge) {
-                break;
-            }
-            // Judge as soon as the node's fragmentation falls.
-            if s.frag_delta(&[node], false) < 0.0 {
+            if !move_on(s, i, node, to, GpuSet::default()) {
                 break;
             }
         }
-        if s.moves.len() > mark {
-            keep_if_it_pays(s, mark, 0.0);
-        }
+        judge(s, mark);
     }
     s.moves.len() - start
+}
+
+/// Moves pod `i` off `node` to `gpus` of `to`; whether the node's group
+/// goes on: not when the move failed or the node's fragmentation fell
+/// already (the group is judged as soon as it does).
+fn move_on(s: &mut Scratch<'_>, i: usize, node: NodeId, to: NodeId, gpus: GpuSet) -> bool {
+    s.try_move(i, to, gpus, Strategy::FragmentMerge) && s.frag_delta(&[node], false) >= 0.0
+}
+
+/// Keeps the moves after `mark` if the fragmentation they remove pays.
+fn judge(s: &mut Scratch<'_>, mark: usize) {
+    if s.moves.len() > mark {
+        keep_if_it_pays(s, mark, 0.0);
+    }
 }
 
 /// The GPU-saturated node (of `saturated`, other than `not`) with the
@@ -173,17 +181,11 @@ pub(crate) fn relieve_gpu_pods(s: &mut Scratch<'_>, budget: usize) -> usize {
                     .map(|&(_, n, g)| (n, g))
             };
             let Some((to, gpu)) = to else { continue };
-            if !s.try_move(i, to, GpuSet(1 << gpu), Strategy::FragmentMerge) {
-                break;
-            }
-            // Judge as soon as the node's fragmentation falls.
-            if s.frag_delta(&[node], false) < 0.0 {
+            if !move_on(s, i, node, to, GpuSet(1 << gpu)) {
                 break;
             }
         }
-        if s.moves.len() > mark {
-            keep_if_it_pays(s, mark, 0.0);
-        }
+        judge(s, mark);
     }
     s.moves.len() - start
 }
@@ -196,6 +198,8 @@ mod tests {
     use crate::controller::Planner;
     use crate::plan::{self, Strategy};
     use crate::tests::{build, only, pod};
+
+    use super::*;
 
     fn node(id: NodeId, gpus: usize, cores: u64) -> Node {
         Node::new(id, format!("n{id}"), Resources { cpu_milli: cores * 1000, memory_mib: 256 * 1024 }, gpus, "A100")
@@ -211,8 +215,6 @@ mod tests {
         let shape = Shape { cpu_milli: 4_000, gpu_count: 1, gpu_milli: GPU_MILLI, allowed_models: vec![] };
         TargetWorkload { shapes: vec![(shape, 1.0)] }
     }
-
-    use super::*;
 
     #[test]
     fn a_cpu_hungry_gpu_pod_leaves_the_node_whose_free_gpu_it_starves() {

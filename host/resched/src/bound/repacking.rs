@@ -140,7 +140,7 @@ pub fn repacking_bound(
 
     // Start from the configurations the nodes have now.
     let mut now: BTreeMap<u32, (usize, Vec<u64>)> = BTreeMap::new();
-    for (i, n) in cluster.nodes().iter().enumerate() {
+    for (i, n) in cluster.nodes().iter().enumerate().filter(|(_, n)| n.ready) {
         if let Ok(t) = type_of(n) {
             now.insert(i as u32, (t, vec![0; nc]));
         }

@@ -374,6 +374,21 @@ mod tests {
         assert_eq!(b.node_types, 2);
     }
 
+    #[test]
+    fn a_pod_on_a_node_that_is_not_ready_may_be_placed_again() {
+        use tessera_core::cluster::{Cluster, GpuSet};
+        // Node 0 runs a whole-GPU pod, then stops being ready; node 1 is
+        // empty. The pod need not stay where it is, and nothing else can
+        // use node 0: at most the pod again, on node 1 (1,000).
+        let mut c = Cluster::new(vec![node(8_000, 1, "A"), node(8_000, 1, "A")]);
+        let one = pod(1_000, 1, 1000);
+        let admitted = vec![(one.clone(), c.bind(0, &one, GpuSet(1)).unwrap())];
+        c.update_node(0, |n| n.ready = false);
+        let b = repacking_bound(&c, &admitted, &[pod(1_000, 1, 1000)], Backend::Auto).unwrap();
+        assert!((b.gpu_milli - 1_000.0).abs() < 1e-3, "{b:?}");
+        assert_eq!(b.node_types, 1);
+    }
+
     /// The most GPU share any re-packing of `admitted` (all kept) and
     /// `waiting` (any of them) reaches on `nodes` (CPU and GPUs counted),
     /// by trying every placement.

@@ -146,7 +146,7 @@ pub fn check(node: &Node, pod: &Pod) -> Result<(), FilterReason> {
     let ok = if pod.gpu_milli < GPU_MILLI {
         node.gpus.iter().any(|g| usable(g) && g.free_milli >= pod.gpu_milli)
     } else {
-        node.gpus.iter().filter(|g| usable(g) && g.free_milli == GPU_MILLI).count() as u32 >= pod.gpu_count
+        node.whole_free_gpus() >= pod.gpu_count
     };
     if ok { Ok(()) } else { Err(FilterReason::GpuInsufficient) }
 }
@@ -267,13 +267,12 @@ impl Cluster {
                 self.models.len() - 1
             }
         };
-        let usable_gpus = n.gpus.iter().filter(|g| usable(g));
         Fit {
             ready: n.ready,
             tainted: !n.taints.is_empty(),
             model: model as u16,
-            whole_free: usable_gpus.clone().filter(|g| g.free_milli == GPU_MILLI).count().min(255) as u8,
-            best_share: usable_gpus.map(|g| g.free_milli).max().unwrap_or(0),
+            whole_free: n.whole_free_gpus().min(255) as u8,
+            best_share: n.gpus.iter().filter(|g| usable(g)).map(|g| g.free_milli).max().unwrap_or(0),
             cpu: n.free.cpu_milli,
             memory: n.free.memory_mib,
         }

@@ -187,6 +187,11 @@ impl Node {
     pub fn free_gpu_milli(&self) -> u32 {
         self.gpus.iter().filter(|g| g.health != GpuHealth::Failed).map(|g| g.free_milli).sum()
     }
+
+    /// Usable GPUs that are entirely free.
+    pub fn whole_free_gpus(&self) -> u32 {
+        self.gpus.iter().filter(|g| g.health != GpuHealth::Failed && g.free_milli == GPU_MILLI).count() as u32
+    }
 }
 
 /// Placement tier.

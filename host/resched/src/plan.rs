@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 use tessera_core::cluster::{BindError, Cluster, Placement};
-use tessera_core::model::{GPU_MILLI, GpuHealth, Pod, Tier};
+use tessera_core::model::{Pod, Tier};
 
 /// The strategy a move serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -236,11 +236,5 @@ pub fn validate(cluster: &Cluster, running: &[(Pod, Placement)], moves: &[Move])
 
 /// Usable GPUs of the cluster that are entirely free.
 pub fn whole_free_gpus(cluster: &Cluster) -> u64 {
-    cluster
-        .nodes()
-        .iter()
-        .filter(|n| n.ready)
-        .flat_map(|n| &n.gpus)
-        .filter(|g| g.health != GpuHealth::Failed && g.free_milli == GPU_MILLI)
-        .count() as u64
+    cluster.nodes().iter().filter(|n| n.ready).map(|n| u64::from(n.whole_free_gpus())).sum()
 }

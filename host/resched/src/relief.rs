@@ -113,13 +113,7 @@ fn least_gpu_cpu(s: &Scratch<'_>) -> Option<u64> {
 /// CPU `n` keeps beside its whole free GPUs, `need` each, after taking a
 /// pod of `cpu` on `gpus` of them; negative: it would strand one.
 fn spare(n: &Node, need: u64, cpu: u64, gpus: u64) -> i64 {
-    n.free.cpu_milli as i64 - cpu as i64 - (need * whole_free(n).saturating_sub(gpus)) as i64
-}
-
-/// Whole free GPUs of `n`.
-fn whole_free(n: &Node) -> u64 {
-    n.gpus.iter().filter(|g| g.free_milli >= GPU_MILLI && g.health != tessera_core::model::GpuHealth::Failed).count()
-        as u64
+    n.free.cpu_milli as i64 - cpu as i64 - (need * u64::from(n.whole_free_gpus()).saturating_sub(gpus)) as i64
 }
 
 /// Moves the GPU pods asking most CPU (at most [`RELIEF_GROUP`] per node)
@@ -135,7 +129,7 @@ pub(crate) fn relieve_gpu_pods(s: &mut Scratch<'_>, budget: usize) -> usize {
         .cluster
         .nodes()
         .iter()
-        .filter(|n| n.ready && s.in_focus(n.id) && whole_free(n) > 0 && n.free.cpu_milli < need)
+        .filter(|n| n.ready && s.in_focus(n.id) && n.whole_free_gpus() > 0 && n.free.cpu_milli < need)
         .filter(|n| s.frag[n.id as usize] > 0.0)
         .map(|n| ((s.frag[n.id as usize] * 1e3) as u64, n.id))
         .collect();
@@ -159,16 +153,14 @@ pub(crate) fn relieve_gpu_pods(s: &mut Scratch<'_>, budget: usize) -> usize {
                     .nodes()
                     .iter()
                     .filter(|n| {
-                        n.id != node && n.ready && whole_free(n) > 0 && spare(n, need, p.requests.cpu_milli, 1) >= 0
+                        n.id != node
+                            && n.ready
+                            && n.whole_free_gpus() > 0
+                            && spare(n, need, p.requests.cpu_milli, 1) >= 0
                     })
                     .filter(|n| tessera_core::cluster::check(n, p).is_ok())
-                    .min_by_key(|n| (whole_free(n), spare(n, need, p.requests.cpu_milli, 1), n.id))
-                    .and_then(|n| {
-                        let g = n.gpus.iter().position(|g| {
-                            g.free_milli >= GPU_MILLI && g.health != tessera_core::model::GpuHealth::Failed
-                        })?;
-                        Some((n.id, g as u8))
-                    })
+                    .min_by_key(|n| (n.whole_free_gpus(), spare(n, need, p.requests.cpu_milli, 1), n.id))
+                    .and_then(|n| Some((n.id, tessera_core::cluster::choose_gpus(n, p, None)?)))
             } else {
                 s.partial
                     .range((p.gpu_milli, 0, 0)..)
@@ -178,10 +170,10 @@ pub(crate) fn relieve_gpu_pods(s: &mut Scratch<'_>, budget: usize) -> usize {
                         let n = &s.cluster.nodes()[n as usize];
                         spare(n, need, p.requests.cpu_milli, 0) >= 0 && tessera_core::cluster::check(n, p).is_ok()
                     })
-                    .map(|&(_, n, g)| (n, g))
+                    .map(|&(_, n, g)| (n, GpuSet(1 << g)))
             };
-            let Some((to, gpu)) = to else { continue };
-            if !move_on(s, i, node, to, GpuSet(1 << gpu)) {
+            let Some((to, gpus)) = to else { continue };
+            if !move_on(s, i, node, to, gpus) {
                 break;
             }
         }

@@ -65,41 +65,42 @@ impl Residues {
     }
 }
 
+/// A common size fills a gap only if it is at least this fraction as
+/// frequent as the most frequent common size that fits the gap (as in the
+/// `fgd` plugin's residue): a rare exact fit is not what the gap will get.
+const FILLER_RATIO: f64 = 0.25;
+
 /// `R(g)` for `g` in `0..=1000`: what of a gap of `g` no sum of the common
-/// sharing sizes of `workload` fills.
+/// sharing sizes of `workload` fills (each a filler of the gap it enters,
+/// see [`FILLER_RATIO`]).
 pub(crate) fn residues(workload: &TargetWorkload) -> Residues {
     let gpu_weight: f64 = workload.shapes.iter().filter(|(s, _)| s.gpu_count > 0).map(|(_, w)| w).sum();
-    let mut sizes: Vec<u32> = Vec::new();
-    let mut min_cpu = u64::MAX;
-    for (shape, _) in &workload.shapes {
-        let s = shape.gpu_milli;
-        if shape.gpu_count != 1 || s == 0 || s >= GPU_MILLI || sizes.contains(&s) {
-            continue;
-        }
-        let w: f64 = workload.shapes.iter().filter(|(o, _)| o.gpu_count == 1 && o.gpu_milli == s).map(|(_, w)| w).sum();
-        if gpu_weight > 0.0 && w / gpu_weight >= COMMON {
-            sizes.push(s);
+    let mut by_size: std::collections::BTreeMap<u32, f64> = std::collections::BTreeMap::new();
+    for (shape, w) in &workload.shapes {
+        if shape.gpu_count == 1 && shape.gpu_milli > 0 && shape.gpu_milli < GPU_MILLI {
+            *by_size.entry(shape.gpu_milli).or_insert(0.0) += w;
         }
     }
-    for (shape, _) in &workload.shapes {
-        if shape.gpu_count == 1 && sizes.contains(&shape.gpu_milli) {
-            min_cpu = min_cpu.min(shape.cpu_milli);
-        }
+    let common: Vec<(u32, f64)> =
+        by_size.into_iter().filter(|&(_, w)| gpu_weight > 0.0 && w / gpu_weight >= COMMON).collect();
+    let min_cpu = workload
+        .shapes
+        .iter()
+        .filter(|(s, _)| s.gpu_count == 1 && common.iter().any(|&(c, _)| c == s.gpu_milli))
+        .map(|(s, _)| s.cpu_milli)
+        .min()
+        .unwrap_or(0);
+    let mut by_gap = vec![0u32; GPU_MILLI as usize + 1];
+    for g in 1..GPU_MILLI {
+        let fitting = || common.iter().filter(move |&&(s, _)| s <= g);
+        let top = fitting().map(|&(_, w)| w).fold(0.0, f64::max);
+        by_gap[g as usize] = fitting()
+            .filter(|&&(_, w)| w >= FILLER_RATIO * top)
+            .map(|&(s, _)| by_gap[(g - s) as usize])
+            .min()
+            .unwrap_or(g);
     }
-    // Unbounded knapsack: the largest sum of sizes within each capacity.
-    let cap = GPU_MILLI as usize;
-    let mut fill = vec![0u32; cap + 1];
-    for g in 1..=cap {
-        fill[g] = fill[g - 1];
-        for &s in &sizes {
-            let s = s as usize;
-            if s <= g {
-                fill[g] = fill[g].max(fill[g - s] + s as u32);
-            }
-        }
-    }
-    let by_gap: Vec<u32> = (0..=cap).map(|g| g as u32 - fill[g]).collect();
-    Residues { by_gap, min_cpu: if min_cpu == u64::MAX { 0 } else { min_cpu } }
+    Residues { by_gap, min_cpu }
 }
 
 /// One candidate move: net gain, pod, destination.
@@ -229,5 +230,11 @@ mod tests {
         assert_eq!(r.of(680, cpu), 30, "0.68 holds a 0.65");
         assert_eq!(r.of(940, cpu), 0, "0.94 holds two 0.47s");
         assert_eq!(r.of(530, 999), 530, "no CPU left for a sharing pod: nothing fills it");
+        // 0.55 is common but eight times rarer than 0.45, which also fits
+        // a 0.55 gap: the gap is counted as what a 0.45 leaves.
+        let r = residues(&workload(&[(1000, 0.5), (450, 0.4), (550, 0.05)]));
+        assert_eq!((r.of(550, cpu), r.of(1000, cpu), r.of(900, cpu)), (100, 0, 0));
+        let r = residues(&workload(&[(1000, 0.5), (450, 0.4), (550, 0.1)]));
+        assert_eq!(r.of(550, cpu), 0);
     }
 }

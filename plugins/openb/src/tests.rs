@@ -262,3 +262,53 @@ fn fgd_breaks_sharing_ties_by_the_residue_of_the_gap() {
     residue.apply(one()).unwrap();
     assert_eq!(scores(&mut residue, &p, &[0]).1, [1]);
 }
+
+/// With `residue_first`, the residue decides even against FGD: with sizes
+/// 300 and 400 common, a 300 pod scores higher for FGD on a node with two
+/// GPUs of 800 free (leaving 500, of which 100 no common size fills) than on
+/// one with a GPU of 600 free (leaving 300, fillable); residue first, the
+/// second wins, and on the first node FGD still picks among GPUs that tie.
+#[test]
+fn residue_first_overrides_fgd_for_sharing_pods() {
+    let cfg = r#"{"workload": [{"cpu_milli": 4000, "gpu_count": 1, "gpu_milli": 1000, "weight": 0.5},
+        {"cpu_milli": 4000, "gpu_count": 1, "gpu_milli": 300, "weight": 0.25},
+        {"cpu_milli": 4000, "gpu_count": 1, "gpu_milli": 400, "weight": 0.25}], "spare_gpu_nodes": true, "fill_residue": true"#;
+    let p = pod(4_000, 1, 300);
+    let nodes = || [node(0, 60_000, "V", &[800, 800]), node(1, 60_000, "V", &[600, 0])];
+    let mut tie_break = ScorerHarness::<Fgd>::new(&format!("{cfg}}}")).unwrap();
+    tie_break.apply(nodes()).unwrap();
+    let (v, _) = scores(&mut tie_break, &p, &[0, 1]);
+    assert_eq!(best(&v), 0, "FGD prefers the 800s: {v:?}");
+    let mut first = ScorerHarness::<Fgd>::new(&format!(r#"{cfg}, "residue_first": true}}"#)).unwrap();
+    first.apply(nodes()).unwrap();
+    let (v, gpus) = scores(&mut first, &p, &[0, 1]);
+    assert_eq!(best(&v), 1, "the residue prefers the 600: {v:?}");
+    assert_eq!(gpus, [0, 0]);
+    // Two fresh GPUs and a 700 one: 300 on the 700 leaves 400 (residue 0,
+    // as on a fresh GPU, which leaves 700 = 300 + 400); FGD then prefers
+    // filling the partly used GPU, which keeps the whole ones whole.
+    let mut first = ScorerHarness::<Fgd>::new(&format!(r#"{cfg}, "residue_first": true}}"#)).unwrap();
+    first.apply([node(0, 60_000, "V", &[1000, 1000, 700])]).unwrap();
+    assert_eq!(scores(&mut first, &p, &[0]).1, [2]);
+}
+
+fn sharing(gpu_milli: u32, weight: f64) -> ShapeConfig {
+    ShapeConfig { cpu_milli: 4_000, gpu_count: 1, gpu_milli, models: Vec::new(), weight }
+}
+
+/// The residue counts only common sizes, and of those only the ones a gap
+/// is likely to get: a size far rarer than another that fits the gap does
+/// not fill it.
+#[test]
+fn the_residue_counts_sizes_a_gap_is_likely_to_get() {
+    let whole = ShapeConfig { cpu_milli: 4_000, gpu_count: 1, gpu_milli: 1000, models: Vec::new(), weight: 0.5 };
+    // 0.47 and 0.32 common; 0.16 is 1% of GPU pods: not common.
+    let r = crate::fgd::residues(&[whole.clone(), sharing(470, 0.2), sharing(320, 0.1), sharing(160, 0.01)]);
+    assert_eq!((r[1000], r[530], r[210], r[680], r[790], r[100]), (0, 60, 210, 40, 0, 100));
+    // 0.55 is common (5% of GPU pods) but fills a 0.55 gap only while it is
+    // at least a quarter as frequent as 0.45, which fits there too.
+    let rare = crate::fgd::residues(&[whole.clone(), sharing(450, 0.4), sharing(550, 0.05)]);
+    assert_eq!((rare[550], rare[1000 - 450]), (100, 100));
+    let frequent = crate::fgd::residues(&[whole, sharing(450, 0.4), sharing(550, 0.1)]);
+    assert_eq!(frequent[550], 0);
+}

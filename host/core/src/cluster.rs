@@ -435,11 +435,22 @@ impl Cluster {
         }
         n.free.cpu_milli -= pod.requests.cpu_milli;
         n.free.memory_mib -= pod.requests.memory_mib;
+        // Keys are cloned only when new to the node.
         if !pod.workload.is_empty() {
-            *n.workloads.entry(pod.workload.clone()).or_insert(0) += 1;
+            match n.workloads.get_mut(&pod.workload) {
+                Some(c) => *c += 1,
+                None => {
+                    n.workloads.insert(pod.workload.clone(), 1);
+                }
+            }
         }
         if let Some(class) = pod.gpu_class() {
-            *n.gpu_classes.entry(class).or_insert(0) += 1;
+            match n.gpu_classes.get_mut(class.as_ref()) {
+                Some(c) => *c += 1,
+                None => {
+                    n.gpu_classes.insert(class.into_owned(), 1);
+                }
+            }
         }
         self.refresh(node);
         Ok(Placement { node, gpus })
@@ -459,11 +470,11 @@ impl Cluster {
             }
         }
         if let Some(class) = pod.gpu_class()
-            && let Some(c) = n.gpu_classes.get_mut(&class)
+            && let Some(c) = n.gpu_classes.get_mut(class.as_ref())
         {
             *c -= 1;
             if *c == 0 {
-                n.gpu_classes.remove(&class);
+                n.gpu_classes.remove(class.as_ref());
             }
         }
         self.refresh(placement.node);

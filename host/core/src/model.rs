@@ -306,11 +306,17 @@ impl Pod {
 
     /// The GPU request class: `share-gpu` for part of one GPU, `N-gpu` for
     /// N whole GPUs, `None` for CPU-only pods.
-    pub fn gpu_class(&self) -> Option<String> {
+    pub fn gpu_class(&self) -> Option<std::borrow::Cow<'static, str>> {
+        // Binding and unbinding ask for it on every pod: no allocation for
+        // the classes of up to 8 GPUs.
+        const WHOLE: [&str; 8] = ["1-gpu", "2-gpu", "3-gpu", "4-gpu", "5-gpu", "6-gpu", "7-gpu", "8-gpu"];
         match (self.gpu_count, self.gpu_milli) {
             (0, _) => None,
             (1, m) if m < GPU_MILLI => Some("share-gpu".into()),
-            (n, _) => Some(format!("{n}-gpu")),
+            (n, _) => Some(match WHOLE.get(n as usize - 1) {
+                Some(&c) => c.into(),
+                None => format!("{n}-gpu").into(),
+            }),
         }
     }
 }

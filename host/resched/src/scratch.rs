@@ -3,9 +3,9 @@
 //! cluster as the moves before it left it and no two moves conflict.
 
 use std::collections::BTreeSet;
+use std::time::Instant;
 
 use rustc_hash::FxHashMap;
-use std::time::Instant;
 
 use tessera_core::cluster::{Cluster, GpuSet, Placement, check};
 use tessera_core::metrics::{TargetWorkload, node_fragment_weighted};
@@ -75,11 +75,10 @@ impl<'a> Scratch<'a> {
             }
         }
         let frag = cluster.nodes().iter().map(|n| node_fragment_weighted(n, workload)).collect();
-        // Built in bulk from sorted keys (much faster than one insert each).
-        let mut keys: Vec<(u32, NodeId, u8)> =
+        // `collect` sorts once and builds the set in bulk, rather than
+        // inserting key by key.
+        let partial: BTreeSet<(u32, NodeId, u8)> =
             cluster.nodes().iter().flat_map(|n| (0..n.gpus.len()).filter_map(|i| partial_key(n, i))).collect();
-        keys.sort_unstable();
-        let partial: BTreeSet<(u32, NodeId, u8)> = keys.into_iter().collect();
         Self {
             at: running.iter().map(|(_, p)| *p).collect(),
             moved: vec![false; running.len()],

@@ -45,6 +45,7 @@
 
 mod harness;
 mod mirror;
+pub mod residue;
 pub mod simd;
 mod types;
 

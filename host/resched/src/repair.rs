@@ -21,13 +21,10 @@
 use tessera_core::cluster::GpuSet;
 use tessera_core::metrics::TargetWorkload;
 use tessera_core::model::{GPU_MILLI, NodeId};
+use tessera_sdk::residue;
 
 use crate::plan::Strategy;
 use crate::scratch::Scratch;
-
-/// Sharing sizes at least this share of the workload's GPU pods count as
-/// common: enough of them arrive to fill the gaps they fit.
-const COMMON: f64 = 0.015;
 
 /// Destination GPUs tried per distinct free share.
 const TRIES: usize = 16;
@@ -38,7 +35,7 @@ const PASSES: usize = 3;
 /// Residues of gaps under a workload.
 pub(crate) struct Residues {
     /// `R(g)` for `g` in `0..=1000`.
-    by_gap: Vec<u32>,
+    by_gap: Vec<u16>,
     /// The least CPU a common sharing pod asks for: a node with less free
     /// has nothing that fills its gaps.
     min_cpu: u64,
@@ -51,7 +48,7 @@ impl Residues {
             0 => 0,
             g if g >= GPU_MILLI => 0,
             g if cpu_free < self.min_cpu => g,
-            g => self.by_gap[g as usize],
+            g => u32::from(self.by_gap[g as usize]),
         }
     }
 
@@ -65,24 +62,13 @@ impl Residues {
     }
 }
 
-/// A common size fills a gap only if it is at least this fraction as
-/// frequent as the most frequent common size that fits the gap (as in the
-/// `fgd` plugin's residue): a rare exact fit is not what the gap will get.
-const FILLER_RATIO: f64 = 0.25;
-
 /// `R(g)` for `g` in `0..=1000`: what of a gap of `g` no sum of the common
-/// sharing sizes of `workload` fills (each a filler of the gap it enters,
-/// see [`FILLER_RATIO`]).
+/// sharing sizes of `workload` fills — the `fgd` plugin's rule
+/// ([`tessera_sdk::residue`]).
 pub(crate) fn residues(workload: &TargetWorkload) -> Residues {
     let gpu_weight: f64 = workload.shapes.iter().filter(|(s, _)| s.gpu_count > 0).map(|(_, w)| w).sum();
-    let mut by_size: std::collections::BTreeMap<u32, f64> = std::collections::BTreeMap::new();
-    for (shape, w) in &workload.shapes {
-        if shape.gpu_count == 1 && shape.gpu_milli > 0 && shape.gpu_milli < GPU_MILLI {
-            *by_size.entry(shape.gpu_milli).or_insert(0.0) += w;
-        }
-    }
-    let common: Vec<(u32, f64)> =
-        by_size.into_iter().filter(|&(_, w)| gpu_weight > 0.0 && w / gpu_weight >= COMMON).collect();
+    let sharing = workload.shapes.iter().filter(|(s, _)| s.gpu_count == 1).map(|(s, w)| (s.gpu_milli, *w));
+    let common = residue::common_sizes(sharing, gpu_weight);
     let min_cpu = workload
         .shapes
         .iter()
@@ -90,17 +76,7 @@ pub(crate) fn residues(workload: &TargetWorkload) -> Residues {
         .map(|(s, _)| s.cpu_milli)
         .min()
         .unwrap_or(0);
-    let mut by_gap = vec![0u32; GPU_MILLI as usize + 1];
-    for g in 1..GPU_MILLI {
-        let fitting = || common.iter().filter(move |&&(s, _)| s <= g);
-        let top = fitting().map(|&(_, w)| w).fold(0.0, f64::max);
-        by_gap[g as usize] = fitting()
-            .filter(|&&(_, w)| w >= FILLER_RATIO * top)
-            .map(|&(s, _)| by_gap[(g - s) as usize])
-            .min()
-            .unwrap_or(g);
-    }
-    Residues { by_gap, min_cpu }
+    Residues { by_gap: residue::gap_residues(&common), min_cpu }
 }
 
 /// One candidate move: net gain, pod, destination.

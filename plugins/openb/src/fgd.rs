@@ -26,7 +26,7 @@
 //! the published FGD on every workload (by 11–14% with `residue_first`).
 
 use serde::Deserialize;
-use tessera_sdk::{Node, NodeTable, Pod, Score, Scorer, Sym};
+use tessera_sdk::{Node, NodeTable, Pod, Score, Scorer, Sym, residue};
 
 use crate::model_syms;
 
@@ -145,37 +145,12 @@ pub struct Fgd {
     residue: Vec<u16>,
 }
 
-/// Sharing sizes with at least this share of the GPU pods are common.
-const COMMON: f64 = 0.015;
-
-/// A common size fills a gap only if it is at least this fraction as
-/// frequent as the most frequent common size that fits the gap: a rare
-/// exact fit is not what a gap will get when a far more frequent size also
-/// fits it (0.55-GPU pods are too few to fill the 0.55 left beside every
-/// 0.45 one when 0.45-GPU pods are six times as many).
-const FILLER_RATIO: f64 = 0.25;
-
-/// `residue[x]` for x in 0..=1000: the least share left of a gap `x` once
-/// filled by common sizes (each a filler of the gap it enters, see
-/// [`FILLER_RATIO`]); `x` itself when none fits, 0 for a whole free GPU.
+/// `residue[x]` for x in 0..=1000 under the workload `shapes` (see
+/// [`tessera_sdk::residue`]).
 pub(crate) fn residues(shapes: &[ShapeConfig]) -> Vec<u16> {
     let gpu_weight: f64 = shapes.iter().filter(|s| s.gpu_count > 0).map(|s| s.weight).sum();
-    let mut by_size: std::collections::BTreeMap<usize, f64> = std::collections::BTreeMap::new();
-    for s in shapes.iter().filter(|s| s.gpu_count == 1 && s.gpu_milli > 0 && s.gpu_milli < 1000) {
-        *by_size.entry(s.gpu_milli as usize).or_insert(0.0) += s.weight;
-    }
-    let common: Vec<(usize, f64)> = by_size.into_iter().filter(|&(_, w)| w >= COMMON * gpu_weight).collect();
-    let mut residue = vec![0u16; 1001];
-    for x in 1..1000 {
-        let fitting = || common.iter().filter(move |&&(s, _)| s <= x);
-        let top = fitting().map(|&(_, w)| w).fold(0.0, f64::max);
-        residue[x] = fitting()
-            .filter(|&&(_, w)| w >= FILLER_RATIO * top)
-            .map(|&(s, _)| residue[x - s])
-            .min()
-            .unwrap_or(x as u16);
-    }
-    residue
+    let sharing = shapes.iter().filter(|s| s.gpu_count == 1).map(|s| (s.gpu_milli, s.weight));
+    residue::gap_residues(&residue::common_sizes(sharing, gpu_weight))
 }
 
 /// `⌊100·sigmoid(x)⌋` without `exp` per call: it is the number of k in

@@ -13,8 +13,8 @@
 use augurs_core::{Fit, Predict};
 use augurs_ets::AutoETS;
 use serde::{Deserialize, Serialize};
+use tessera_core::model::Arrival;
 use tessera_core::model::GPU_MILLI;
-use tessera_core::sim::Arrival;
 
 /// Intensity after adjustment stays within this range.
 pub const MIN_INTENSITY: f64 = 0.05;

@@ -18,5 +18,5 @@ pub mod verdict;
 
 pub use campaign::{Campaign, CampaignError};
 pub use fault::{FaultKind, FaultSpec, ResolvedFault, Target};
-pub use twin::{Outcome, TwinConfig};
+pub use twin::Outcome;
 pub use verdict::{GateResult, Report, Verdict};

@@ -84,7 +84,7 @@ fn spread_hard_mode_filters_with_its_reason_code() {
     assert_eq!((d.rejections[0].node, d.rejections[0].reason.as_str()), (0, "SCHED-ZONE-SPREAD"));
     // Offered only node 0, the pod is refused with that code, not placed.
     let mut p = p;
-    let choice = tessera_core::sim::Placer::place(&mut p, &pod, &[0]);
+    let choice = tessera_core::framework::Placer::place(&mut p, &pod, &[0]);
     assert_eq!((choice.node, choice.filtered.as_deref()), (None, Some("SCHED-ZONE-SPREAD")));
 }
 
@@ -137,7 +137,7 @@ fn telemetry_aware_components_read_gpu_health_and_load() {
 /// The native twin of a policy decides exactly as the Wasm policy does.
 #[test]
 fn native_twin_decides_like_the_components() {
-    use tessera_core::sim::Placer;
+    use tessera_core::framework::Placer;
     let doc =
         tessera_policy::PolicyDocument::parse(include_str!("../../deploy/policies/throughput.yaml"), "throughput.yaml")
             .unwrap();
@@ -148,7 +148,7 @@ fn native_twin_decides_like_the_components() {
     let refs: Vec<&tessera_core::Node> = nodes.iter().collect();
     wasm.nodes_changed(&refs);
     twin.nodes_changed(&refs);
-    let pods = tessera_core::sim::synthetic::pods(60, &[], 5);
+    let pods = tessera_core::synthetic::pods(60, &[], 5);
     let ids: Vec<u32> = (0..40).collect();
     for pod in &pods {
         assert_eq!(wasm.place(pod, &ids), twin.place(pod, &ids), "{pod:?}");
@@ -161,7 +161,7 @@ fn native_twin_decides_like_the_components() {
 #[test]
 fn parallel_workers_decide_like_one() {
     use tessera_core::cluster::{Cluster, choose_gpus};
-    use tessera_core::sim::Placer;
+    use tessera_core::framework::Placer;
     let doc = tessera::sim::policy_document("throughput", 1).unwrap();
     let rt = runtime();
     let mut placers: Vec<Box<dyn Placer>> = vec![
@@ -176,7 +176,7 @@ fn parallel_workers_decide_like_one() {
     }
     let (mut candidates, mut rejected) = (Vec::new(), [0; tessera_core::cluster::FilterReason::COUNT]);
     let mut placed = 0;
-    for pod in &tessera_core::sim::synthetic::pods(400, &[], 9) {
+    for pod in &tessera_core::synthetic::pods(400, &[], 9) {
         clusters[0].feasible(pod, &mut candidates, &mut rejected);
         if candidates.is_empty() {
             continue;

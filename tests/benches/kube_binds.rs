@@ -49,7 +49,7 @@ fn main() {
         let mut b = rt.block_on(KubeBackend::connect(srv.config(), cfg, workload)).unwrap();
         let mut ids = Vec::new();
         while ids.len() < pods {
-            for e in b.events(0) {
+            for (_, e) in b.events(0) {
                 if let ClusterEvent::Submitted { id, .. } = e {
                     ids.push(id);
                 }

@@ -5,8 +5,8 @@ use std::collections::BTreeSet;
 
 use rand::{RngExt as _, SeedableRng as _};
 use rand_chacha::ChaCha8Rng;
-use tessera_core::model::{Node, NodeId, Pod};
-use tessera_core::sim::{Arrival, Choice, Placer};
+use tessera_core::framework::{Choice, Placer};
+use tessera_core::model::{Arrival, Node, NodeId, Pod};
 use tessera_core::telemetry::DetectionFrame;
 
 use crate::fault::{FaultKind, ResolvedFault};

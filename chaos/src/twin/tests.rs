@@ -1,8 +1,14 @@
+use std::collections::BTreeSet;
+
+use tessera_core::cluster::{Cluster, Placement};
+use tessera_core::framework::{Choice, Cycle};
+use tessera_core::metrics::TargetWorkload;
+use tessera_core::model::{GpuHealth, NodeId, Pod};
+use tessera_core::synthetic;
+use tessera_core::telemetry::TelemetryConfig;
+
 use super::*;
 use crate::fault::{FaultSpec, Start, Target};
-use tessera_core::cluster::Placement;
-use tessera_core::model::Pod;
-use tessera_core::sim::{Choice, synthetic};
 
 /// Binds on the first candidate, or, if `avoid_degraded`, on the first
 /// candidate none of whose GPUs is degraded.
@@ -42,11 +48,12 @@ fn arrivals(nodes: &[Node], load: f64) -> Vec<Arrival> {
     synthetic::arrivals(&synthetic::pods(800, &models, 3), gpus, load, 3)
 }
 
-fn cfg() -> TwinConfig {
-    TwinConfig {
+fn cfg() -> DriverConfig {
+    DriverConfig {
         telemetry: TelemetryConfig { interval_s: 300, ..TelemetryConfig::default() },
         seed: 5,
-        ..TwinConfig::default()
+        dead_band_permille: DEAD_BAND_PERMILLE,
+        ..DriverConfig::default()
     }
 }
 
@@ -183,13 +190,8 @@ struct Recording {
     rates: Vec<f64>,
 }
 
-impl Rescheduler for Recording {
-    fn plan(
-        &mut self,
-        _cluster: &tessera_core::cluster::Cluster,
-        _running: &[(Pod, Placement)],
-        _max_moves: usize,
-    ) -> Vec<(usize, Placement)> {
+impl Reschedule for Recording {
+    fn reschedule(&mut self, _: &Cluster, _: &[(Pod, Placement)], _: &[u64], _: &Cycle<'_>) -> Vec<(usize, Placement)> {
         Vec::new()
     }
 }

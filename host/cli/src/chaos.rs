@@ -9,12 +9,14 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use tessera_chaos::campaign::{ClusterSpec, WorkloadSpec};
 use tessera_chaos::fault::Start;
-use tessera_chaos::twin::{self, TwinConfig};
+use tessera_chaos::twin;
 use tessera_chaos::verdict::{self, Report, Run, Side};
 use tessera_chaos::{Campaign, ResolvedFault};
+use tessera_core::driver::DriverConfig;
 use tessera_core::metrics::TargetWorkload;
+use tessera_core::model::Arrival;
 use tessera_core::model::{Node, Pod};
-use tessera_core::sim::{Arrival, synthetic};
+use tessera_core::synthetic;
 use tessera_core::telemetry::TelemetryConfig;
 use tessera_policy::PolicyDocument;
 use tessera_wasm::Runtime;
@@ -165,19 +167,22 @@ fn run_one(rt: &Runtime, c: &Campaign, inputs: &Inputs, job: &Job) -> Result<Run
     // Deterministic: no per-decision deadline in the twin (slow plugins are
     // a fault of their own).
     let mut policy = crate::load::load_policy(rt, doc)?.without_timeout();
-    let cfg = TwinConfig {
+    let cfg = DriverConfig {
         sched: doc.scheduling,
         telemetry: TelemetryConfig { interval_s: c.telemetry_interval_s, ..TelemetryConfig::default() },
         detection: doc.detection,
         seed: job.seed,
+        weight_sets: doc.adaptive.as_ref().map(|a| a.weight_sets.clone()).unwrap_or_default(),
         max_moves_share: c.max_migrations_pct / 100.0,
+        dead_band_permille: twin::DEAD_BAND_PERMILLE,
+        ..DriverConfig::default()
     };
     let mut exec = (c.max_migrations_pct > 0.0).then(|| {
         let planner = tessera_resched::SimPlanner::new(
             tessera_resched::Planner::new(doc.rescheduling.clone()),
             inputs.workload.clone(),
         );
-        crate::execute::ExecutingRescheduler::new(
+        tessera_movement::simulated::Executing::new(
             planner,
             doc.movement.clone(),
             tessera_movement::sim::SimActuatorConfig { seed: job.seed, ..Default::default() },

@@ -6,7 +6,6 @@ pub mod bench;
 pub mod bench_api;
 pub mod chaos;
 pub mod check;
-pub mod execute;
 pub mod fidelity;
 pub mod load;
 pub mod native;

@@ -192,7 +192,7 @@ impl NativePolicy {
     }
 }
 
-impl tessera_core::sim::Placer for NativePolicy {
+impl tessera_core::framework::Placer for NativePolicy {
     fn nodes_changed(&mut self, nodes: &[&Node]) {
         let owned: Vec<Node> = nodes.iter().map(|n| (*n).clone()).collect();
         for m in &mut self.members {
@@ -214,7 +214,7 @@ impl tessera_core::sim::Placer for NativePolicy {
         }
     }
 
-    fn place(&mut self, pod: &Pod, candidates: &[u32]) -> tessera_core::sim::Choice {
+    fn place(&mut self, pod: &Pod, candidates: &[u32]) -> tessera_core::framework::Choice {
         let p = sdk_pod(pod);
         self.each(|m| {
             m.answered = m.scorer.filters() && m.scorer.filter(&p, candidates, &mut m.verdicts).is_ok();
@@ -244,7 +244,7 @@ impl tessera_core::sim::Placer for NativePolicy {
             }
         }
         let chosen = tessera_core::score::select_by(&totals, &feasible, self.tie);
-        tessera_core::sim::Choice {
+        tessera_core::framework::Choice {
             node: chosen.map(|i| feasible[i]),
             gpu_hint: chosen.and_then(|i| hint.and_then(|(_, h)| h.get(i).copied())).filter(|&g| g != u8::MAX),
             plugin_errors: 0,

@@ -6,9 +6,11 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use serde::Serialize;
-use tessera_core::sim::online::{OnlineConfig, OnlineReport, run_online_with};
-use tessera_core::sim::synthetic;
+use tessera_core::driver::{DriverConfig, LoopReport};
+use tessera_core::sim::online::run_online_with;
+use tessera_core::synthetic;
 use tessera_core::telemetry::TelemetryConfig;
+use tessera_movement::simulated::{Executing, ExecutionTotals};
 use tessera_wasm::{Runtime, RuntimeConfig};
 
 use crate::load;
@@ -31,14 +33,14 @@ pub struct OnlineFile {
     /// Whether weights were adaptive.
     pub adaptive: bool,
     /// The report.
-    pub report: OnlineReport,
+    pub report: LoopReport,
     /// With rescheduling: what the plans added up to and how the Movement
     /// Manager executed them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub plans: Option<tessera_resched::PlanTotals>,
     /// Execution of the plans.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub execution: Option<crate::execute::ExecutionTotals>,
+    pub execution: Option<ExecutionTotals>,
 }
 
 /// A finished online run.
@@ -74,20 +76,21 @@ pub fn run(opts: &SimOptions, telemetry_interval_s: u64) -> Result<OnlineOutcome
     }
     crate::sim::inject_workload(&mut doc, &workload);
     let mut policy = load::load_policy(&rt, &doc)?.without_timeout();
-    let cfg = OnlineConfig {
+    let cfg = DriverConfig {
         sched: doc.scheduling,
         telemetry: TelemetryConfig { interval_s: telemetry_interval_s, ..TelemetryConfig::default() },
         seed: opts.seed,
         weight_sets: doc.adaptive.as_ref().map(|a| a.weight_sets.clone()).unwrap_or_default(),
         detection: doc.detection,
         max_moves_share: opts.reschedule.unwrap_or(0.0),
+        ..DriverConfig::default()
     };
     // With --reschedule, anomalies found by the policy's detectors trigger a
     // plan, executed through the Movement Manager.
     let mut exec = opts.reschedule.map(|_| {
         let planner =
             tessera_resched::SimPlanner::new(tessera_resched::Planner::new(doc.rescheduling.clone()), workload.clone());
-        crate::execute::ExecutingRescheduler::new(planner, doc.movement.clone(), opts.actuator)
+        Executing::new(planner, doc.movement.clone(), opts.actuator)
     });
     let n_nodes = nodes.len();
     let started = Instant::now();
@@ -97,7 +100,7 @@ pub fn run(opts: &SimOptions, telemetry_interval_s: u64) -> Result<OnlineOutcome
         &mut policy,
         &arrivals,
         &cfg,
-        exec.as_mut().map(|e| e as &mut dyn tessera_core::sim::Rescheduler),
+        exec.as_mut().map(|e| e as &mut dyn tessera_core::framework::Reschedule),
     );
     let wall_s = started.elapsed().as_secs_f64();
     Ok(OnlineOutcome {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use tessera_core::metrics::TargetWorkload;
 use tessera_core::model::Node;
-use tessera_core::sim::synthetic;
+use tessera_core::synthetic;
 use tessera_policy::{PluginEntry, PolicyDocument};
 use tessera_server::campaigns::{CampaignJob, CampaignOutcome};
 use tessera_server::config::BackendKind;

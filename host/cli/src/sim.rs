@@ -7,12 +7,14 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
 use tessera_core::metrics::TargetWorkload;
+use tessera_core::model::Arrival;
 use tessera_core::model::{Node, Pod, Resources, Tier};
-use tessera_core::sim::{Arrival, RunReport, Simulator, synthetic};
+use tessera_core::sim::{RunReport, Simulator};
+use tessera_core::synthetic;
+use tessera_movement::simulated::Executing;
 use tessera_policy::PolicyDocument;
 use tessera_resched::SimPlanner;
 
-use crate::execute::ExecutingRescheduler;
 use tessera_trace::{NodeRow, PodRow};
 use tessera_wasm::{Runtime, RuntimeConfig};
 
@@ -160,7 +162,7 @@ pub struct RunFile {
     pub plans: Option<tessera_resched::PlanTotals>,
     /// With rescheduling: how the Movement Manager executed them.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub execution: Option<crate::execute::ExecutionTotals>,
+    pub execution: Option<tessera_movement::simulated::ExecutionTotals>,
 }
 
 /// Headline figures of a run, for before/after tables.
@@ -427,7 +429,7 @@ pub fn run_with(rt: &Runtime, opts: &SimOptions) -> Result<SimOutcome> {
                 let mut policy = load::load_policy(rt, &doc)?.without_timeout();
                 let planner =
                     SimPlanner::new(tessera_resched::Planner::new(doc.rescheduling.clone()), workload.clone());
-                let mut exec = ExecutingRescheduler::new(planner, doc.movement.clone(), opts.actuator);
+                let mut exec = Executing::new(planner, doc.movement.clone(), opts.actuator);
                 let (r, cluster, running) = Simulator::new(nodes, workload, &mut policy)
                     .with_rescheduling(cap)
                     .with_planner(&mut exec, opts.reschedule_every)

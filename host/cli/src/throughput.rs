@@ -7,10 +7,11 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
 use tessera_core::cluster::Cluster;
+use tessera_core::framework::Placer;
+use tessera_core::framework::bind_choice;
 use tessera_core::metrics::percentile;
 use tessera_core::model::{Node, Pod};
-use tessera_core::sched::bind_choice;
-use tessera_core::sim::{Placer, synthetic};
+use tessera_core::synthetic;
 use tessera_policy::PolicyDocument;
 use tessera_wasm::{Runtime, RuntimeConfig};
 

@@ -7,6 +7,8 @@
 pub mod bandit;
 pub mod cluster;
 pub mod defrag;
+pub mod driver;
+pub mod framework;
 pub mod metrics;
 pub mod model;
 pub mod preempt;
@@ -15,6 +17,7 @@ pub mod sched;
 pub mod score;
 pub mod sim;
 pub mod snapshot;
+pub mod synthetic;
 pub mod telemetry;
 
-pub use model::{Gpu, GpuHealth, Node, NodeId, Pod, Resources, Tier};
+pub use model::{Arrival, Gpu, GpuHealth, Node, NodeId, Pod, Resources, Tier};

@@ -205,6 +205,20 @@ impl FragmentationTracker {
     }
 }
 
+/// Hotspot threshold: a node whose GPU, CPU or memory is at least this
+/// allocated.
+pub const HOTSPOT_PERMILLE: u64 = 900;
+
+/// Whether a node is a hotspot: GPU, CPU or memory at least
+/// [`HOTSPOT_PERMILLE`] allocated.
+pub fn is_hot(n: &Node) -> bool {
+    let frac = |cap: u64, free: u64| cap > 0 && (cap - free.min(cap)) * 1000 >= HOTSPOT_PERMILLE * cap;
+    let gpu_cap = n.gpus.len() as u64 * u64::from(GPU_MILLI);
+    frac(gpu_cap, free_gpu_milli(n))
+        || frac(n.capacity.cpu_milli, n.free.cpu_milli)
+        || frac(n.capacity.memory_mib, n.free.memory_mib)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

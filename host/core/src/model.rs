@@ -211,6 +211,15 @@ impl Tier {
     /// The tiers, least important first (index = [`Tier::rank`]).
     pub const BY_RANK: [Tier; 3] = [Tier::Opportunistic, Tier::Soft, Tier::Hard];
 
+    /// Its name, as the policy document and reports spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Tier::Hard => "hard",
+            Tier::Soft => "soft",
+            Tier::Opportunistic => "opportunistic",
+        }
+    }
+
     /// Importance: opportunistic 0 < soft 1 < hard 2.
     pub fn rank(self) -> u8 {
         match self {
@@ -376,4 +385,16 @@ mod tests {
         assert!(!node.admits(&with(vec![h100.clone()])));
         assert!(node.admits(&with(vec![h100, vec![req("mem-gb", LabelOp::Exists)]])));
     }
+}
+
+/// A pod to submit at a time, and when it leaves (an online run, a
+/// time replay, a twin's workload).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Arrival {
+    /// The pod.
+    pub pod: Pod,
+    /// Arrival time, seconds (time replay).
+    pub at: u64,
+    /// Departure time, if it leaves.
+    pub leaves_at: Option<u64>,
 }

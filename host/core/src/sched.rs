@@ -21,10 +21,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::{Cluster, FilterReason, Placement, choose_gpus};
+use crate::framework::{Placer, Why, bind_choice};
 use crate::model::{GPU_MILLI, Node, NodeId, Pod, Tier};
 use crate::preempt::{self, Running};
 use crate::queue::{Mlfq, MlfqConfig};
-use crate::sim::{Choice, Placer};
 
 pub use live::{AdoptError, PlaceError};
 
@@ -88,43 +88,6 @@ pub enum SchedError {
     /// The id is already in use.
     #[error("pod id {0} is already known")]
     Duplicate(PodId),
-}
-
-/// Why a pod could not be placed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Why {
-    /// The host's hard filter rejected every node, mostly for this reason.
-    Filter(FilterReason),
-    /// A plugin's filter rejected every node the host allowed, mostly with
-    /// this reason code (e.g. `SCHED-ZONE-SPREAD`).
-    Plugin(String),
-}
-
-impl Why {
-    /// The stable reason code.
-    pub fn code(&self) -> &str {
-        match self {
-            Why::Filter(r) => r.code(),
-            Why::Plugin(code) => code,
-        }
-    }
-}
-
-/// Binds `pod` where the placer chose among `candidates` (those that passed
-/// the host's filter, by id). A placer that chose nothing, or a node outside
-/// the candidates, falls back to the first candidate: the hard filter stays
-/// in charge. A plugin filter that rejected every candidate refuses the pod
-/// with its code. The caller tells the placer about the node.
-pub fn bind_choice(cluster: &mut Cluster, pod: &Pod, candidates: &[NodeId], choice: &Choice) -> Result<Placement, Why> {
-    if choice.node.is_none()
-        && let Some(code) = &choice.filtered
-    {
-        return Err(Why::Plugin(code.clone()));
-    }
-    let node = choice.node.filter(|n| candidates.binary_search(n).is_ok()).unwrap_or(candidates[0]);
-    let gpus =
-        choose_gpus(cluster.node(node).expect("candidate exists"), pod, choice.gpu_hint).expect("a candidate fits");
-    Ok(cluster.bind(node, pod, gpus).expect("a candidate passes the hard filter"))
 }
 
 /// What happened to a pod in a pass of [`Scheduler::schedule`].
@@ -320,6 +283,12 @@ impl Scheduler {
         by_node
     }
 
+    /// A pod the loop knows (waiting or running), as it keeps it (a
+    /// hard-tier GPU pod asks for whole GPUs).
+    pub fn pod(&self, id: PodId) -> Option<&Pod> {
+        self.pods.get(&id).map(|e| &e.pod)
+    }
+
     /// Where a pod runs, if it does.
     pub fn placement(&self, id: PodId) -> Option<Placement> {
         match self.pods.get(&id)?.state {
@@ -441,12 +410,12 @@ impl Scheduler {
 
     /// Tells the placer what changed since it last heard (a decision made
     /// outside a pass, e.g. for a scheduler extender, needs it current).
-    pub fn sync(&mut self, placer: &mut impl Placer) {
+    pub fn sync<P: Placer + ?Sized>(&mut self, placer: &mut P) {
         self.flush(placer);
     }
 
     /// Tells the placer what changed outside a pass.
-    fn flush(&mut self, placer: &mut impl Placer) {
+    fn flush<P: Placer + ?Sized>(&mut self, placer: &mut P) {
         if std::mem::take(&mut self.all_dirty) {
             placer.nodes_changed(&self.cluster.nodes().iter().collect::<Vec<_>>());
             placer.prime();
@@ -459,7 +428,7 @@ impl Scheduler {
 
     /// Decides every queued pod once, in queue order (victims of a
     /// preemption in this pass included).
-    pub fn schedule(&mut self, placer: &mut impl Placer, now: u64) -> Vec<Event> {
+    pub fn schedule<P: Placer + ?Sized>(&mut self, placer: &mut P, now: u64) -> Vec<Event> {
         self.flush(placer);
         let mut events = Vec::new();
         while let Some(p) = self.queue.pop(now) {
@@ -514,7 +483,7 @@ impl Scheduler {
 
     /// Hard filter (sampled), placer, bind. `Err`: the most common
     /// rejection reason.
-    fn try_place(&mut self, pod: &Pod, placer: &mut impl Placer) -> Result<(Placement, usize), Why> {
+    fn try_place<P: Placer + ?Sized>(&mut self, pod: &Pod, placer: &mut P) -> Result<(Placement, usize), Why> {
         let mut rejected = [0u32; FilterReason::COUNT];
         let want = self.cfg.sampling.nodes_to_find(self.cluster.nodes().len());
         self.next_start = self.cluster.feasible_from(pod, self.next_start, want, &mut self.candidates, &mut rejected);
@@ -531,7 +500,14 @@ impl Scheduler {
         Ok((placement, self.candidates.len()))
     }
 
-    fn try_preempt(&mut self, id: PodId, pod: &Pod, placer: &mut impl Placer, now: u64, level: usize) -> Option<Event> {
+    fn try_preempt<P: Placer + ?Sized>(
+        &mut self,
+        id: PodId,
+        pod: &Pod,
+        placer: &mut P,
+        now: u64,
+        level: usize,
+    ) -> Option<Event> {
         if !self.cfg.preemption {
             return None;
         }

@@ -13,64 +13,16 @@
 //! plugins); the simulator owns the hard filter, binding and metrics.
 
 pub mod online;
-pub mod synthetic;
 
 use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::{Cluster, FilterReason, Placement};
+use crate::framework::{Placer, Rescheduler, Why, bind_choice};
+use crate::metrics::is_hot;
 use crate::metrics::{FragmentationTracker, Reading, TargetWorkload};
-use crate::model::{GPU_MILLI, Node, NodeId, Pod, Tier};
-use crate::sched::Why;
-
-/// Makes placement decisions.
-pub trait Placer {
-    /// Nodes changed (initially all of them; later the node of each bind
-    /// or unbind).
-    fn nodes_changed(&mut self, nodes: &[&Node]);
-
-    /// Brings whatever the placer keeps per node up to date now rather
-    /// than on the next decision (a service does this before it reports
-    /// ready, so the first decision does not pay for mirroring the whole
-    /// cluster).
-    fn prime(&mut self) {}
-
-    /// The carbon intensity of `zone`'s electricity is now `g_per_kwh`
-    /// gCO₂/kWh.
-    fn zone_carbon(&mut self, _zone: &str, _g_per_kwh: u32) {}
-
-    /// Use these weights (one per scorer, in policy order) from now on;
-    /// adaptive weights call this. A slice of the wrong length is ignored.
-    fn set_weights(&mut self, _weights: &[f64]) {}
-
-    /// One interval of telemetry for the policy's detectors (they keep
-    /// their own windows); what they find now.
-    fn detect(&mut self, _frame: &crate::telemetry::DetectionFrame) -> Vec<crate::telemetry::Detection> {
-        Vec::new()
-    }
-
-    /// Chooses among `candidates` (feasible, in id order). Returns the node
-    /// and optionally a preferred GPU for a sharing pod.
-    fn place(&mut self, pod: &Pod, candidates: &[NodeId]) -> Choice;
-}
-
-/// A placer's answer.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Choice {
-    /// The chosen node, if any.
-    pub node: Option<NodeId>,
-    /// Preferred GPU index for a sharing pod.
-    pub gpu_hint: Option<u8>,
-    /// Plugin errors and faults seen while deciding.
-    pub plugin_errors: u32,
-    /// The decision ran out of time and used the scores gathered so far.
-    pub deadline_hit: bool,
-    /// No node chosen because a plugin's filter rejected every candidate:
-    /// the most common reason code (e.g. `SCHED-ZONE-SPREAD`). The pod is
-    /// then not placed: a plugin's hard rule holds like the host's.
-    pub filtered: Option<String>,
-}
+use crate::model::{Arrival, GPU_MILLI, Node, NodeId, Pod, Tier};
 
 /// How pods arrive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -80,17 +32,6 @@ pub enum Protocol {
     Submissions,
     /// By creation and deletion time.
     TimeReplay,
-}
-
-/// A pod to submit, with optional times for [`Protocol::TimeReplay`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Arrival {
-    /// The pod.
-    pub pod: Pod,
-    /// Arrival time, seconds (time replay).
-    pub at: u64,
-    /// Departure time, if it leaves.
-    pub leaves_at: Option<u64>,
 }
 
 /// One bucket of the allocation curve.
@@ -183,20 +124,6 @@ pub(crate) fn timeline(arrivals: &[Arrival]) -> Vec<(u64, Kind, usize)> {
 
 /// Most pods moved to make room for one pod.
 pub const MAX_MOVES_PER_POD: usize = 6;
-
-/// Hotspot threshold: a node whose GPU, CPU or memory is at least this
-/// allocated.
-pub const HOTSPOT_PERMILLE: u64 = 900;
-
-/// Whether a node is a hotspot: GPU, CPU or memory at least
-/// [`HOTSPOT_PERMILLE`] allocated.
-pub fn is_hot(n: &Node) -> bool {
-    let frac = |cap: u64, free: u64| cap > 0 && (cap - free.min(cap)) * 1000 >= HOTSPOT_PERMILLE * cap;
-    let gpu_cap = n.gpus.len() as u64 * u64::from(GPU_MILLI);
-    frac(gpu_cap, crate::metrics::free_gpu_milli(n))
-        || frac(n.capacity.cpu_milli, n.free.cpu_milli)
-        || frac(n.capacity.memory_mib, n.free.memory_mib)
-}
 
 struct Recorder {
     capacity_milli: u64,
@@ -335,7 +262,7 @@ impl<'p, P: Placer> Simulator<'p, P> {
         let d = self.placer.place(pod, &self.candidates);
         self.report.plugin_errors += u64::from(d.plugin_errors);
         self.report.deadline_hits += u64::from(d.deadline_hit);
-        let placement = crate::sched::bind_choice(&mut self.cluster, pod, &self.candidates, &d)?;
+        let placement = bind_choice(&mut self.cluster, pod, &self.candidates, &d)?;
         self.node_changed(placement.node);
         Ok(placement)
     }
@@ -456,5 +383,3 @@ impl<'p, P: Placer> Simulator<'p, P> {
 mod resched;
 #[cfg(test)]
 mod tests;
-
-pub use resched::{Rescheduler, answer_anomalies};

@@ -6,8 +6,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::Placement;
+use crate::model::Arrival;
 use crate::model::{GPU_MILLI, Node, Pod};
-use crate::sim::Arrival;
 
 /// A pod running at the snapshot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -150,7 +150,7 @@ pub fn inflate(pods: &[Pod], total_gpus: u64, ratio: f64, seed: u64) -> Vec<Pod>
 /// of the rest hard (exclusive, priority 100), GPU shares (inference) and
 /// half the whole-GPU pods soft (online, priority 50), the other whole-GPU
 /// pods and CPU-only pods opportunistic (batch, priority 0).
-pub fn arrivals(pods: &[Pod], total_gpus: u64, load: f64, seed: u64) -> Vec<super::Arrival> {
+pub fn arrivals(pods: &[Pod], total_gpus: u64, load: f64, seed: u64) -> Vec<crate::model::Arrival> {
     const MEAN_RUN_S: f64 = 7_200.0;
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xA11E);
     let gpus = |p: &Pod| f64::from(p.gpu_count) * f64::from(p.gpu_milli.min(GPU_MILLI)) / f64::from(GPU_MILLI);
@@ -172,7 +172,7 @@ pub fn arrivals(pods: &[Pod], total_gpus: u64, load: f64, seed: u64) -> Vec<supe
         };
         pod.tier = tier;
         pod.priority = priority;
-        out.push(super::Arrival { pod, at: t as u64, leaves_at: Some((t + run) as u64) });
+        out.push(crate::model::Arrival { pod, at: t as u64, leaves_at: Some((t + run) as u64) });
     }
     out
 }

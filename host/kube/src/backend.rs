@@ -24,7 +24,7 @@ use kube::api::{EvictParams, ListParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use tessera_agent::AgentSample;
-use tessera_core::cluster::{Cluster, GpuSet, Placement};
+use tessera_core::cluster::{GpuSet, Placement};
 use tessera_core::metrics::TargetWorkload;
 use tessera_core::model::{Node, Pod};
 use tessera_core::sched::PodId;
@@ -311,7 +311,7 @@ impl Backend for KubeBackend {
         self.started.elapsed().as_secs()
     }
 
-    fn events(&mut self, _now: u64) -> Vec<ClusterEvent> {
+    fn events(&mut self, now: u64) -> Vec<(u64, ClusterEvent)> {
         let mut out = std::mem::take(&mut self.requeued);
         out.extend(self.live.events.try_iter());
         for e in &out {
@@ -326,7 +326,8 @@ impl Backend for KubeBackend {
                 self.node_names.push(node.name.clone());
             }
         }
-        out
+        // What the watches saw since the last pass happened by now.
+        out.into_iter().map(|e| (now, e)).collect()
     }
 
     fn sample(&mut self, node: &Node, _pods: &[(&Pod, Placement)], _t: u64) -> NodeSample {
@@ -468,7 +469,7 @@ impl Backend for KubeBackend {
         index.values().find(|r| r.uid == uid).map(|r| r.pod.clone())
     }
 
-    fn actuator(&mut self, _cluster: &Cluster, _pods: Vec<(PodId, Pod, Placement)>, _plan: u64) -> Moves {
+    fn moves(&self) -> Moves {
         Moves::Live
     }
 

@@ -18,6 +18,8 @@
 //! - It acts through an [`exec::Actuator`]: the simulator's
 //!   ([`sim::SimActuator`], with delays and failure rates) now, the
 //!   Kubernetes Eviction API later.
+//! - [`simulated`] runs a plan to the end on simulated time (the
+//!   simulator, the chaos twin, the service on its simulator backend).
 //!
 //! Deterministic: time is the caller's clock; the only IO is the journal.
 
@@ -31,6 +33,7 @@ pub mod dag;
 pub mod exec;
 pub mod journal;
 pub mod sim;
+pub mod simulated;
 
 pub use config::{Budget, MovementConfig};
 

@@ -5,9 +5,9 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 use tessera_core::cluster::{Cluster, Placement};
+use tessera_core::framework::Rescheduler;
 use tessera_core::metrics::TargetWorkload;
 use tessera_core::model::{NodeId, Pod};
-use tessera_core::sim::Rescheduler;
 use tessera_core::telemetry::Detection;
 
 use crate::controller::Planner;

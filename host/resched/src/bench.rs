@@ -118,7 +118,7 @@ pub fn fragmented(nodes: usize, pods: usize, seed: u64) -> (Cluster, Vec<(Pod, P
             let (gpu_count, gpu_milli) = match kind {
                 0..10 => (0, 0),
                 10..35 => (1, GPU_MILLI),
-                _ => (1, tessera_core::sim::synthetic::pick(&mut rng, &SHARES)),
+                _ => (1, tessera_core::synthetic::pick(&mut rng, &SHARES)),
             };
             // Hard-tier pods get exclusive GPUs, as the scheduler gives them.
             let tier = if rng.random_range(0..20) == 0 { Tier::Hard } else { Tier::Soft };

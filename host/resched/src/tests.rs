@@ -444,7 +444,7 @@ struct Spread {
     free: Vec<u32>,
 }
 
-impl tessera_core::sim::Placer for Spread {
+impl tessera_core::framework::Placer for Spread {
     fn nodes_changed(&mut self, nodes: &[&Node]) {
         for n in nodes {
             if self.free.len() <= n.id as usize {
@@ -454,9 +454,9 @@ impl tessera_core::sim::Placer for Spread {
         }
     }
 
-    fn place(&mut self, _: &Pod, candidates: &[NodeId]) -> tessera_core::sim::Choice {
+    fn place(&mut self, _: &Pod, candidates: &[NodeId]) -> tessera_core::framework::Choice {
         let node = candidates.iter().copied().max_by_key(|&n| (self.free[n as usize], std::cmp::Reverse(n)));
-        tessera_core::sim::Choice { node, ..Default::default() }
+        tessera_core::framework::Choice { node, ..Default::default() }
     }
 }
 
@@ -488,7 +488,7 @@ fn the_simulator_runs_the_planner_on_its_period() {
 /// A plan for what the detectors flagged moves pods off those nodes only.
 #[test]
 fn plans_for_anomalies_move_pods_off_the_flagged_nodes_only() {
-    use tessera_core::sim::Rescheduler as _;
+    use tessera_core::framework::Rescheduler as _;
     let (c, running) = build(
         (0..6).map(|i| node(i, 1)).collect(),
         (0..6).map(|i| (pod(&format!("p{i}"), 400), i as NodeId, 0)).collect(),

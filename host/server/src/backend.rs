@@ -10,69 +10,19 @@
 mod sim;
 mod stream;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use tessera_core::cluster::{Cluster, GpuSet, Placement};
+use tessera_core::cluster::{GpuSet, Placement};
+pub use tessera_core::driver::ClusterEvent;
 use tessera_core::metrics::TargetWorkload;
 use tessera_core::model::{Node, Pod};
 use tessera_core::sched::PodId;
 use tessera_core::telemetry::NodeSample;
-use tessera_movement::exec::Actuator;
 use tessera_movement::journal::Journal;
+use tessera_movement::sim::SimActuatorConfig;
 
 pub use sim::SimBackend;
 pub use stream::ArrivalStream;
-
-/// What happened in the cluster since the last pass.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ClusterEvent {
-    /// A pod asks to be scheduled (its name is how the API finds it).
-    Submitted {
-        /// Backend-assigned identity, unique for the backend's lifetime.
-        id: PodId,
-        /// The pod.
-        pod: Pod,
-    },
-    /// A pod ended or was deleted, wherever it was (queued or running).
-    Deleted {
-        /// Its identity.
-        id: PodId,
-    },
-    /// A pod already runs on `node` (bound before the loop started, or by
-    /// another scheduler): it joins the model there.
-    Running {
-        /// Backend-assigned identity.
-        id: PodId,
-        /// The pod.
-        pod: Pod,
-        /// The node's name.
-        node: String,
-        /// Its GPUs there, when the backend knows them.
-        gpus: Option<GpuSet>,
-    },
-    /// A node joined, or changed (readiness, zone, capacity, GPU health):
-    /// matched by name.
-    NodeUpsert {
-        /// The node as the backend sees it (its id is ignored; pods bound
-        /// to it are not counted in its free capacity).
-        node: Node,
-    },
-    /// A running pod may (or may no longer) not be preempted: a
-    /// disruption budget covering it allows no disruption now.
-    Protected {
-        /// The pod.
-        id: PodId,
-        /// Protected from preemption.
-        protected: bool,
-    },
-    /// A node left: it takes no more pods (its pods leave by their own
-    /// events).
-    NodeRemoved {
-        /// Its name.
-        name: String,
-    },
-}
 
 /// The backend could not carry out a decision. The loop counts it and
 /// carries on; the pod stays as the loop placed it until the backend says
@@ -86,19 +36,6 @@ pub struct BackendError {
     pub pod: PodId,
     /// Why.
     pub reason: String,
-}
-
-/// An actuator for one plan's moves that can tell, once the plan is over,
-/// where each pod ended up (node and GPUs) so the loop can follow.
-pub trait MoveActuator: Actuator + Send {
-    /// Where every pod it was given runs now (`None`: nowhere).
-    fn placements(&self) -> BTreeMap<PodId, Option<Placement>>;
-}
-
-impl MoveActuator for tessera_movement::sim::SimActuator {
-    fn placements(&self) -> BTreeMap<PodId, Option<Placement>> {
-        tessera_movement::sim::SimActuator::placements(self)
-    }
 }
 
 /// A cluster to schedule.
@@ -127,8 +64,11 @@ pub trait Backend: Send + 'static {
     /// wall clock; a real cluster reads it).
     fn advance(&mut self, tick: Duration) -> u64;
 
-    /// What happened up to `now`, in order.
-    fn events(&mut self, now: u64) -> Vec<ClusterEvent>;
+    /// What happened up to `now`, each with its time (at most `now`), in
+    /// time order. A live cluster stamps everything `now`; the simulator
+    /// says when each pod arrived and left, so the loop sees them in the
+    /// order they happened, whatever the pass length.
+    fn events(&mut self, now: u64) -> Vec<(u64, ClusterEvent)>;
 
     /// The telemetry interval ending at `t` for `node`, which runs `pods`.
     fn sample(&mut self, node: &Node, pods: &[(&Pod, Placement)], t: u64) -> NodeSample;
@@ -174,9 +114,8 @@ pub trait Backend: Send + 'static {
         None
     }
 
-    /// How plan `plan`'s moves over the pods running now on `cluster` are
-    /// carried out.
-    fn actuator(&mut self, cluster: &Cluster, pods: Vec<(PodId, Pod, Placement)>, plan: u64) -> Moves;
+    /// How rescheduling moves are carried out.
+    fn moves(&self) -> Moves;
 
     /// Whether running pod `id` may be moved by evicting it (live moves):
     /// something recreates it. `Err` says why not; nothing is evicted.
@@ -200,10 +139,14 @@ pub trait Backend: Send + 'static {
 }
 
 /// How a backend carries out a rescheduling plan.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Moves {
-    /// Within one pass, on the actuator's own (simulated) time: the
-    /// simulator, where a moved pod keeps its identity.
-    Simulated(Box<dyn MoveActuator>),
+    /// Within one pass, on simulated time
+    /// ([`tessera_movement::simulated`]), through a simulated actuator with
+    /// these delays and failure rates (each plan's draws seeded by the
+    /// seed and the plan's number): the simulator, where a moved pod
+    /// keeps its identity.
+    Simulated(SimActuatorConfig),
     /// In real time, across passes: the loop holds the target's room in
     /// its model, evicts through [`Backend::evict`], and binds the
     /// replacement the pod's owner creates (a pod of the same workload

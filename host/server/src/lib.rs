@@ -157,6 +157,29 @@ pub struct Shared {
     pub stopping: AtomicBool,
 }
 
+impl Shared {
+    /// The state of a service configured by `cfg`, starting with `doc`.
+    pub fn new(cfg: &ServeConfig, doc: &PolicyDocument) -> Self {
+        let shared = Self {
+            decisions: RwLock::new(DecisionLog::new(cfg.history.decisions)),
+            plans: RwLock::new(PlanLog::new(cfg.history.plans)),
+            metrics: Metrics::new(),
+            policy: RwLock::new(PolicyView { name: doc.name.clone(), doc: doc.clone(), members: Vec::new() }),
+            status: RwLock::new(Status::default()),
+            rollout: RwLock::new(rollout::RolloutView { active: doc.name.clone(), ..Default::default() }),
+            chaos: RwLock::new(campaigns::ChaosView {
+                schedule: cfg.chaos.as_ref().map(|c| c.schedule.clone()),
+                campaign: cfg.chaos.as_ref().map(|c| c.campaign.display().to_string()),
+                ..Default::default()
+            }),
+            ready: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
+        };
+        shared.metrics.zero_known_series(doc);
+        shared
+    }
+}
+
 /// The service could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -227,28 +250,14 @@ impl Server {
         let tracing = Tracing::new(&cfg.otel)?;
         let policy =
             loader.load_policy(&doc).map_err(|message| ServeError::Policy { name: doc.name.clone(), message })?;
-        let shared = Arc::new(Shared {
-            decisions: RwLock::new(DecisionLog::new(cfg.history.decisions)),
-            plans: RwLock::new(PlanLog::new(cfg.history.plans)),
-            metrics: Metrics::new(),
-            policy: RwLock::new(PolicyView { name: doc.name.clone(), doc: doc.clone(), members: Vec::new() }),
-            status: RwLock::new(Status::default()),
-            rollout: RwLock::new(rollout::RolloutView { active: doc.name.clone(), ..Default::default() }),
-            chaos: RwLock::new(campaigns::ChaosView {
-                schedule: cfg.chaos.as_ref().map(|c| c.schedule.clone()),
-                campaign: cfg.chaos.as_ref().map(|c| c.campaign.display().to_string()),
-                ..Default::default()
-            }),
-            ready: AtomicBool::new(false),
-            stopping: AtomicBool::new(false),
-        });
-        shared.metrics.zero_known_series(&doc);
+        let shared = Arc::new(Shared::new(&cfg, &doc));
         let (tx, rx) = std::sync::mpsc::channel();
         let e = engine::Engine::new(
             backend,
             policy,
             doc,
             cfg.engine.clone(),
+            cfg.sim.seed,
             cfg.otel.top_k,
             tracing.clone(),
             shared.clone(),

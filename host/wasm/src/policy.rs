@@ -79,6 +79,25 @@ pub struct Decision {
     pub elapsed: std::time::Duration,
 }
 
+impl Decision {
+    /// What the loop binds: the chosen node and GPU hint, the faults seen,
+    /// and, when a plugin filter rejected every candidate, its most common
+    /// reason code (the pod is then not placed).
+    pub fn choice(&self) -> tessera_core::framework::Choice {
+        tessera_core::framework::Choice {
+            node: self.chosen,
+            gpu_hint: self.gpu_hint,
+            plugin_errors: self.errors.len() as u32,
+            deadline_hit: self.deadline_hit,
+            filtered: if self.feasible.is_empty() {
+                score::most_common(self.rejections.iter().map(|r| r.reason.as_str()))
+            } else {
+                None
+            },
+        }
+    }
+}
+
 /// A running policy.
 #[derive(Debug)]
 pub struct Policy {
@@ -212,7 +231,7 @@ impl Policy {
     }
 
     /// Mirrors the current nodes into one instance of every scorer now
-    /// (see [`tessera_core::sim::Placer::prime`]). A plugin that fails is
+    /// (see [`tessera_core::framework::Placer::prime`]). A plugin that fails is
     /// counted as faulting, as on any call, and the error returned.
     pub fn prime(&self) -> Vec<CallError> {
         let members: Vec<&Member> = self.scorers.iter().collect();
@@ -319,7 +338,7 @@ impl Policy {
 }
 
 /// A policy places pods in the simulator (and, later, the live scheduler).
-impl tessera_core::sim::Placer for Policy {
+impl tessera_core::framework::Placer for Policy {
     fn nodes_changed(&mut self, nodes: &[&Node]) {
         self.upsert_nodes(nodes.iter().copied());
     }
@@ -374,18 +393,7 @@ impl tessera_core::sim::Placer for Policy {
         out
     }
 
-    fn place(&mut self, pod: &Pod, candidates: &[NodeId]) -> tessera_core::sim::Choice {
-        let d = self.decide(pod, candidates);
-        tessera_core::sim::Choice {
-            node: d.chosen,
-            gpu_hint: d.gpu_hint,
-            plugin_errors: d.errors.len() as u32,
-            deadline_hit: d.deadline_hit,
-            filtered: if d.feasible.is_empty() {
-                score::most_common(d.rejections.iter().map(|r| r.reason.as_str()))
-            } else {
-                None
-            },
-        }
+    fn place(&mut self, pod: &Pod, candidates: &[NodeId]) -> tessera_core::framework::Choice {
+        self.decide(pod, candidates).choice()
     }
 }

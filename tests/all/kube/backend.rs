@@ -28,7 +28,7 @@ fn events_until(b: &mut KubeBackend, done: impl Fn(&[ClusterEvent]) -> bool) -> 
     let t0 = Instant::now();
     let mut all = Vec::new();
     loop {
-        all.extend(b.events(0));
+        all.extend(b.events(0).into_iter().map(|(_, e)| e));
         if done(&all) {
             return all;
         }
@@ -90,7 +90,7 @@ fn binds_adopts_and_evicts_through_the_api_respecting_disruption_budgets() {
     let e = b.evict(web).unwrap_err().to_string();
     assert!(e.contains("429") && e.contains("disruption budget"), "{e}");
     assert_eq!(srv.counters().evictions_refused, 1, "sent once, not retried");
-    let ev = b.events(0);
+    let ev: Vec<ClusterEvent> = b.events(0).into_iter().map(|(_, e)| e).collect();
     assert!(
         matches!(&ev[..], [ClusterEvent::Deleted { id }, ClusterEvent::Running { id: id2, node, .. }] if *id == web && *id2 == web && node == "n1"),
         "{ev:?}"
@@ -103,7 +103,7 @@ fn binds_adopts_and_evicts_through_the_api_respecting_disruption_budgets() {
     let mut seen = Vec::new();
     let e = loop {
         let e = b.evict(web).unwrap_err();
-        seen.extend(b.events(0));
+        seen.extend(b.events(0).into_iter().map(|(_, e)| e));
         if e.reason.contains("allows no disruption now") {
             break e.to_string();
         }

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tessera_core::cluster::{Cluster, Placement};
+use tessera_core::cluster::Placement;
 use tessera_core::metrics::TargetWorkload;
 use tessera_core::model::{Node, Pod, Resources};
 use tessera_core::sched::PodId;
@@ -75,9 +75,9 @@ impl Backend for Scripted {
         self.now
     }
 
-    fn events(&mut self, now: u64) -> Vec<ClusterEvent> {
+    fn events(&mut self, now: u64) -> Vec<(u64, ClusterEvent)> {
         let due = self.script.iter().take_while(|(t, _)| *t <= now).count();
-        self.script.drain(..due).map(|(_, e)| e).collect()
+        self.script.drain(..due).collect()
     }
 
     fn sample(&mut self, node: &Node, _pods: &[(&Pod, Placement)], _t: u64) -> NodeSample {
@@ -102,12 +102,8 @@ impl Backend for Scripted {
         Ok(())
     }
 
-    fn actuator(&mut self, cluster: &Cluster, pods: Vec<(PodId, Pod, Placement)>, plan: u64) -> Moves {
-        Moves::Simulated(Box::new(tessera_movement::sim::SimActuator::new(
-            cluster.clone(),
-            pods,
-            tessera_movement::sim::SimActuatorConfig { seed: plan, ..Default::default() },
-        )))
+    fn moves(&self) -> Moves {
+        Moves::Simulated(tessera_movement::sim::SimActuatorConfig::default())
     }
 }
 
@@ -212,8 +208,9 @@ impl Backend for Recreating {
         self.now += 60;
         self.now
     }
-    fn events(&mut self, _now: u64) -> Vec<ClusterEvent> {
-        if self.pending.is_empty() { Vec::new() } else { self.pending.remove(0) }
+    fn events(&mut self, now: u64) -> Vec<(u64, ClusterEvent)> {
+        let next = if self.pending.is_empty() { Vec::new() } else { self.pending.remove(0) };
+        next.into_iter().map(|e| (now, e)).collect()
     }
     fn sample(&mut self, node: &Node, _pods: &[(&Pod, Placement)], _t: u64) -> NodeSample {
         steady(node)
@@ -232,7 +229,7 @@ impl Backend for Recreating {
         self.pending.push(vec![ClusterEvent::Submitted { id: id + 100, pod: half("web-r1") }]);
         Ok(())
     }
-    fn actuator(&mut self, _: &Cluster, _: Vec<(PodId, Pod, Placement)>, _: u64) -> Moves {
+    fn moves(&self) -> Moves {
         Moves::Live
     }
     fn movable(&self, id: PodId) -> Result<(), String> {

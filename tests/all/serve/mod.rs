@@ -7,6 +7,7 @@ mod api;
 mod backend;
 mod chaos;
 mod load;
+mod one_loop;
 mod otlp;
 mod prometheus;
 mod rollout;

@@ -141,8 +141,8 @@ impl Scheduler {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::framework::{Choice, Placer};
     use crate::model::Resources;
-    use crate::sim::{Choice, Placer};
 
     struct First;
 

@@ -1,6 +1,6 @@
 use super::*;
+use crate::framework::Choice;
 use crate::model::{GpuHealth, Resources};
-use crate::sim::Choice;
 
 /// Chooses the lowest-id candidate and records what it was told.
 #[derive(Default)]

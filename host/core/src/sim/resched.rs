@@ -4,84 +4,12 @@
 //! clock, so moves take effect at once; every one is counted against the
 //! migration cap (a share of the pods placed so far).
 
-use super::{MAX_MOVES_PER_POD, Placer, Simulator};
-use crate::cluster::{Cluster, Placement};
-use crate::metrics::{FragmentationTracker, TargetWorkload};
+use super::{MAX_MOVES_PER_POD, Simulator};
+use crate::framework::{Placer, Rescheduler, apply_in_passes};
 use crate::model::Pod;
-use crate::sched::Scheduler;
-use crate::telemetry::Detection;
-
-/// Carries out `moves` in order with `apply` (true: done, or never to be
-/// done); a move that does not fit yet, because it needs room a later move
-/// frees, is tried again after the others, until a pass makes no progress.
-pub(crate) fn apply_in_passes(mut moves: Vec<(usize, Placement)>, mut apply: impl FnMut(usize, Placement) -> bool) {
-    loop {
-        let before = moves.len();
-        moves.retain(|&(i, to)| !apply(i, to));
-        if moves.is_empty() || moves.len() == before {
-            return;
-        }
-    }
-}
-
-/// Answers a detection round in an online loop: `rs` plans for what the
-/// detectors found, at most `max_moves_share` of the running pods, and the
-/// moves are carried out in `s` (and in `tracker`). The pods moved, or
-/// `None` when the share allows no move (no plan is asked for).
-pub fn answer_anomalies(
-    s: &mut Scheduler,
-    tracker: &mut FragmentationTracker,
-    workload: &TargetWorkload,
-    rs: &mut dyn Rescheduler,
-    max_moves_share: f64,
-    anomalies: &[Detection],
-) -> Option<u64> {
-    let (ids, running): (Vec<u64>, Vec<(Pod, Placement)>) =
-        s.running().map(|(id, p, at)| (id, (p.clone(), at))).unzip();
-    let max_moves = (max_moves_share * running.len() as f64).floor() as usize;
-    if max_moves == 0 {
-        return None;
-    }
-    let moves = rs.plan_for(s.cluster(), &running, max_moves, anomalies);
-    let mut moved = 0;
-    apply_in_passes(moves, |i, to| match s.migrate(ids[i], to) {
-        Ok(at) => {
-            moved += 1;
-            tracker.update(&s.cluster().nodes()[running[i].1.node as usize], workload);
-            tracker.update(&s.cluster().nodes()[at.node as usize], workload);
-            true
-        }
-        Err(_) => false,
-    });
-    Some(moved)
-}
 
 /// Least submissions between a global plan and one for a failed pod.
 pub const MIN_PLAN_GAP: u64 = 25;
-
-/// A global rescheduler the simulator consults (e.g. the planner of
-/// `tessera-resched`); the simulator applies its moves.
-pub trait Rescheduler {
-    /// Moves to make now, at most `max_moves`, in order: the index of a pod
-    /// in `running` and where it goes. A move that does not fit when its
-    /// turn comes is retried after the others; one that never fits is
-    /// skipped.
-    fn plan(&mut self, cluster: &Cluster, running: &[(Pod, Placement)], max_moves: usize) -> Vec<(usize, Placement)>;
-
-    /// Moves answering what the detectors found (`anomalies`, at or above
-    /// the threshold): by default a global plan; a planner may move pods
-    /// only off the flagged nodes.
-    fn plan_for(
-        &mut self,
-        cluster: &Cluster,
-        running: &[(Pod, Placement)],
-        max_moves: usize,
-        anomalies: &[crate::telemetry::Detection],
-    ) -> Vec<(usize, Placement)> {
-        let _ = anomalies;
-        self.plan(cluster, running, max_moves)
-    }
-}
 
 impl<'p, P: Placer> Simulator<'p, P> {
     /// Reschedules when a pod fits nowhere (submissions protocol): moves at

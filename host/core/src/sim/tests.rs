@@ -1,4 +1,5 @@
 use super::*;
+use crate::framework::Choice;
 use crate::model::Resources;
 
 /// Picks the candidate with the least free GPU share (ties: lowest id).

@@ -8,12 +8,12 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::Duration;
 
-use tessera_core::cluster::{Cluster, Placement};
+use tessera_core::cluster::Placement;
 use tessera_core::metrics::TargetWorkload;
 use tessera_core::model::{Node, Pod};
 use tessera_core::sched::PodId;
 use tessera_core::telemetry::{NodeSample, TelemetryConfig, TelemetryModel};
-use tessera_movement::sim::{SimActuator, SimActuatorConfig};
+use tessera_movement::sim::SimActuatorConfig;
 
 use super::{Backend, BackendError, ClusterEvent, Moves};
 use crate::backend::stream::ArrivalStream;
@@ -67,20 +67,24 @@ impl Backend for SimBackend {
         (self.backend_ms / 1000.0) as u64
     }
 
-    fn events(&mut self, now: u64) -> Vec<ClusterEvent> {
+    fn events(&mut self, now: u64) -> Vec<(u64, ClusterEvent)> {
+        // Arrivals first, so a pod that comes and goes within the pass
+        // leaves in it too; then in time order, departures first at equal
+        // times (capacity frees before pods arrive).
         let mut out = Vec::new();
+        for (id, pod, at, leaves_at) in self.stream.until(now) {
+            self.departures.push(Reverse((leaves_at.max(at), id)));
+            out.push((at, 1, ClusterEvent::Submitted { id, pod }));
+        }
         while let Some(&Reverse((at, id))) = self.departures.peek() {
             if at > now {
                 break;
             }
             self.departures.pop();
-            out.push(ClusterEvent::Deleted { id });
+            out.push((at, 0, ClusterEvent::Deleted { id }));
         }
-        for (id, pod, leaves_at) in self.stream.until(now) {
-            self.departures.push(Reverse((leaves_at, id)));
-            out.push(ClusterEvent::Submitted { id, pod });
-        }
-        out
+        out.sort_by_key(|&(at, order, _)| (at, order));
+        out.into_iter().map(|(at, _, e)| (at, e)).collect()
     }
 
     fn sample(&mut self, node: &Node, pods: &[(&Pod, Placement)], t: u64) -> NodeSample {
@@ -100,17 +104,13 @@ impl Backend for SimBackend {
         Ok(())
     }
 
-    fn actuator(&mut self, cluster: &Cluster, pods: Vec<(PodId, Pod, Placement)>, plan: u64) -> Moves {
+    fn moves(&self) -> Moves {
         let rate = self.cfg.move_failure_rate;
-        Moves::Simulated(Box::new(SimActuator::new(
-            cluster.clone(),
-            pods,
-            SimActuatorConfig {
-                evict_failure: rate,
-                start_failure: rate,
-                seed: self.cfg.seed ^ plan,
-                ..SimActuatorConfig::default()
-            },
-        )))
+        Moves::Simulated(SimActuatorConfig {
+            evict_failure: rate,
+            start_failure: rate,
+            seed: self.cfg.seed,
+            ..SimActuatorConfig::default()
+        })
     }
 }

@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 
 use tessera_core::model::{Node, Pod};
 use tessera_core::sched::PodId;
-use tessera_core::sim::synthetic;
+use tessera_core::synthetic;
 
 /// Pods per chunk, per GPU of the cluster.
 const CHUNK_PER_GPU: usize = 2;
@@ -28,7 +28,7 @@ pub struct ArrivalStream {
 impl ArrivalStream {
     /// Arrivals for `nodes` at `load` × their GPU capacity.
     pub fn new(nodes: &[Node], load: f64, seed: u64) -> Self {
-        let models = tessera_core::sim::synthetic::gpu_models(nodes);
+        let models = tessera_core::synthetic::gpu_models(nodes);
         let total_gpus = nodes.iter().map(|n| n.gpus.len() as u64).sum::<u64>().max(1);
         Self { models, total_gpus, load, seed, chunk: 0, base: 0, pending: VecDeque::new(), next_id: 0 }
     }
@@ -47,9 +47,9 @@ impl ArrivalStream {
         self.chunk += 1;
     }
 
-    /// Pods arriving up to `now` (backend seconds): id, pod (named
-    /// `pod-<id>`), departure time.
-    pub fn until(&mut self, now: u64) -> Vec<(PodId, Pod, u64)> {
+    /// Pods arriving up to `now` (backend seconds), in order: id, pod
+    /// (named `pod-<id>`), arrival time, departure time.
+    pub fn until(&mut self, now: u64) -> Vec<(PodId, Pod, u64, u64)> {
         let mut out = Vec::new();
         loop {
             if self.pending.is_empty() {
@@ -57,11 +57,11 @@ impl ArrivalStream {
             }
             match self.pending.front() {
                 Some(&(at, _, _)) if at <= now => {
-                    let (_, mut pod, leaves) = self.pending.pop_front().expect("just peeked");
+                    let (at, mut pod, leaves) = self.pending.pop_front().expect("just peeked");
                     let id = self.next_id;
                     self.next_id += 1;
                     pod.name = format!("pod-{id}");
-                    out.push((id, pod, leaves));
+                    out.push((id, pod, at, leaves));
                 }
                 _ => return out,
             }
@@ -77,14 +77,16 @@ mod tests {
     fn the_stream_never_runs_dry_and_keeps_time_order() {
         let nodes = synthetic::cluster(4, 7);
         let mut s = ArrivalStream::new(&nodes, 1.0, 7);
-        let mut last = 0;
+        let (mut last, mut last_at) = (0, 0);
         let mut seen = 0;
         for step in 1..=50u64 {
             let now = step * 20_000;
-            for (id, pod, leaves) in s.until(now) {
+            for (id, pod, at, leaves) in s.until(now) {
                 assert_eq!(id, seen);
                 assert_eq!(pod.name, format!("pod-{id}"));
                 assert!(leaves >= last);
+                assert!(at >= last_at && at <= now && leaves >= at, "in time order");
+                last_at = at;
                 seen += 1;
             }
             last = now;
@@ -94,9 +96,9 @@ mod tests {
         assert!(seen as usize > 3 * gpus * CHUNK_PER_GPU, "{seen} pods for {gpus} GPUs");
         // Same seed, same stream.
         let mut again = ArrivalStream::new(&nodes, 1.0, 7);
-        let a: Vec<_> = again.until(100_000).into_iter().map(|(i, p, l)| (i, p.gpu_count, l)).collect();
+        let a: Vec<_> = again.until(100_000).into_iter().map(|(i, p, at, l)| (i, p.gpu_count, at, l)).collect();
         let mut once = ArrivalStream::new(&nodes, 1.0, 7);
-        let b: Vec<_> = once.until(100_000).into_iter().map(|(i, p, l)| (i, p.gpu_count, l)).collect();
+        let b: Vec<_> = once.until(100_000).into_iter().map(|(i, p, at, l)| (i, p.gpu_count, at, l)).collect();
         assert_eq!(a, b);
     }
 }

@@ -18,28 +18,17 @@ use std::time::{Duration, Instant, SystemTime};
 use opentelemetry::trace::{SpanContext, TraceContextExt};
 use opentelemetry::{Context, KeyValue};
 use tessera_core::cluster::Placement;
-use tessera_core::model::{GPU_MILLI, Pod, Tier};
-use tessera_core::telemetry::Detection;
+use tessera_core::driver::Model;
+use tessera_core::framework::{Cycle, Trigger};
+use tessera_core::model::{Pod, Tier};
+use tessera_core::sched::PodId;
 use tessera_movement::exec::{Executor, StepState};
-use tessera_movement::journal::MemJournal;
+use tessera_movement::simulated::{Executed, move_of};
 
-use super::Engine;
-use crate::backend::Moves;
+use super::service::Service;
 use crate::metrics::{CodeLabel, PhaseLabel, StrategyLabel, TraceLabel, TriggerLabel};
 use crate::observe::{self, attr};
 use crate::record::{MoveRecord, PlanRecord};
-
-/// Seconds the executor's clock advances per tick.
-const EXEC_TICK_S: u64 = 5;
-/// Bug guard: ticks one plan may take.
-const MAX_EXEC_TICKS: u64 = 100_000;
-
-/// A detection round that found anomalies.
-pub(crate) struct Detected {
-    pub wall: SystemTime,
-    pub took: Duration,
-    pub findings: Vec<Detection>,
-}
 
 pub(super) fn state_of(s: &StepState) -> (String, Option<String>) {
     match s {
@@ -56,12 +45,16 @@ pub(super) fn state_of(s: &StepState) -> (String, Option<String>) {
     }
 }
 
-impl Engine {
-    pub(super) fn reschedule(&mut self, now: u64, detected: Option<Detected>) {
-        let cycle_wall = detected.as_ref().map_or_else(SystemTime::now, |d| d.wall);
-        let trigger = if detected.is_some() { "anomalies" } else { "periodic" };
-        let (ids, mut running): (Vec<u64>, Vec<(Pod, Placement)>) =
-            self.sched.running().map(|(id, p, at)| (id, (p.clone(), at))).unzip();
+impl Service {
+    /// A rescheduling cycle the loop asked for: plan on the cluster as it
+    /// stands, execute (on simulated time, or start a live plan); the
+    /// moves done, for the loop to apply.
+    pub(super) fn cycle(&mut self, model: &mut Model, cycle: &Cycle<'_>) -> Vec<(PodId, Placement)> {
+        let detected = (cycle.trigger == Trigger::Anomalies).then_some(self.last_detect).flatten();
+        let cycle_wall = detected.map_or_else(SystemTime::now, |(wall, _)| wall);
+        let trigger = cycle.trigger.name();
+        let (ids, mut running): (Vec<PodId>, Vec<(Pod, Placement)>) =
+            model.running().map(|(id, p, at)| (id, (p.clone(), at))).unzip();
         // Pods the backend will not move (nothing would recreate them, a
         // disruption budget forbids it now) are pinned for the planner,
         // which never moves a hard-tier pod.
@@ -70,10 +63,10 @@ impl Engine {
                 pod.tier = Tier::Hard;
             }
         }
-        let max_moves = (self.cfg.max_migrations_pct / 100.0 * running.len() as f64).floor() as usize;
+        let max_moves = cycle.max_moves;
         let tracer = self.tracing.tracer().clone();
         let mut by_kind: BTreeMap<&str, u32> = BTreeMap::new();
-        for f in detected.iter().flat_map(|d| &d.findings) {
+        for f in cycle.anomalies {
             *by_kind.entry(f.kind.as_str()).or_insert(0) += 1;
         }
         let kinds = by_kind.iter().map(|(k, n)| format!("{k}={n}")).collect::<Vec<_>>().join(",");
@@ -91,16 +84,16 @@ impl Engine {
             ],
             Vec::new(),
         );
-        if let Some(d) = &detected {
+        if let Some((wall, took)) = detected {
             observe::child(
                 &tracer,
                 "tessera.resched.detect",
                 &root,
-                d.wall,
-                d.wall + d.took,
+                wall,
+                wall + took,
                 vec![
                     attr("tessera.anomalies", kinds.clone()),
-                    KeyValue::new("tessera.findings", d.findings.len() as i64),
+                    KeyValue::new("tessera.findings", cycle.anomalies.len() as i64),
                 ],
                 None,
             );
@@ -108,13 +101,11 @@ impl Engine {
 
         // Plan.
         let (plan_wall, started) = (SystemTime::now(), Instant::now());
-        let plan = if max_moves == 0 {
-            tessera_resched::Plan::default()
-        } else if let Some(d) = &detected {
-            let nodes: Vec<u32> = d.findings.iter().map(|f| f.node).collect();
-            self.planner.plan_focused(self.sched.cluster(), &running, &self.workload, max_moves, &nodes)
+        let plan = if cycle.anomalies.is_empty() {
+            self.planner.plan(model.cluster(), &running, model.workload(), max_moves, None)
         } else {
-            self.planner.plan(self.sched.cluster(), &running, &self.workload, max_moves, None)
+            let nodes: Vec<u32> = cycle.anomalies.iter().map(|f| f.node).collect();
+            self.planner.plan_focused(model.cluster(), &running, model.workload(), max_moves, &nodes)
         };
         let plan_took = started.elapsed();
         let plan_cx = observe::start(
@@ -155,11 +146,11 @@ impl Engine {
         );
 
         self.plan_seq += 1;
-        let node_name = |id: u32| self.sched.cluster().node(id).map_or_else(|| id.to_string(), |n| n.name.clone());
+        let node_name = |id: u32| model.cluster().node(id).map_or_else(|| id.to_string(), |n| n.name.clone());
         let mut record = PlanRecord {
             id: self.plan_seq,
             at_unix_ms: crate::unix_ms(cycle_wall),
-            backend_time_s: now,
+            backend_time_s: cycle.at,
             trigger: if kinds.is_empty() { trigger.to_string() } else { format!("{trigger}: {kinds}") },
             anomalies: by_kind.values().sum(),
             solver: format!("{:?}", plan.solver).to_lowercase(),
@@ -190,35 +181,22 @@ impl Engine {
 
         if plan.moves.is_empty() {
             self.conclude(&root, record, trigger);
-            return;
+            return Vec::new();
         }
         let links: Vec<Option<SpanContext>> =
             plan.moves.iter().map(|m| self.pods.get(&ids[m.pod]).and_then(|p| p.placed_by.clone())).collect();
-        let mplan = tessera_movement::Plan {
-            id: self.plan_seq,
-            moves: plan
-                .moves
-                .iter()
-                .map(|m| {
-                    let spec = &running[m.pod].0;
-                    let sharing = spec.gpu_count == 1 && spec.gpu_milli < GPU_MILLI;
-                    tessera_movement::Move {
-                        pod: ids[m.pod],
-                        spec: spec.clone(),
-                        from: m.from,
-                        to: m.to.node,
-                        gpu_hint: if sharing { m.to.gpus.indices().next().map(|g| g as u8) } else { None },
-                    }
-                })
-                .collect(),
-        };
-        let pods = ids.iter().zip(running).map(|(&id, (p, at))| (id, p, at)).collect();
-        match self.backend.actuator(self.sched.cluster(), pods, self.plan_seq) {
-            Moves::Simulated(act) => {
-                self.execute(&root, act, &mplan, &links, &mut record);
-                self.conclude(&root, record, trigger);
-            }
-            Moves::Live => self.start_live(root, mplan, links, record, trigger),
+        let planned: Vec<(usize, Placement)> = plan.moves.iter().map(|m| (m.pod, m.to)).collect();
+        if self.simulated.is_some() {
+            let done = self.execute(model, &root, &running, &ids, &planned, &links, &mut record);
+            self.conclude(&root, record, trigger);
+            done.into_iter().map(|(i, to)| (ids[i], to)).collect()
+        } else {
+            let mplan = tessera_movement::Plan {
+                id: self.plan_seq,
+                moves: planned.iter().map(|&(i, to)| move_of(ids[i], &running[i].0, running[i].1, to)).collect(),
+            };
+            self.start_live(model, root, mplan, links, record, trigger);
+            Vec::new()
         }
     }
 
@@ -250,61 +228,45 @@ impl Engine {
     }
 
     /// Runs the plan through the Movement Manager on simulated time, all
-    /// at once; applies the moves that ended done to the cluster.
+    /// at once ([`tessera_movement::simulated`]); the moves done.
+    #[allow(clippy::too_many_arguments)]
     fn execute(
         &mut self,
+        model: &Model,
         root: &Context,
-        mut act: Box<dyn crate::backend::MoveActuator>,
-        mplan: &tessera_movement::Plan,
+        running: &[(Pod, Placement)],
+        ids: &[PodId],
+        planned: &[(usize, Placement)],
         links: &[Option<SpanContext>],
         record: &mut PlanRecord,
-    ) {
+    ) -> Vec<(usize, Placement)> {
+        let Some(moves) = &mut self.simulated else { return Vec::new() };
         let tracer = self.tracing.tracer().clone();
         let (exec_wall, started) = (SystemTime::now(), Instant::now());
-        let order = tessera_movement::dag::build(self.sched.cluster(), mplan);
-        let mut journal = MemJournal::default();
         let exec_cx = observe::start(&tracer, "tessera.movement.execute", root, exec_wall, Vec::new(), Vec::new());
-        let Ok(ex) = Executor::start(self.doc.movement.clone(), mplan, order, &mut journal) else {
+        let mut times = StepTimes::default();
+        let mut last = Duration::ZERO;
+        let Executed { executor, execution_s, done, .. } =
+            moves.execute(model.cluster(), running, ids, planned, &mut |ex| {
+                let now = started.elapsed();
+                times.saw(ex.states(), last, now);
+                last = now;
+            });
+        let Some(ex) = executor else {
             record.state = "refused".into();
             observe::finish(&exec_cx, SystemTime::now(), Some("the executor refused the plan".into()));
-            return;
+            return Vec::new();
         };
-        let mut ex = ex.with_history(std::mem::take(&mut self.exec_history));
-        let mut times = StepTimes::new(ex.states().len());
-        let mut clock = self.exec_clock;
-        let begin = clock;
-        while !ex.finished() && clock - begin < MAX_EXEC_TICKS * EXEC_TICK_S {
-            let tick_at = started.elapsed();
-            if ex.tick(act.as_mut(), &mut journal, clock).is_err() {
-                break;
-            }
-            times.saw(ex.states(), tick_at, started.elapsed());
-            clock += EXEC_TICK_S;
-        }
-        self.exec_clock = clock;
-        self.exec_history = ex.moved().clone();
-
-        // Apply what ended done.
-        let placements = act.placements();
-        for m in &mplan.moves {
-            let now_at = placements.get(&m.pod).copied().flatten();
-            if let (Some(to), Some(from)) = (now_at, self.sched.placement(m.pod))
-                && to != from
-                && self.sched.migrate(m.pod, to).is_ok()
-            {
-                self.tracker.update(&self.sched.cluster().nodes()[from.node as usize], &self.workload);
-                self.tracker.update(&self.sched.cluster().nodes()[to.node as usize], &self.workload);
-            }
-        }
         let took = started.elapsed();
         self.record_moves(&exec_cx, exec_wall, &ex, &times, links, record);
-        exec_cx.span().set_attribute(KeyValue::new("tessera.executor_time_s", (clock - begin) as i64));
+        exec_cx.span().set_attribute(KeyValue::new("tessera.executor_time_s", execution_s as i64));
         observe::finish(&exec_cx, exec_wall + took, ex.report().stopped.clone());
         self.shared.metrics.policy_execution.get_or_create(&PhaseLabel { phase: "execute".into() }).observe(
             took.as_secs_f64(),
             None,
             None,
         );
+        done
     }
 
     /// Each move's fate into the record and a span under `exec_cx`; the
@@ -332,9 +294,9 @@ impl Engine {
                 None => StepState::Done,
             };
             let (state, reason) = state_of(&fate);
-            let from = exec_wall + steps.iter().filter_map(|&i| times.first[i]).min().unwrap_or_default();
+            let from = exec_wall + steps.iter().filter_map(|&i| times.first(i)).min().unwrap_or_default();
             let to =
-                exec_wall + steps.iter().filter_map(|&i| times.last[i].or(times.first[i])).max().unwrap_or_default();
+                exec_wall + steps.iter().filter_map(|&i| times.last(i).or(times.first(i))).max().unwrap_or_default();
             let mut cx_links = Vec::new();
             if let Some(l) = &links[k] {
                 cx_links.push(l.clone());
@@ -374,18 +336,27 @@ impl Engine {
 
 /// When each step first left `Pending` and when it ended, as offsets from
 /// the start of execution.
+#[derive(Debug, Default)]
 pub(super) struct StepTimes {
     first: Vec<Option<Duration>>,
     last: Vec<Option<Duration>>,
 }
 
 impl StepTimes {
-    pub(super) fn new(steps: usize) -> Self {
-        Self { first: vec![None; steps], last: vec![None; steps] }
+    fn first(&self, step: usize) -> Option<Duration> {
+        self.first.get(step).copied().flatten()
+    }
+
+    fn last(&self, step: usize) -> Option<Duration> {
+        self.last.get(step).copied().flatten()
     }
 
     /// The states after a tick that began at `tick_at` and ended at `after`.
     pub(super) fn saw(&mut self, states: &[StepState], tick_at: Duration, after: Duration) {
+        if self.first.len() < states.len() {
+            self.first.resize(states.len(), None);
+            self.last.resize(states.len(), None);
+        }
         for (i, s) in states.iter().enumerate() {
             if self.first[i].is_none() && *s != StepState::Pending {
                 self.first[i] = Some(tick_at);

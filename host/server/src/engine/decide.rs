@@ -23,18 +23,24 @@ use opentelemetry::{Context, KeyValue};
 use tessera_core::cluster::FilterReason;
 use tessera_core::sched::{Attempt, Event};
 
-use super::{Engine, Recorded};
+use tessera_core::driver::Model;
+use tessera_core::model::NodeId;
+
+use super::Recorded;
+use super::service::Service;
 use crate::metrics::{CodeLabel, OutcomeLabel, PluginCodeLabel, PluginLabel, TraceLabel};
 use crate::observe::{self, attr};
 use crate::record::{Candidate, DecisionRecord, Outcome, PluginPart, PluginRejections};
 
-impl Engine {
+impl Service {
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn record_pass(
         &mut self,
+        model: &Model,
         now: u64,
         pass_wall: SystemTime,
         pass: Duration,
-        events: Vec<Event>,
+        events: &[Event],
         attempts: Vec<Attempt>,
         recorded: Vec<Recorded>,
     ) {
@@ -49,15 +55,17 @@ impl Engine {
         for (attempt, event) in attempts.into_iter().zip(events) {
             let rec = if attempt.candidates > 0 { recorded.next() } else { None };
             let start = rec.as_ref().map_or(at, |r| r.wall.checked_sub(host_share).unwrap_or(r.wall));
-            let record = self.decision(now, start, host_share, &attempt, &event, rec.as_ref());
+            let record = self.decision(model, now, start, host_share, &attempt, event, rec.as_ref());
             at = start + Duration::from_micros(record.latency_us);
             self.shared.decisions.write().unwrap_or_else(|p| p.into_inner()).push(record);
         }
     }
 
     /// One decision: its spans, metrics and record.
+    #[allow(clippy::too_many_arguments)]
     fn decision(
         &mut self,
+        model: &Model,
         now: u64,
         start: SystemTime,
         host: Duration,
@@ -65,7 +73,7 @@ impl Engine {
         event: &Event,
         rec: Option<&Recorded>,
     ) -> DecisionRecord {
-        let nodes = self.sched.cluster().nodes();
+        let nodes = model.cluster().nodes();
         let node_name = |id: u32| nodes.get(id as usize).map_or_else(|| id.to_string(), |n| n.name.clone());
         let (outcome, placement, reason, victims) = match event {
             Event::Bound { placement, .. } => (Outcome::Bound, Some(*placement), None, Vec::new()),
@@ -286,6 +294,44 @@ impl Engine {
             trace_id,
             span_id,
             sampled,
+        }
+    }
+
+    /// The pass's shadow and canary comparisons into the rollout view.
+    pub(super) fn fold_comparisons(&mut self, model: &Model) {
+        let compared = std::mem::take(&mut self.placer.compared);
+        if compared.is_empty() {
+            return;
+        }
+        let nodes = model.cluster().nodes();
+        let name = |n: Option<NodeId>| n.and_then(|n| nodes.get(n as usize)).map(|n| n.name.clone());
+        let stage = match self.placer.candidate.as_ref().map(|c| c.stage) {
+            Some(crate::rollout::Stage::Canary { .. }) => "canary",
+            _ => "shadow",
+        };
+        let mut v = self.shared.rollout.write().unwrap_or_else(|p| p.into_inner());
+        for c in compared {
+            v.compared += 1;
+            v.candidate_acted += u64::from(c.candidate_acted);
+            let agreed = c.active == c.candidate;
+            self.shared
+                .metrics
+                .rollout_decisions
+                .get_or_create(&vec![("stage".into(), stage.into()), ("agreed".into(), agreed.to_string())])
+                .inc();
+            if !agreed {
+                v.disagreements += 1;
+                v.recent.push_back(crate::rollout::Disagreement {
+                    pod: c.pod,
+                    active: name(c.active),
+                    candidate: name(c.candidate),
+                    acted: if c.candidate_acted { "candidate" } else { "active" }.into(),
+                    at_unix_ms: crate::now_unix_ms(),
+                });
+                if v.recent.len() > crate::rollout::RECENT {
+                    v.recent.pop_front();
+                }
+            }
         }
     }
 }

@@ -4,20 +4,24 @@
 use tessera_core::cluster::{FilterReason, check, choose_gpus};
 use tessera_core::model::{NodeId, Pod};
 
-use super::Engine;
+use tessera_core::driver::Model;
+
+use super::service::Service;
 use crate::extend::{ExtenderAnswer, ExtenderCall, MAX_SCORE, NodeVerdict};
 
-impl Engine {
-    pub(super) fn extend(&mut self, call: ExtenderCall) -> ExtenderAnswer {
+impl Service {
+    pub(super) fn extend(&mut self, model: &mut Model, call: ExtenderCall) -> ExtenderAnswer {
         match call {
-            ExtenderCall::Filter { pod, nodes } => ExtenderAnswer::Filtered(self.extender_filter(&pod, &nodes).0),
+            ExtenderCall::Filter { pod, nodes } => {
+                ExtenderAnswer::Filtered(self.extender_filter(model, &pod, &nodes).0)
+            }
             ExtenderCall::Prioritize { pod, nodes } => {
-                let (verdicts, scores) = self.extender_filter(&pod, &nodes);
+                let (verdicts, scores) = self.extender_filter(model, &pod, &nodes);
                 let scored = verdicts.into_iter().map(|v| (v.node.clone(), scores(&v.node))).collect();
                 ExtenderAnswer::Scored(scored)
             }
             ExtenderCall::Bind { namespace, name, uid, node, pod } => {
-                ExtenderAnswer::Bound(self.extender_bind(&namespace, &name, &uid, &node, pod.as_ref()))
+                ExtenderAnswer::Bound(self.extender_bind(model, &namespace, &name, &uid, &node, pod.as_ref()))
             }
             ExtenderCall::Pods { uids } => {
                 ExtenderAnswer::Pods(uids.iter().map(|u| self.backend.pod_by_uid(u)).collect())
@@ -27,9 +31,14 @@ impl Engine {
 
     /// Verdicts per node, and the normalised score of a node (0 for a
     /// node that did not pass).
-    fn extender_filter(&mut self, pod: &Pod, nodes: &[String]) -> (Vec<NodeVerdict>, impl Fn(&str) -> i64 + use<>) {
-        self.sched.sync(&mut self.placer);
-        let cluster = self.sched.cluster();
+    fn extender_filter(
+        &mut self,
+        model: &mut Model,
+        pod: &Pod,
+        nodes: &[String],
+    ) -> (Vec<NodeVerdict>, impl Fn(&str) -> i64 + use<>) {
+        model.sync(&mut self.placer);
+        let cluster = model.cluster();
         let mut verdicts = Vec::with_capacity(nodes.len());
         let mut ids: Vec<(NodeId, usize)> = Vec::new();
         for (i, name) in nodes.iter().enumerate() {
@@ -38,7 +47,7 @@ impl Engine {
                 failure: Some(failure),
                 unresolvable,
             };
-            let Some(&id) = self.node_ids.get(name) else {
+            let Some(id) = model.node_id(name) else {
                 verdicts.push(fail("SCHED-NODE-UNKNOWN: Tessera does not know this node".into(), true));
                 continue;
             };
@@ -74,12 +83,20 @@ impl Engine {
         (verdicts, move |name: &str| scores.get(name).copied().unwrap_or(0))
     }
 
-    fn extender_bind(&mut self, ns: &str, name: &str, uid: &str, node: &str, pod: Option<&Pod>) -> Result<(), String> {
+    fn extender_bind(
+        &mut self,
+        model: &Model,
+        ns: &str,
+        name: &str,
+        uid: &str,
+        node: &str,
+        pod: Option<&Pod>,
+    ) -> Result<(), String> {
         if !self.backend.active() {
             return Err("this replica does not lead; the leader binds".into());
         }
-        let &id = self.node_ids.get(node).ok_or_else(|| format!("node {node} is not known"))?;
-        let n = &self.sched.cluster().nodes()[id as usize];
+        let id = model.node_id(node).ok_or_else(|| format!("node {node} is not known"))?;
+        let n = &model.cluster().nodes()[id as usize];
         let gpus = match pod {
             Some(p) if p.gpu_count > 0 => choose_gpus(n, p, None)
                 .ok_or_else(|| format!("node {node} has no GPUs free for {ns}/{name} in Tessera's model"))?,

@@ -17,14 +17,14 @@ use std::time::{Instant, SystemTime};
 use opentelemetry::trace::SpanContext;
 use opentelemetry::{Context, KeyValue};
 use tessera_core::cluster::{Placement, check, choose_gpus};
-use tessera_core::metrics::{FragmentationTracker, TargetWorkload};
+use tessera_core::driver::Model;
 use tessera_core::model::{NodeId, Pod};
-use tessera_core::sched::{PodId, Scheduler};
+use tessera_core::sched::PodId;
 use tessera_movement::exec::{ActError, Actuator, Executor, Health, Location, StepState};
 use tessera_movement::journal::{Entry, Journal, JournalError};
 
-use super::Engine;
 use super::cycle::StepTimes;
+use super::service::Service;
 use crate::backend::Backend;
 use crate::metrics::PhaseLabel;
 use crate::observe::{self, attr};
@@ -48,15 +48,15 @@ struct Hold {
 /// Holds `at` for a moved pod of shape `spec` in the model: a stand-in
 /// under id `id` that placement cannot take and preemption cannot pick.
 fn hold_room(
-    sched: &mut Scheduler,
+    model: &mut Model,
     id: PodId,
     spec: &Pod,
     at: Placement,
     now: u64,
 ) -> Result<Placement, tessera_core::sched::AdoptError> {
     let stand_in = Pod { name: format!("{} (room held for its move)", spec.name), ..spec.clone() };
-    let held = sched.adopt(id, stand_in, at.node, Some(at.gpus), now)?;
-    sched.protect(id, true);
+    let held = model.adopt(id, stand_in, at.node, Some(at.gpus), now)?;
+    model.protect(id, true);
     Ok(held)
 }
 
@@ -91,10 +91,8 @@ pub(super) struct Live {
 
 /// The executor's actuator over the model and the backend, for one tick.
 struct Act<'a> {
-    sched: &'a mut Scheduler,
+    model: &'a mut Model,
     backend: &'a mut dyn Backend,
-    tracker: &'a mut FragmentationTracker,
-    workload: &'a TargetWorkload,
     steering: &'a mut Steering,
     now_s: u64,
 }
@@ -104,15 +102,9 @@ impl Act<'_> {
         ActError { op, pod, reason: reason.into() }
     }
 
-    fn touched(&mut self, node: NodeId) {
-        if let Some(n) = self.sched.cluster().node(node) {
-            self.tracker.update(n, self.workload);
-        }
-    }
-
     fn pods(&self) -> impl Iterator<Item = &Pod> {
-        let running = self.sched.running().filter(|(id, ..)| *id & HOLD == 0).map(|(_, p, _)| p);
-        running.chain(self.sched.waiting().map(|(_, p, _)| p))
+        let running = self.model.running().filter(|(id, ..)| *id & HOLD == 0).map(|(_, p, _)| p);
+        running.chain(self.model.waiting().map(|(_, p, _)| p))
     }
 }
 
@@ -122,25 +114,23 @@ impl Actuator for Act<'_> {
             return Err(Self::err("reserve", pod, "already holds room"));
         }
         let cur = self.steering.current(pod);
-        if self.sched.placement(cur).is_some() {
+        if self.model.placement(cur).is_some() {
             self.backend.movable(cur).map_err(|why| Self::err("reserve", pod, why))?;
         }
-        let n = self.sched.cluster().node(node).ok_or_else(|| Self::err("reserve", pod, format!("no node {node}")))?;
+        let n = self.model.cluster().node(node).ok_or_else(|| Self::err("reserve", pod, format!("no node {node}")))?;
         check(n, spec).map_err(|r| Self::err("reserve", pod, format!("node {}: {}", n.name, r.code())))?;
         let gpus = choose_gpus(n, spec, hint)
             .ok_or_else(|| Self::err("reserve", pod, format!("no room on node {}", n.name)))?;
         let id = HOLD | pod;
-        let at = hold_room(self.sched, id, spec, Placement { node, gpus }, self.now_s)
+        let at = hold_room(self.model, id, spec, Placement { node, gpus }, self.now_s)
             .map_err(|e| Self::err("reserve", pod, e.to_string()))?;
-        self.touched(node);
         self.steering.holds.insert(pod, Hold { id, at, spec: spec.clone(), armed: false });
         Ok(())
     }
 
     fn unreserve(&mut self, pod: PodId) {
         if let Some(h) = self.steering.holds.remove(&pod) {
-            self.sched.remove(h.id);
-            self.touched(h.at.node);
+            self.model.take(h.id);
         }
     }
 
@@ -150,7 +140,7 @@ impl Actuator for Act<'_> {
 
     fn evict(&mut self, pod: PodId, _now: u64) -> Result<(), ActError> {
         let cur = self.steering.current(pod);
-        if self.sched.placement(cur).is_none() {
+        if self.model.placement(cur).is_none() {
             return Err(Self::err("evict", pod, "it does not run"));
         }
         if !self.steering.holds.contains_key(&pod) {
@@ -177,7 +167,7 @@ impl Actuator for Act<'_> {
 
     fn locate(&self, pod: PodId, _now: u64) -> Location {
         let cur = self.steering.current(pod);
-        match self.sched.placement(cur) {
+        match self.model.placement(cur) {
             Some(at) => Location::Running { node: at.node, ready: self.backend.ready(cur) },
             None => Location::Nowhere,
         }
@@ -188,7 +178,7 @@ impl Actuator for Act<'_> {
     }
 
     fn pods_on(&self, node: NodeId) -> u32 {
-        self.sched.running().filter(|(id, _, at)| *id & HOLD == 0 && at.node == node).count() as u32
+        self.model.running().filter(|(id, _, at)| *id & HOLD == 0 && at.node == node).count() as u32
     }
 
     fn health(&mut self, _now: u64) -> Health {
@@ -218,7 +208,7 @@ impl Journal for Renumbered<'_> {
     }
 }
 
-impl Engine {
+impl Service {
     /// Whether a live plan is under way.
     pub(super) fn moving(&self) -> bool {
         self.live.is_some()
@@ -241,6 +231,7 @@ impl Engine {
     /// Starts executing `plan` live; the cycle concludes when it ends.
     pub(super) fn start_live(
         &mut self,
+        model: &mut Model,
         root: Context,
         plan: tessera_movement::Plan,
         links: Vec<Option<SpanContext>>,
@@ -255,13 +246,13 @@ impl Engine {
             observe::finish(&exec_cx, SystemTime::now(), Some(record.state.clone()));
             return self.conclude(&root, record, trigger);
         };
-        let order = tessera_movement::dag::build(self.sched.cluster(), &plan);
+        let order = tessera_movement::dag::build(model.cluster(), &plan);
         let names: BTreeMap<NodeId, String> = plan
             .moves
             .iter()
             .flat_map(|m| [m.from.node, m.to])
             .chain(order.steps.iter().map(|s| s.mv.to))
-            .filter_map(|id| self.sched.cluster().node(id).map(|n| (id, n.name.clone())))
+            .filter_map(|id| model.cluster().node(id).map(|n| (id, n.name.clone())))
             .collect();
         let started = Executor::start(self.doc.movement.clone(), &plan, order, journal.as_mut())
             .and_then(|ex| Ok((ex, journal.append(&Entry::Nodes { names })?)));
@@ -274,10 +265,10 @@ impl Engine {
                 return self.conclude(&root, record, trigger);
             }
         };
-        let ex = ex.with_history(std::mem::take(&mut self.exec_history));
+        let ex = ex.with_history(std::mem::take(&mut self.live_history));
         record.state = "executing".into();
         self.shared.plans.write().unwrap_or_else(|p| p.into_inner()).upsert(record.clone());
-        let times = StepTimes::new(ex.states().len());
+        let times = StepTimes::default();
         self.live = Some(Live {
             ex,
             journal,
@@ -291,12 +282,12 @@ impl Engine {
             record,
             trigger: trigger.to_string(),
         });
-        self.tick_live();
+        self.tick_live(model);
     }
 
     /// This replica leads now: resume the plan the journal holds, if it
     /// is not over (the previous leader stopped in the middle of it).
-    pub(super) fn resume_live(&mut self) {
+    pub(super) fn resume_live(&mut self, model: &mut Model) {
         let Some(mut journal) = self.open_journal() else { return };
         let entries = match journal.read_all() {
             Ok(e) => e,
@@ -319,7 +310,7 @@ impl Engine {
         let map: BTreeMap<NodeId, NodeId> = names
             .unwrap_or_default()
             .into_iter()
-            .map(|(id, name)| (id, self.node_ids.get(&name).copied().unwrap_or(NodeId::MAX)))
+            .map(|(id, name)| (id, model.node_id(&name).unwrap_or(NodeId::MAX)))
             .collect();
         let renumber = |id: NodeId| map.get(&id).copied().unwrap_or(NodeId::MAX);
         let mut steering = Steering::default();
@@ -337,14 +328,7 @@ impl Engine {
             }
         }
         let now = unix_s();
-        let mut act = Act {
-            sched: &mut self.sched,
-            backend: self.backend.as_mut(),
-            tracker: &mut self.tracker,
-            workload: &self.workload,
-            steering: &mut steering,
-            now_s: self.now_s,
-        };
+        let mut act = Act { model, backend: self.backend.as_mut(), steering: &mut steering, now_s: self.now_s };
         let mut rj = Renumbered { inner: journal.as_mut(), entries: renumbered };
         let resumed = Executor::resume(self.doc.movement.clone(), &mut rj, &act, now);
         if let Ok(Some(ex)) = &resumed
@@ -391,7 +375,7 @@ impl Engine {
             Vec::new(),
         );
         let exec_cx = observe::start(&tracer, "tessera.movement.execute", &root, wall, Vec::new(), Vec::new());
-        let node_name = |id: NodeId| self.sched.cluster().node(id).map_or_else(|| id.to_string(), |n| n.name.clone());
+        let node_name = |id: NodeId| model.cluster().node(id).map_or_else(|| id.to_string(), |n| n.name.clone());
         let mut moves: Vec<MoveRecord> = Vec::new();
         for st in &ex.dag().steps {
             if moves.len() <= st.move_index {
@@ -434,7 +418,7 @@ impl Engine {
         tracing::info!(plan = plan_id, "resuming the movement plan the previous leader left");
         // Shown as executing while it runs, as a plan this replica started is.
         self.shared.plans.write().unwrap_or_else(|p| p.into_inner()).upsert(record.clone());
-        let times = StepTimes::new(ex.states().len());
+        let times = StepTimes::default();
         let links = vec![None; record.moves.len()];
         self.live = Some(Live {
             ex,
@@ -453,13 +437,13 @@ impl Engine {
 
     /// Binds each waiting replacement of an evicted pod onto the room held
     /// for it. Before the pass decides, so placement does not take them.
-    pub(super) fn steer(&mut self) {
+    pub(super) fn steer(&mut self, model: &mut Model) {
         let Some(mut live) = self.live.take() else { return };
         let armed: Vec<(PodId, Hold)> =
             live.steering.holds.iter().filter(|(_, h)| h.armed).map(|(&p, h)| (p, h.clone())).collect();
         for (pod, hold) in armed {
             // (Stand-ins never wait: they are adopted running.)
-            let found = self.sched.waiting().find(|(_, p, _)| {
+            let found = model.waiting().find(|(_, p, _)| {
                 !hold.spec.workload.is_empty()
                     && p.workload == hold.spec.workload
                     && p.namespace == hold.spec.namespace
@@ -467,12 +451,12 @@ impl Engine {
                     && p.requests == hold.spec.requests
             });
             let Some((by, ..)) = found else { continue };
-            self.sched.remove(hold.id);
+            model.take(hold.id);
             // The room was just freed for it: holding it again cannot fail.
-            let held_again = |sched: &mut Scheduler, now: u64| hold_room(sched, hold.id, &hold.spec, hold.at, now).ok();
-            if let Err(e) = self.sched.place_at(by, hold.at, self.now_s) {
+            let held_again = |model: &mut Model, now: u64| hold_room(model, hold.id, &hold.spec, hold.at, now).ok();
+            if let Err(e) = model.place_at(by, hold.at, self.now_s) {
                 tracing::warn!("the replacement of pod {pod} does not fit the room held for it: {e}");
-                held_again(&mut self.sched, self.now_s);
+                held_again(model, self.now_s);
                 continue;
             }
             let result = self.backend.bind(by, hold.at);
@@ -488,11 +472,10 @@ impl Engine {
                 }
                 // It waits out a backoff; the room is held again for it.
                 Err(_) => {
-                    held_again(&mut self.sched, self.now_s);
+                    held_again(model, self.now_s);
                 }
             }
-            self.after_bind(by, result);
-            self.tracker.update(&self.sched.cluster().nodes()[hold.at.node as usize], &self.workload);
+            self.after_bind(model, by, result);
         }
         self.live = Some(live);
     }
@@ -500,19 +483,13 @@ impl Engine {
     /// Advances the live plan by one tick; concludes the cycle once the
     /// plan is over, or stops it if the journal fails (another leader
     /// owns it now).
-    pub(super) fn tick_live(&mut self) {
+    pub(super) fn tick_live(&mut self, model: &mut Model) {
         let Some(mut live) = self.live.take() else { return };
         let now = unix_s();
         let tick_at = live.started.elapsed();
         let ticked = {
-            let mut act = Act {
-                sched: &mut self.sched,
-                backend: self.backend.as_mut(),
-                tracker: &mut self.tracker,
-                workload: &self.workload,
-                steering: &mut live.steering,
-                now_s: self.now_s,
-            };
+            let mut act =
+                Act { model, backend: self.backend.as_mut(), steering: &mut live.steering, now_s: self.now_s };
             live.ex.tick(&mut act, live.journal.as_mut(), now)
         };
         let after = live.started.elapsed();
@@ -521,31 +498,30 @@ impl Engine {
             Ok(()) if !live.ex.finished() => {
                 self.live = Some(live);
             }
-            Ok(()) => self.finish_live(live, None),
+            Ok(()) => self.finish_live(model, live, None),
             Err(e) => {
                 tracing::warn!("movement journal: {e}; this replica stops the plan");
                 self.count_backend_error("BACKEND-JOURNAL");
-                self.finish_live(live, Some(format!("the journal failed: {e}")));
+                self.finish_live(model, live, Some(format!("the journal failed: {e}")));
             }
         }
     }
 
     /// This replica stopped leading: it lets go of the plan (the new
     /// leader resumes it from the journal) and of the room it held.
-    pub(super) fn abandon_live(&mut self) {
+    pub(super) fn abandon_live(&mut self, model: &mut Model) {
         self.journal = None;
         if let Some(live) = self.live.take() {
-            self.finish_live(live, Some("this replica stopped leading; the new leader resumes the plan".into()));
+            self.finish_live(model, live, Some("this replica stopped leading; the new leader resumes the plan".into()));
         }
     }
 
-    fn finish_live(&mut self, mut live: Live, stopped: Option<String>) {
+    fn finish_live(&mut self, model: &mut Model, mut live: Live, stopped: Option<String>) {
         for (_, h) in std::mem::take(&mut live.steering.holds) {
-            self.sched.remove(h.id);
-            self.tracker.update(&self.sched.cluster().nodes()[h.at.node as usize], &self.workload);
+            model.take(h.id);
         }
         // Cooldowns follow the pods the moved ones are now.
-        self.exec_history = live.ex.moved().iter().map(|(&pod, &t)| (live.steering.current(pod), t)).collect();
+        self.live_history = live.ex.moved().iter().map(|(&pod, &t)| (live.steering.current(pod), t)).collect();
         let mut record = live.record;
         self.record_moves(&live.exec_cx, live.exec_wall, &live.ex, &live.times, &live.links, &mut record);
         if let Some(why) = &stopped {

@@ -5,8 +5,8 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
+use tessera_core::framework::{Choice, Placer};
 use tessera_core::model::{Node, NodeId, Pod};
-use tessera_core::sim::{Choice, Placer};
 use tessera_core::telemetry::{Detection, DetectionFrame};
 use tessera_policy::PolicyDocument;
 use tessera_wasm::{Decision, Policy};
@@ -66,20 +66,6 @@ impl Recorder {
     }
 }
 
-fn choice(decision: &Decision) -> Choice {
-    Choice {
-        node: decision.chosen,
-        gpu_hint: decision.gpu_hint,
-        plugin_errors: decision.errors.len() as u32,
-        deadline_hit: decision.deadline_hit,
-        filtered: if decision.feasible.is_empty() {
-            tessera_core::score::most_common(decision.rejections.iter().map(|r| r.reason.as_str()))
-        } else {
-            None
-        },
-    }
-}
-
 impl Placer for Recorder {
     fn nodes_changed(&mut self, nodes: &[&Node]) {
         if std::mem::take(&mut self.awaiting_bind)
@@ -135,7 +121,7 @@ impl Placer for Recorder {
                 by_candidate = true;
             }
         }
-        let ch = choice(&acting);
+        let ch = acting.choice();
         self.recorded.push(Recorded { wall, decision: acting, bound_after: None, started, by_candidate });
         self.awaiting_bind = ch.node.is_some();
         ch

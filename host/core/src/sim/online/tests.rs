@@ -1,6 +1,9 @@
+use std::collections::BTreeMap;
+
 use super::*;
-use crate::model::{Pod, Resources};
-use crate::sim::Choice;
+use crate::framework::Choice;
+use crate::model::{NodeId, Resources, Tier};
+use crate::telemetry::TelemetryConfig;
 
 /// Chooses by a per-zone preference, learned from the carbon signals.
 #[derive(Default)]
@@ -84,7 +87,7 @@ fn arrivals(n: usize) -> Vec<Arrival> {
 #[test]
 fn every_pod_is_accounted_for_and_runs_replay() {
     let workload = TargetWorkload::from_pods(&arrivals(40).iter().map(|a| a.pod.clone()).collect::<Vec<_>>(), 0.95);
-    let cfg = OnlineConfig { seed: 3, ..OnlineConfig::default() };
+    let cfg = DriverConfig { seed: 3, ..DriverConfig::default() };
     let run = |clean| {
         let mut p = ZonePicker { clean, ..ZonePicker::default() };
         run_online(cluster(), &workload, &mut p, &arrivals(200), &cfg)
@@ -105,7 +108,7 @@ fn every_pod_is_accounted_for_and_runs_replay() {
 #[test]
 fn carbon_signals_reach_the_placer_and_show_in_the_report() {
     let workload = TargetWorkload::from_pods(&arrivals(40).iter().map(|a| a.pod.clone()).collect::<Vec<_>>(), 0.95);
-    let cfg = OnlineConfig { seed: 1, ..OnlineConfig::default() };
+    let cfg = DriverConfig { seed: 1, ..DriverConfig::default() };
     let mut clean = ZonePicker { clean: true, ..ZonePicker::default() };
     let mut dirty = ZonePicker::default();
     // Short pods: the cluster never fills, each placer gets its way.
@@ -119,7 +122,7 @@ fn carbon_signals_reach_the_placer_and_show_in_the_report() {
 #[test]
 fn adaptive_weights_are_chosen_every_interval_and_reported() {
     let workload = TargetWorkload::from_pods(&arrivals(40).iter().map(|a| a.pod.clone()).collect::<Vec<_>>(), 0.95);
-    let cfg = OnlineConfig { seed: 9, weight_sets: vec![vec![1.0, 0.0], vec![0.0, 1.0]], ..OnlineConfig::default() };
+    let cfg = DriverConfig { seed: 9, weight_sets: vec![vec![1.0, 0.0], vec![0.0, 1.0]], ..DriverConfig::default() };
     let mut p = ZonePicker::default();
     let r = run_online(cluster(), &workload, &mut p, &arrivals(50), &cfg);
     assert_eq!(p.weights_seen.len() as u64, r.intervals);
@@ -148,13 +151,13 @@ fn soft_pods_on_hot_nodes_count_as_sla_violations() {
         })
         .collect();
     let workload = TargetWorkload::from_pods(&pods.iter().map(|a| a.pod.clone()).collect::<Vec<_>>(), 0.95);
-    let strict = OnlineConfig {
+    let strict = DriverConfig {
         telemetry: TelemetryConfig { sla_hot_permille: 300, ..TelemetryConfig::default() },
-        ..OnlineConfig::default()
+        ..DriverConfig::default()
     };
-    let lax = OnlineConfig {
+    let lax = DriverConfig {
         telemetry: TelemetryConfig { sla_hot_permille: 1000, ..TelemetryConfig::default() },
-        ..OnlineConfig::default()
+        ..DriverConfig::default()
     };
     let s = run_online(vec![n.clone()], &workload, &mut ZonePicker::default(), &pods, &strict);
     let l = run_online(vec![n], &workload, &mut ZonePicker::default(), &pods, &lax);
@@ -166,9 +169,9 @@ fn soft_pods_on_hot_nodes_count_as_sla_violations() {
 fn detection_rounds_follow_the_interval_and_the_threshold() {
     let workload = TargetWorkload::from_pods(&arrivals(40).iter().map(|a| a.pod.clone()).collect::<Vec<_>>(), 0.95);
     let run = |interval, threshold| {
-        let cfg = OnlineConfig {
+        let cfg = DriverConfig {
             detection: crate::telemetry::DetectionConfig { detection_interval: interval, anomaly_threshold: threshold },
-            ..OnlineConfig::default()
+            ..DriverConfig::default()
         };
         run_online(cluster(), &workload, &mut ZonePicker::default(), &arrivals(60), &cfg)
     };

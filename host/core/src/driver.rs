@@ -38,8 +38,8 @@ use crate::bandit::ThompsonBandit;
 use crate::cluster::Placement;
 use crate::framework::{Cycle, Placer, Trigger, Why};
 use crate::metrics::percentile;
-use crate::model::{Node, NodeId, Pod, Tier};
-use crate::sched::{Event, PodId, SchedConfig};
+use crate::model::{Node, NodeId, Pod, PodId, Tier};
+use crate::sched::{Event, SchedConfig};
 use crate::telemetry::{Detection, DetectionConfig, DetectionFrame, NodeSample, TelemetryConfig};
 
 /// Settings of the loop.

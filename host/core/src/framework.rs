@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::{Cluster, FilterReason, Placement, choose_gpus};
-use crate::model::{Node, NodeId, Pod};
+use crate::model::{Node, NodeId, Pod, PodId};
 use crate::telemetry::{Detection, DetectionFrame};
 
 /// Makes placement decisions.
@@ -178,7 +178,7 @@ pub trait Reschedule {
         &mut self,
         cluster: &Cluster,
         running: &[(Pod, Placement)],
-        ids: &[crate::sched::PodId],
+        ids: &[PodId],
         cycle: &Cycle<'_>,
     ) -> Vec<(usize, Placement)>;
 }

@@ -11,6 +11,9 @@ use serde::{Deserialize, Serialize};
 /// while the node exists.
 pub type NodeId = u32;
 
+/// Caller-assigned pod identity (the backend's, or an arrival's index).
+pub type PodId = u64;
+
 /// One whole GPU, in milli.
 pub const GPU_MILLI: u32 = 1000;
 

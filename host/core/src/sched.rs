@@ -79,8 +79,7 @@ impl Default for SchedConfig {
     }
 }
 
-/// Caller-assigned pod identity.
-pub type PodId = u64;
+pub use crate::model::PodId;
 
 /// A pod the loop cannot take.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

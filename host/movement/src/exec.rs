@@ -19,10 +19,9 @@ use crate::journal::{Entry, Journal, JournalError};
 use crate::{Move, Plan};
 
 mod dry;
-mod state;
 
+pub use crate::step::{ActError, Actuator, Health, Location, MovementReport, StepState};
 pub use dry::dry_run;
-pub use state::{ActError, Actuator, Health, Location, MovementReport, StepState};
 
 /// An executor error: the journal failed (the executor must stop and be
 /// resumed from the journal).

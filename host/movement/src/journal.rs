@@ -13,7 +13,7 @@ use tessera_core::sched::PodId;
 
 use crate::Plan;
 use crate::dag::Dag;
-use crate::exec::{MovementReport, StepState};
+use crate::step::{MovementReport, StepState};
 
 /// One journal record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -34,6 +34,7 @@ pub mod exec;
 pub mod journal;
 pub mod sim;
 pub mod simulated;
+pub mod step;
 
 pub use config::{Budget, MovementConfig};
 

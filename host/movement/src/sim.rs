@@ -10,7 +10,7 @@ use tessera_core::cluster::{Cluster, Placement, choose_gpus};
 use tessera_core::model::{NodeId, Pod};
 use tessera_core::sched::PodId;
 
-use crate::exec::{ActError, Actuator, Health, Location};
+use crate::step::{ActError, Actuator, Health, Location};
 
 /// Delays, failure rates and health of the simulated cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

@@ -18,9 +18,10 @@ use tessera_core::framework::{Cycle, Reschedule, Rescheduler};
 use tessera_core::model::{GPU_MILLI, Pod};
 use tessera_core::sched::PodId;
 
-use crate::exec::{Executor, MovementReport};
+use crate::exec::Executor;
 use crate::journal::MemJournal;
 use crate::sim::{SimActuator, SimActuatorConfig};
+use crate::step::MovementReport;
 use crate::{Move, MovementConfig, Plan, dag};
 
 /// Seconds the executor's clock advances per tick.

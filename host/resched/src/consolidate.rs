@@ -13,7 +13,6 @@
 use tessera_core::cluster::{GpuSet, check, choose_gpus};
 use tessera_core::model::{GPU_MILLI, Node, NodeId};
 
-use crate::defrag::keep_if_it_pays;
 use crate::plan::Strategy;
 use crate::scratch::Scratch;
 
@@ -96,7 +95,7 @@ fn empty_node(s: &mut Scratch<'_>, node: NodeId, low: &[bool], targets: &[NodeId
         }
     }
     let bonus = s.cluster.nodes()[node as usize].gpus.len() as f64 * f64::from(GPU_MILLI);
-    keep_if_it_pays(s, mark, bonus)
+    s.keep_if_it_pays(mark, bonus)
 }
 
 fn first_fit(s: &Scratch<'_>, i: usize, targets: &[NodeId]) -> Option<(NodeId, GpuSet)> {

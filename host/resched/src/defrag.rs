@@ -149,7 +149,7 @@ fn fill(s: &mut Scratch<'_>, budget: usize) -> usize {
         for k in chosen {
             s.try_move(cands[k], node, GpuSet(1 << gpu), Strategy::FragmentMerge);
         }
-        if s.moves.len() > mark && keep_if_it_pays(s, mark, 0.0) {
+        if s.moves.len() > mark && s.keep_if_it_pays(mark, 0.0) {
             singles = alone(s);
         }
     }
@@ -178,21 +178,5 @@ pub(crate) fn drain_gpu(s: &mut Scratch<'_>, node: NodeId, gpu: u8, budget: usiz
             return false;
         }
     }
-    keep_if_it_pays(s, mark, 0.0)
-}
-
-/// Keeps the moves after `mark` if `γ·(fragmentation removed + bonus) −
-/// cost` beats the minimum net gain; undoes them otherwise.
-pub(crate) fn keep_if_it_pays(s: &mut Scratch<'_>, mark: usize, bonus_milli: f64) -> bool {
-    let touched = s.touched_since(mark);
-    let removed = -s.frag_delta(&touched, false);
-    let gain = s.weights.gain(removed + bonus_milli);
-    if gain - s.cost_since(mark) > s.weights.min_net_gain.max(0.0) {
-        s.frag_delta(&touched, true);
-        s.gain += gain;
-        true
-    } else {
-        s.undo_to(mark);
-        false
-    }
+    s.keep_if_it_pays(mark, 0.0)
 }

@@ -12,7 +12,6 @@
 use tessera_core::cluster::GpuSet;
 use tessera_core::model::{GPU_MILLI, Node, NodeId};
 
-use crate::defrag::keep_if_it_pays;
 use crate::plan::Strategy;
 use crate::scratch::Scratch;
 
@@ -74,7 +73,7 @@ fn move_on(s: &mut Scratch<'_>, i: usize, node: NodeId, to: NodeId, gpus: GpuSet
 /// Keeps the moves after `mark` if the fragmentation they remove pays.
 fn judge(s: &mut Scratch<'_>, mark: usize) {
     if s.moves.len() > mark {
-        keep_if_it_pays(s, mark, 0.0);
+        s.keep_if_it_pays(mark, 0.0);
     }
 }
 

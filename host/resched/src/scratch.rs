@@ -251,4 +251,20 @@ impl<'a> Scratch<'a> {
     pub fn cost_since(&self, mark: usize) -> f64 {
         self.moves[mark..].iter().map(|m| m.cost).sum()
     }
+
+    /// Keeps the moves after `mark` if `γ·(fragmentation removed + bonus)
+    /// − cost` beats the minimum net gain; undoes them otherwise.
+    pub fn keep_if_it_pays(&mut self, mark: usize, bonus_milli: f64) -> bool {
+        let touched = self.touched_since(mark);
+        let removed = -self.frag_delta(&touched, false);
+        let gain = self.weights.gain(removed + bonus_milli);
+        if gain - self.cost_since(mark) > self.weights.min_net_gain.max(0.0) {
+            self.frag_delta(&touched, true);
+            self.gain += gain;
+            true
+        } else {
+            self.undo_to(mark);
+            false
+        }
+    }
 }

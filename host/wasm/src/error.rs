@@ -187,6 +187,21 @@ pub enum FaultKind {
 }
 
 impl FaultKind {
+    /// Every code [`FaultKind::code`] gives, in declaration order (metrics
+    /// create a series for each).
+    pub const CODES: [&'static str; 10] = [
+        "PLUGIN-TIMEOUT",
+        "PLUGIN-MEMORY",
+        "PLUGIN-FUEL",
+        "PLUGIN-TRAP",
+        "PLUGIN-WRONG-LENGTH",
+        "PLUGIN-OVERSIZED",
+        "PLUGIN-BAD-REASON",
+        "PLUGIN-ERROR",
+        "PLUGIN-QUARANTINED",
+        "PLUGIN-INSTANTIATE",
+    ];
+
     /// Whether this counts against the fault budget and replaces the instance.
     pub fn is_fault(&self) -> bool {
         !matches!(self, FaultKind::Guest(_) | FaultKind::Quarantined { .. })
@@ -237,5 +252,28 @@ impl fmt::Display for FaultKind {
             }
             FaultKind::Instantiate(msg) => write!(f, "could not be instantiated: {msg}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FaultKind;
+
+    #[test]
+    fn every_fault_kind_has_one_of_the_listed_codes_and_each_code_one_kind() {
+        let kinds = [
+            FaultKind::Timeout { deadline_ms: 1 },
+            FaultKind::MemoryExceeded { cap_mib: 1, requested_mib: 2 },
+            FaultKind::FuelExhausted { fuel: 1 },
+            FaultKind::Trap { trap: String::new(), guest_said: None },
+            FaultKind::WrongLength { what: "scores", expected: 1, got: 2 },
+            FaultKind::OversizedOutput { what: "hints", bytes: 2, limit: 1 },
+            FaultKind::UnknownReason { verdict: 3, declared: 1 },
+            FaultKind::Guest(String::new()),
+            FaultKind::Quarantined { faults: 3 },
+            FaultKind::Instantiate(String::new()),
+        ];
+        let codes: Vec<&str> = kinds.iter().map(FaultKind::code).collect();
+        assert_eq!(codes, FaultKind::CODES);
     }
 }

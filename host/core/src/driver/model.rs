@@ -10,8 +10,8 @@ use std::collections::HashMap;
 use crate::cluster::{BindError, Cluster, GpuSet, Placement};
 use crate::framework::{Cycle, Placer, Reschedule, Why, apply_in_passes};
 use crate::metrics::{FragmentationTracker, TargetWorkload};
-use crate::model::{Node, NodeId, Pod};
-use crate::sched::{AdoptError, Attempt, Event, PlaceError, PodId, SchedConfig, SchedError, SchedStats, Scheduler};
+use crate::model::{Node, NodeId, Pod, PodId};
+use crate::sched::{AdoptError, Attempt, Event, PlaceError, SchedConfig, SchedError, SchedStats, Scheduler};
 
 /// What happened in the cluster, in the words a backend uses.
 #[derive(Debug, Clone, PartialEq)]
@@ -107,6 +107,10 @@ pub enum EventError {
 }
 
 impl EventError {
+    /// Every code [`EventError::code`] gives.
+    pub const CODES: [&'static str; 4] =
+        ["BACKEND-DUPLICATE-POD", "BACKEND-UNKNOWN-NODE", "BACKEND-ADOPT-UNFIT", "BACKEND-NODE-GPUS-CHANGED"];
+
     /// The stable code the service counts it under.
     pub fn code(&self) -> &'static str {
         match self {

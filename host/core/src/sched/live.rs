@@ -4,8 +4,7 @@
 
 use super::{Entry, Scheduler, State};
 use crate::cluster::{FilterReason, GpuSet, Placement};
-use crate::model::{Node, NodeId, Pod, Tier};
-use crate::sched::PodId;
+use crate::model::{Node, NodeId, Pod, PodId, Tier};
 
 /// A running pod could not join the model.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -9,8 +9,7 @@ use crate::driver::{Driver, DriverConfig, LoopReport, Model, World};
 use crate::framework::{Cycle, Placer, Reschedule};
 
 use crate::metrics::TargetWorkload;
-use crate::model::{Arrival, Node, Pod};
-use crate::sched::PodId;
+use crate::model::{Arrival, Node, Pod, PodId};
 use crate::telemetry::{NodeSample, TelemetryModel};
 
 /// A workload replayed through the loop: pod ids are arrival indices.

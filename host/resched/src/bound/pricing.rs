@@ -16,10 +16,14 @@
 
 use tessera_core::model::GPU_MILLI;
 
-use super::repacking::Class;
-
 /// Millicores per CPU unit of the knapsacks.
 pub(super) const CPU_UNIT: u64 = 1000;
+
+/// A class of pods: share of each GPU (1000: whole GPUs; 0: CPU-only),
+/// GPUs per pod (1 for sharing pods, 0 for CPU-only ones), allowed models
+/// (sorted; empty: any), CPU in units of [`CPU_UNIT`] (rounded down).
+pub(super) type Class = (u32, u32, Vec<String>, u32);
+
 /// Thousandths of a GPU per share unit of the one-GPU knapsack.
 const SHARE_UNIT: u32 = 10;
 /// Share units of one GPU.

@@ -29,17 +29,12 @@ use good_lp::{Expression, ProblemVariables, Solution, constraint, variable};
 use tessera_core::cluster::{Cluster, Placement};
 use tessera_core::model::{GPU_MILLI, Node, Pod};
 
-use super::pricing::{CPU_UNIT, Catalog};
+use super::pricing::{CPU_UNIT, Catalog, Class};
 use super::{Bound, BoundError};
 use crate::solver::{Backend, Model};
 
 /// Most rounds of column generation.
 const MAX_ROUNDS: usize = 300;
-
-/// A class of pods: share of each GPU (1000: whole GPUs; 0: CPU-only),
-/// GPUs per pod (1 for sharing pods, 0 for CPU-only ones), allowed models
-/// (sorted; empty: any), CPU in units of [`CPU_UNIT`] (rounded down).
-pub(super) type Class = (u32, u32, Vec<String>, u32);
 
 /// The GPUs of `n` that may hold pods (none on a node that is not ready).
 fn usable(n: &Node) -> impl Iterator<Item = (usize, &tessera_core::model::Gpu)> {

@@ -1,7 +1,7 @@
 //! The simulated twin: a workload replayed through the scheduling loop
 //! ([`tessera_core::driver`], the loop `tessera serve` runs) on a copy of
 //! the cluster while faults strike, with the accounting a verdict needs.
-//! The faults reach the loop as a [`World`] of it: node and GPU changes,
+//! The faults reach the loop as a [`World`](tessera_core::driver::World) of it: node and GPU changes,
 //! displaced pods, telemetry lost or late, load spikes, plugin faults in
 //! the placer, failing moves. Deterministic: the same inputs and seed give
 //! the same outcome, bit for bit; no clock, no IO.

@@ -16,6 +16,7 @@ use crate::fault::{FaultSpec, Start, Target};
 struct Simple {
     avoid_degraded: bool,
     degraded: BTreeSet<NodeId>,
+    weights: Vec<Vec<f64>>,
 }
 
 impl Placer for Simple {
@@ -27,6 +28,9 @@ impl Placer for Simple {
                 self.degraded.remove(&n.id);
             }
         }
+    }
+    fn set_weights(&mut self, w: &[f64]) {
+        self.weights.push(w.to_vec());
     }
     fn place(&mut self, _pod: &Pod, candidates: &[NodeId]) -> Choice {
         let node = if self.avoid_degraded {
@@ -221,4 +225,24 @@ fn actuator_errors_reach_the_rescheduler_for_their_window_only() {
     assert_eq!(rs.rates, [0.5, 0.75, 0.5, 0.0]);
     assert_eq!(o.migrations_failed, 7, "reported from the rescheduler");
     assert!(o.faults.iter().all(|f| f.nodes == 0), "no node is hit");
+}
+
+#[test]
+fn adaptive_weights_are_chosen_every_interval_in_the_twin_too() {
+    let nodes = cluster();
+    let arr = arrivals(&nodes, 0.9);
+    let workload = TargetWorkload::from_pods(arr.iter().map(|a| &a.pod), 0.95);
+    let sets = vec![vec![1.0, 0.0], vec![0.0, 1.0]];
+    let c = DriverConfig { weight_sets: sets.clone(), ..cfg() };
+    let mut placer = Simple::default();
+    let o = run(nodes.clone(), &workload, arr.clone(), &[], &mut placer, None, &c);
+    balanced(&o);
+    assert!(placer.weights.len() > 100, "one choice per interval: {}", placer.weights.len());
+    assert!(placer.weights.iter().all(|w| sets.contains(w)));
+    assert_eq!(o.bandit.len(), 2);
+    assert_eq!(o.bandit.iter().map(|a| a.pulls).sum::<u64>(), placer.weights.len() as u64);
+    // Without weight sets the placer keeps its own weights.
+    let mut fixed = Simple::default();
+    let f = run(nodes, &workload, arr, &[], &mut fixed, None, &cfg());
+    assert!(fixed.weights.is_empty() && f.bandit.is_empty());
 }

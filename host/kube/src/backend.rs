@@ -29,7 +29,7 @@ use tessera_core::metrics::TargetWorkload;
 use tessera_core::model::{Node, Pod};
 use tessera_core::sched::PodId;
 use tessera_core::telemetry::NodeSample;
-use tessera_server::backend::{Backend, BackendError, ClusterEvent, Moves};
+use tessera_server::backend::{Backend, BackendError, BackendOp, ClusterEvent, Moves};
 use tessera_server::config::KubeBackendConfig;
 
 use crate::convert;
@@ -348,11 +348,11 @@ impl Backend for KubeBackend {
     fn bind(&mut self, id: PodId, at: Placement) -> Result<(), BackendError> {
         self.bind_all(&[(id, at)])
             .pop()
-            .unwrap_or_else(|| Err(BackendError { op: "bind", pod: id, reason: "not attempted".into() }))
+            .unwrap_or_else(|| Err(BackendError { op: BackendOp::Bind, pod: id, reason: "not attempted".into() }))
     }
 
     fn bind_all(&mut self, binds: &[(PodId, Placement)]) -> Vec<Result<(), BackendError>> {
-        let fail = |id: PodId, reason: String| BackendError { op: "bind", pod: id, reason };
+        let fail = |id: PodId, reason: String| BackendError { op: BackendOp::Bind, pod: id, reason };
         if !self.leadership.is_leader() {
             return binds.iter().map(|&(id, _)| Err(fail(id, "this replica does not lead".into()))).collect();
         }
@@ -412,7 +412,7 @@ impl Backend for KubeBackend {
     }
 
     fn evict(&mut self, id: PodId) -> Result<(), BackendError> {
-        let fail = |reason: String| BackendError { op: "evict", pod: id, reason };
+        let fail = |reason: String| BackendError { op: BackendOp::Evict, pod: id, reason };
         if !self.leadership.is_leader() {
             return Err(fail("this replica does not lead".into()));
         }

@@ -19,7 +19,8 @@ use axum::routing::post;
 use k8s_openapi::api::core::v1::{Node as KNode, Pod as KPod};
 use serde::{Deserialize, Serialize};
 use tessera_core::model::Pod;
-use tessera_server::extend::{ExtenderAnswer, ExtenderCall, ExtenderHandle};
+use tessera_server::control::ExtenderHandle;
+use tessera_server::extend::{ExtenderAnswer, ExtenderCall};
 
 use crate::convert;
 
@@ -226,12 +227,12 @@ async fn filter(State(x): State<Ext>, body: Bytes) -> Response {
     let failed = |error: String| Json(ExtenderFilterResult { error, ..Default::default() }).into_response();
     let (pod, names) = match x.args(&a) {
         Ok(v) => v,
-        Err(e) => return failed(e),
+        Err(e) => return failed(e.to_string()),
     };
     let verdicts = match x.handle.call(ExtenderCall::Filter { pod, nodes: names }).await {
         Ok(ExtenderAnswer::Filtered(v)) => v,
         Ok(_) => return failed("unexpected answer".into()),
-        Err(e) => return failed(e),
+        Err(e) => return failed(e.to_string()),
     };
     let mut out = ExtenderFilterResult::default();
     let passed: Vec<String> = verdicts.iter().filter(|v| v.failure.is_none()).map(|v| v.node.clone()).collect();
@@ -274,7 +275,7 @@ async fn prioritize(State(x): State<Ext>, body: Bytes) -> Response {
             Json(s.into_iter().map(|(host, score)| HostPriority { host, score }).collect::<Vec<_>>()).into_response()
         }
         Ok(_) => fail(StatusCode::INTERNAL_SERVER_ERROR, "unexpected answer".into()),
-        Err(e) => fail(StatusCode::SERVICE_UNAVAILABLE, e),
+        Err(e) => fail(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     }
 }
 
@@ -287,7 +288,8 @@ async fn bind(State(x): State<Ext>, body: Bytes) -> Response {
     let call = ExtenderCall::Bind { namespace: a.pod_namespace, name: a.pod_name, uid: a.pod_uid, node: a.node, pod };
     let error = match x.handle.call(call).await {
         Ok(ExtenderAnswer::Bound(Ok(()))) => String::new(),
-        Ok(ExtenderAnswer::Bound(Err(e))) | Err(e) => e,
+        Ok(ExtenderAnswer::Bound(Err(e))) => e,
+        Err(e) => e.to_string(),
         Ok(_) => "unexpected answer".into(),
     };
     Json(ExtenderBindingResult { error }).into_response()

@@ -184,7 +184,7 @@ impl PolicyController {
             RolloutMode::Candidate => self.policies.set_candidate(doc).await,
             RolloutMode::Immediate => self.policies.replace(doc).await,
         };
-        handed.map_err(|m| refuse("LoadFailed", m))?;
+        handed.map_err(|m| refuse("LoadFailed", m.to_string()))?;
         Ok(name)
     }
 

@@ -32,7 +32,7 @@ pub fn router(state: AppState) -> axum::Router {
         .route("/healthz", get(views::healthz))
         .route("/readyz", get(views::readyz))
         .route("/metrics", get(views::metrics))
-        .route("/openapi.json", get(views::openapi))
+        .route("/openapi.json", get(openapi::serve))
         .route("/v1/status", get(views::status))
         .route("/v1/decisions", get(views::list_decisions))
         .route("/v1/decisions/{pod}", get(views::explain))

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::record::{DecisionLog, DecisionRecord, Outcome, PlanLog, PlanRecord};
+use crate::record::{DecisionLog, DecisionRecord, MoveState, Outcome, PlanLog, PlanRecord};
 
 /// Decisions and plans listed at most, most relevant first.
 pub const MAX_LISTED: usize = 50;
@@ -148,8 +148,8 @@ pub struct PlanRef {
 
 impl From<&PlanRecord> for PlanRef {
     fn from(p: &PlanRecord) -> Self {
-        let done = p.moves.iter().filter(|m| m.state == "done").count() as u64;
-        let failed = p.moves.iter().filter(|m| m.state != "done" && m.state != "planned").count() as u64;
+        let done = p.moves.iter().filter(|m| m.state == MoveState::Done).count() as u64;
+        let failed = p.moves.iter().filter(|m| m.state.failure_code().is_some()).count() as u64;
         Self {
             id: p.id,
             at_unix_ms: p.at_unix_ms,
@@ -210,8 +210,9 @@ pub fn attribute(metric: Metric, from: u64, to: u64, decisions: &DecisionLog, pl
         for p in plans.window(from, to) {
             out.in_window += 1;
             let counts = |m: &crate::record::MoveRecord| match metric {
-                Metric::Migrations => m.state == "done",
-                Metric::MigrationFailures => m.state != "done" && m.state != "planned",
+                Metric::Migrations => m.state == MoveState::Done,
+                // As the metric counts them: moves that ended other than done.
+                Metric::MigrationFailures => m.state.failure_code().is_some(),
                 _ => true,
             };
             let mut hit = metric == Metric::RescheduleAttempts;
@@ -219,7 +220,7 @@ pub fn attribute(metric: Metric, from: u64, to: u64, decisions: &DecisionLog, pl
                 hit = true;
                 let code = match metric {
                     Metric::Migrations => m.strategy.clone(),
-                    _ => m.state.clone(),
+                    _ => m.state.as_str().to_string(),
                 };
                 *out.by_code.entry(code).or_default() += 1;
             }
@@ -349,13 +350,13 @@ mod tests {
         d.push(decision("c", 3_000, 400, Some("SCHED-GPU-INSUFFICIENT"), None));
         d.push(decision("d", 9_000, 50_000, None, None));
         let mut p = PlanLog::new(10);
-        let mv = |state: &str| MoveRecord {
+        let mv = |state: MoveState| MoveRecord {
             pod: "a".into(),
             from: "n1".into(),
             to: "n2".into(),
             strategy: "fragment-merge".into(),
             cost: 1.0,
-            state: state.into(),
+            state,
             reason: None,
         };
         p.upsert(PlanRecord {
@@ -373,8 +374,9 @@ mod tests {
             whole_free_after: 0,
             gain: 0.0,
             cost: 0.0,
-            state: "executed".into(),
-            moves: vec![mv("done"), mv("rolled_back"), mv("done")],
+            state: crate::record::PlanState::Executed,
+            reason: None,
+            moves: vec![mv(MoveState::Done), mv(MoveState::RolledBack), mv(MoveState::Done)],
             trace_id: "t".into(),
         });
         (d, p)

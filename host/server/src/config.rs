@@ -62,13 +62,13 @@ pub struct ServeConfig {
     /// How much history the API keeps.
     pub history: HistoryConfig,
     /// Policy rollout.
-    pub rollout: crate::rollout::RolloutConfig,
+    pub rollout: RolloutConfig,
     /// Directory of the precompiled-component cache (unset: components
     /// are compiled at every start). `TESSERA_CACHE_DIR` fills it when the
     /// file does not.
     pub cache_dir: Option<PathBuf>,
     /// Chaos campaigns the service runs on a schedule (unset: none).
-    pub chaos: Option<crate::campaigns::ChaosConfig>,
+    pub chaos: Option<ChaosConfig>,
 }
 
 impl Default for ServeConfig {
@@ -83,7 +83,7 @@ impl Default for ServeConfig {
             kube: KubeBackendConfig::default(),
             otel: OtelConfig::default(),
             history: HistoryConfig::default(),
-            rollout: crate::rollout::RolloutConfig::default(),
+            rollout: RolloutConfig::default(),
             cache_dir: None,
             chaos: None,
         }
@@ -105,12 +105,55 @@ pub struct EngineConfig {
     /// Most moves per plan, % of the running pods (0 turns rescheduling
     /// off).
     pub max_migrations_pct: f64,
+    /// How long a request to the loop (a policy or plugin swap, a
+    /// snapshot, an extender call, a campaign's inputs) waits for its
+    /// answer, ms.
+    pub reply_timeout_ms: u64,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        Self { tick_ms: 100, telemetry_interval_s: 60, reschedule_every_s: 600, max_migrations_pct: 5.0 }
+        Self {
+            tick_ms: 100,
+            telemetry_interval_s: 60,
+            reschedule_every_s: 600,
+            max_migrations_pct: 5.0,
+            reply_timeout_ms: 30_000,
+        }
     }
+}
+
+/// Rollout settings.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RolloutConfig {
+    /// Oldest chaos verdict a promotion accepts, seconds.
+    pub max_verdict_age_s: u64,
+}
+
+impl Default for RolloutConfig {
+    fn default() -> Self {
+        Self { max_verdict_age_s: 86_400 }
+    }
+}
+
+/// Scheduled chaos campaigns, as configured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChaosConfig {
+    /// Cron expression, UTC (`0 3 * * *`: every night at 03:00; 6 fields
+    /// when the first is seconds).
+    pub schedule: String,
+    /// The campaign file.
+    pub campaign: PathBuf,
+    /// Run on a twin of the live cluster (its nodes, running and waiting
+    /// pods) instead of the campaign's cluster.
+    #[serde(default = "yes")]
+    pub live_cluster: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// The embedded simulator as the backend: a cluster (built-in or an openb
@@ -358,6 +401,9 @@ impl ServeConfig {
         if e.tick_ms == 0 || e.tick_ms > 60_000 {
             return bad("engine.tick_ms", "must be in 1..=60000");
         }
+        if e.reply_timeout_ms == 0 || e.reply_timeout_ms > 600_000 {
+            return bad("engine.reply_timeout_ms", "must be in 1..=600000");
+        }
         if e.telemetry_interval_s == 0 {
             return bad("engine.telemetry_interval_s", "must be at least 1");
         }
@@ -402,8 +448,8 @@ impl ServeConfig {
             );
         }
         if let Some(c) = &self.chaos {
-            if let Err(e) = crate::campaigns::Schedule::parse(&c.schedule) {
-                return bad("chaos.schedule", &e);
+            if let Err(e) = crate::cron::Schedule::parse(&c.schedule) {
+                return bad("chaos.schedule", &e.to_string());
             }
             if c.campaign.as_os_str().is_empty() {
                 return bad("chaos.campaign", "must name a campaign file");

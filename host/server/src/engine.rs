@@ -10,12 +10,15 @@
 //! The loop runs on its own thread (plugin calls are synchronous CPU work)
 //! and answers control messages (policy and plugin swaps) between passes.
 
-mod cycle;
-mod decide;
-mod events;
+mod bind;
+mod cycles;
+mod env;
+mod explain;
 mod extend;
-mod moving;
+mod live;
+mod pods;
 mod recorder;
+mod report;
 mod service;
 
 use std::sync::Arc;
@@ -23,7 +26,6 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use opentelemetry::trace::SpanContext;
 use tessera_core::driver::{Driver, DriverConfig};
 use tessera_core::framework::Placer;
 use tessera_core::model::Node;
@@ -33,77 +35,12 @@ use tessera_wasm::Policy;
 
 use crate::backend::Backend;
 use crate::config::EngineConfig;
+use crate::control::{ChaosInputs, Control};
 use crate::observe::Tracing;
-use crate::{PolicyView, Shared};
-use recorder::{Recorded, Recorder};
+use crate::state::{PolicyView, Shared};
+use crate::wall::now_unix_ms;
+use recorder::Recorder;
 use service::Service;
-
-/// What the engine is asked to do between passes.
-pub enum Control {
-    /// Replace the running policy (already loaded and checked).
-    SwapPolicy {
-        /// The new policy.
-        policy: Policy,
-        /// Its document.
-        doc: Box<PolicyDocument>,
-        /// Told once the next pass uses it.
-        done: std::sync::mpsc::Sender<()>,
-    },
-    /// Hot-swap one plugin of the running policy to a checked new version.
-    SwapPlugin {
-        /// Plugin name in the policy.
-        name: String,
-        /// The new version.
-        version: Arc<tessera_wasm::PluginVersion>,
-        /// Told the version it replaced (none: no such plugin).
-        done: std::sync::mpsc::Sender<Option<Arc<tessera_wasm::PluginVersion>>>,
-    },
-    /// Set (or, with none, drop) the candidate policy; it starts in shadow.
-    SetCandidate {
-        /// The candidate, loaded and checked, and its document.
-        candidate: Option<(Policy, Box<PolicyDocument>)>,
-        /// Told once set.
-        done: std::sync::mpsc::Sender<()>,
-    },
-    /// Move the candidate to another stage.
-    SetStage {
-        /// The stage.
-        stage: crate::rollout::Stage,
-        /// Told once set, or why not.
-        done: std::sync::mpsc::Sender<Result<(), String>>,
-    },
-    /// Make the candidate the active policy.
-    Promote {
-        /// Told once it is, or why not.
-        done: std::sync::mpsc::Sender<Result<(), String>>,
-    },
-    /// The cluster as the loop sees it between passes.
-    Snapshot {
-        /// Told the snapshot.
-        done: std::sync::mpsc::Sender<tessera_core::snapshot::Snapshot>,
-    },
-    /// A scheduler extender's call, answered from the model.
-    Extender {
-        /// The call.
-        call: crate::extend::ExtenderCall,
-        /// Told the answer.
-        done: std::sync::mpsc::Sender<crate::extend::ExtenderAnswer>,
-    },
-    /// The active policy, the candidate and the cluster of one instant,
-    /// for a scheduled chaos campaign.
-    ChaosInputs {
-        /// Told them.
-        done: std::sync::mpsc::Sender<crate::campaigns::ChaosInputs>,
-    },
-}
-
-/// What the engine keeps per live pod.
-struct PodMeta {
-    name: String,
-    workload: String,
-    /// The root span of its latest placement decision (moves link to it).
-    placed_by: Option<SpanContext>,
-}
 
 /// The loop's settings from the service's and the policy's.
 fn driver_config(cfg: &EngineConfig, doc: &PolicyDocument, seed: u64) -> DriverConfig {
@@ -224,29 +161,17 @@ impl Engine {
                     Placer::prime(&mut policy);
                     recorder::Candidate { policy, doc: *doc, stage: crate::rollout::Stage::Shadow }
                 });
-                let mut v = self.svc.shared.rollout.write().unwrap_or_else(|p| p.into_inner());
-                let (active, promotions, candidate_id) = (v.active.clone(), v.promotions, v.candidate_id);
-                *v = crate::rollout::RolloutView {
-                    active,
-                    promotions,
-                    candidate_id: candidate_id + 1,
-                    candidate: self.svc.placer.candidate.as_ref().map(|c| c.doc.name.clone()),
-                    stage: self.svc.placer.candidate.as_ref().map(|c| c.stage),
-                    since_unix_ms: crate::now_unix_ms(),
-                    ..Default::default()
-                };
+                let name = self.svc.placer.candidate.as_ref().map(|c| c.doc.name.as_str());
+                self.svc.shared.rollout.write().unwrap_or_else(|p| p.into_inner()).set_candidate(name);
                 let _ = done.send(());
             }
             Control::SetStage { stage, done } => {
                 let r = match &mut self.svc.placer.candidate {
                     Some(c) => {
                         c.stage = stage;
-                        let mut v = self.svc.shared.rollout.write().unwrap_or_else(|p| p.into_inner());
-                        v.stage = Some(stage);
-                        v.since_unix_ms = crate::now_unix_ms();
-                        Ok(())
+                        self.svc.shared.rollout.write().unwrap_or_else(|p| p.into_inner()).set_stage(stage)
                     }
-                    None => Err("no candidate".to_string()),
+                    None => Err(crate::rollout::RolloutError::NoCandidate),
                 };
                 let _ = done.send(r);
             }
@@ -254,17 +179,10 @@ impl Engine {
                 let r = match self.svc.placer.candidate.take() {
                     Some(c) => {
                         self.install(c.policy, c.doc);
-                        let mut v = self.svc.shared.rollout.write().unwrap_or_else(|p| p.into_inner());
-                        *v = crate::rollout::RolloutView {
-                            active: self.svc.doc.name.clone(),
-                            promotions: v.promotions + 1,
-                            candidate_id: v.candidate_id,
-                            since_unix_ms: crate::now_unix_ms(),
-                            ..Default::default()
-                        };
+                        self.svc.shared.rollout.write().unwrap_or_else(|p| p.into_inner()).promoted(&self.svc.doc.name);
                         Ok(())
                     }
-                    None => Err("no candidate".to_string()),
+                    None => Err(crate::rollout::RolloutError::NoCandidate),
                 };
                 let _ = done.send(r);
             }
@@ -276,7 +194,7 @@ impl Engine {
             }
             Control::ChaosInputs { done } => {
                 let candidate_id = self.svc.shared.rollout.read().unwrap_or_else(|p| p.into_inner()).candidate_id;
-                let _ = done.send(crate::campaigns::ChaosInputs {
+                let _ = done.send(ChaosInputs {
                     active: self.svc.doc.clone(),
                     candidate: self.svc.placer.candidate.as_ref().map(|c| (c.doc.clone(), candidate_id)),
                     snapshot: self.snapshot(),
@@ -289,9 +207,8 @@ impl Engine {
     /// it, with every node told to it again; its adaptive weights (if
     /// any) start afresh.
     fn install(&mut self, policy: Policy, doc: PolicyDocument) {
-        self.svc.install(policy, &doc);
         self.driver.set_weight_sets(doc.adaptive.as_ref().map(|a| a.weight_sets.clone()).unwrap_or_default());
-        self.svc.doc = doc;
+        self.svc.install(policy, doc);
         self.driver.model_mut().resync();
         self.publish_policy();
     }
@@ -302,7 +219,7 @@ impl Engine {
         Snapshot {
             backend: self.svc.backend.name().to_string(),
             backend_time_s: self.svc.now_s,
-            taken_at_unix_ms: crate::now_unix_ms(),
+            taken_at_unix_ms: now_unix_ms(),
             nodes: model.cluster().nodes().to_vec(),
             running: model.running().map(|(_, pod, placement)| RunningPod { pod: pod.clone(), placement }).collect(),
             waiting: model.waiting().map(|(_, pod, _)| pod.clone()).collect(),

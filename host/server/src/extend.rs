@@ -4,13 +4,10 @@
 //! the Kubernetes backend; this is the service's side: the calls go to the
 //! loop between two passes and are answered from its model and its Wasm
 //! policy, so the extender and the loop never disagree about a node.
-
-use std::sync::mpsc::Sender;
-use std::time::Duration;
+//! These are the calls and answers; [`crate::control::ExtenderHandle`]
+//! carries them.
 
 use tessera_core::model::Pod;
-
-use crate::engine::Control;
 
 /// kube-scheduler's highest extender score.
 pub const MAX_SCORE: i64 = 10;
@@ -76,26 +73,4 @@ pub enum ExtenderAnswer {
     Bound(Result<(), String>),
     /// Per uid, in the order asked.
     Pods(Vec<Option<Pod>>),
-}
-
-/// Sends extender calls to the loop.
-#[derive(Debug, Clone)]
-pub struct ExtenderHandle {
-    pub(crate) control: Sender<Control>,
-}
-
-/// How long a call waits for the loop (kube-scheduler's own timeout is
-/// usually shorter).
-const WAIT: Duration = Duration::from_secs(10);
-
-impl ExtenderHandle {
-    /// Asks the loop; its answer, or why there is none.
-    pub async fn call(&self, call: ExtenderCall) -> Result<ExtenderAnswer, String> {
-        let (tx, rx) = std::sync::mpsc::channel();
-        self.control.send(Control::Extender { call, done: tx }).map_err(|_| "the scheduling loop has stopped")?;
-        tokio::task::spawn_blocking(move || rx.recv_timeout(WAIT))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|_| "the scheduling loop did not answer in time".to_string())
-    }
 }

@@ -12,6 +12,8 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
+use crate::record::MoveState;
+
 /// The exemplar's label set: the W3C trace id, as Grafana expects it.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TraceLabel {
@@ -91,23 +93,6 @@ pub struct VerdictLabel {
     /// PROMOTE, BLOCK, ERROR, SKIPPED.
     pub verdict: String,
 }
-
-/// Fault codes a plugin call can end with (`tessera_wasm::FaultKind`).
-pub const PLUGIN_FAULT_CODES: [&str; 10] = [
-    "PLUGIN-TIMEOUT",
-    "PLUGIN-MEMORY",
-    "PLUGIN-FUEL",
-    "PLUGIN-TRAP",
-    "PLUGIN-WRONG-LENGTH",
-    "PLUGIN-OVERSIZED",
-    "PLUGIN-BAD-REASON",
-    "PLUGIN-ERROR",
-    "PLUGIN-QUARANTINED",
-    "PLUGIN-INSTANTIATE",
-];
-
-/// Codes of moves that did not end done.
-pub const MOVE_FAILURE_CODES: [&str; 3] = ["MOVE-FAILED", "MOVE-ROLLED-BACK", "MOVE-DROPPED"];
 
 type Hist = HistogramWithExemplars<TraceLabel>;
 type HistFamily<L> = Family<L, Hist, fn() -> Hist>;
@@ -323,7 +308,7 @@ impl Metrics {
             if matches!(p.role, tessera_policy::Role::Scorer) {
                 let _ = self.plugin_latency.get_or_create(&plugin);
             }
-            for code in PLUGIN_FAULT_CODES {
+            for code in tessera_wasm::FaultKind::CODES {
                 let _ =
                     self.plugin_faults.get_or_create(&PluginCodeLabel { plugin: p.name.clone(), code: code.into() });
             }
@@ -334,18 +319,11 @@ impl Metrics {
         for s in tessera_resched::Strategy::ALL {
             let _ = self.migrations.get_or_create(&StrategyLabel { strategy: s.name().into() });
         }
-        for code in MOVE_FAILURE_CODES {
+        for code in MoveState::ALL.iter().filter_map(|s| s.failure_code()) {
             let _ = self.migration_failures.get_or_create(&CodeLabel { code: code.into() });
         }
-        for code in [
-            "BACKEND-BIND",
-            "BACKEND-EVICT",
-            "BACKEND-DUPLICATE-POD",
-            "BACKEND-UNKNOWN-NODE",
-            "BACKEND-ADOPT-UNFIT",
-            "BACKEND-NODE-GPUS-CHANGED",
-        ] {
-            let _ = self.backend_errors.get_or_create(&CodeLabel { code: code.into() });
+        for code in crate::backend::BackendError::CODES.iter().chain(&tessera_core::driver::EventError::CODES) {
+            let _ = self.backend_errors.get_or_create(&CodeLabel { code: (*code).into() });
         }
         for verdict in ["PROMOTE", "BLOCK", "ERROR", "SKIPPED"] {
             let _ = self.chaos_campaigns.get_or_create(&VerdictLabel { verdict: verdict.into() });
@@ -353,6 +331,11 @@ impl Metrics {
         for phase in ["detect", "plan", "execute"] {
             let _ = self.policy_execution.get_or_create(&PhaseLabel { phase: phase.into() });
         }
+    }
+
+    /// Counts a backend error under `code` (`BACKEND-BIND`, …).
+    pub fn count_backend_error(&self, code: &str) {
+        self.backend_errors.get_or_create(&CodeLabel { code: code.into() }).inc();
     }
 
     /// Decisions counted so far, every outcome.

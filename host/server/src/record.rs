@@ -119,6 +119,117 @@ pub struct DecisionRecord {
     pub sampled: bool,
 }
 
+/// What became of a move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MoveState {
+    /// Planned, not yet handed to the executor (or not ordered).
+    Planned,
+    /// Waiting its turn in the executor.
+    Pending,
+    /// Room held on the target.
+    Reserved,
+    /// Evicted from its source.
+    Evicted,
+    /// Started on the target, not yet ready.
+    Started,
+    /// Running on its target.
+    Done,
+    /// It failed; the pod stayed or was put back.
+    Failed,
+    /// Done, then moved back by a rollback.
+    RolledBack,
+    /// Never attempted (cooldown, caps, budgets, no safe order).
+    Dropped,
+    /// Both the start and the restore failed; it is put back later.
+    Restoring,
+}
+
+impl MoveState {
+    /// Every state.
+    pub const ALL: [MoveState; 10] = [
+        MoveState::Planned,
+        MoveState::Pending,
+        MoveState::Reserved,
+        MoveState::Evicted,
+        MoveState::Started,
+        MoveState::Done,
+        MoveState::Failed,
+        MoveState::RolledBack,
+        MoveState::Dropped,
+        MoveState::Restoring,
+    ];
+
+    /// What a step of the executor means for its move, and why it failed.
+    pub fn of(step: &tessera_movement::exec::StepState) -> (Self, Option<String>) {
+        use tessera_movement::exec::StepState as S;
+        match step {
+            S::Done => (MoveState::Done, None),
+            S::Failed { reason } => (MoveState::Failed, Some(reason.clone())),
+            S::RolledBack { reason } => (MoveState::RolledBack, Some(reason.clone())),
+            S::Dropped { reason } => (MoveState::Dropped, Some(reason.clone())),
+            S::Restoring { reason, .. } => (MoveState::Restoring, Some(reason.clone())),
+            // Under way (a live plan handed to another leader stops here).
+            S::Pending => (MoveState::Pending, None),
+            S::Reserving | S::Reserved { .. } => (MoveState::Reserved, None),
+            S::Evicting | S::Evicted => (MoveState::Evicted, None),
+            S::Starting | S::Started { .. } => (MoveState::Started, None),
+        }
+    }
+
+    /// Its name in the API and traces.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MoveState::Planned => "planned",
+            MoveState::Pending => "pending",
+            MoveState::Reserved => "reserved",
+            MoveState::Evicted => "evicted",
+            MoveState::Started => "started",
+            MoveState::Done => "done",
+            MoveState::Failed => "failed",
+            MoveState::RolledBack => "rolled_back",
+            MoveState::Dropped => "dropped",
+            MoveState::Restoring => "restoring",
+        }
+    }
+
+    /// The migration-failure code a move that ended so is counted under
+    /// (`MOVE-FAILED`, …); none for a move done or not over.
+    pub fn failure_code(self) -> Option<&'static str> {
+        match self {
+            MoveState::Failed => Some("MOVE-FAILED"),
+            MoveState::RolledBack => Some("MOVE-ROLLED-BACK"),
+            MoveState::Dropped => Some("MOVE-DROPPED"),
+            MoveState::Restoring => Some("MOVE-RESTORING"),
+            MoveState::Planned
+            | MoveState::Pending
+            | MoveState::Reserved
+            | MoveState::Evicted
+            | MoveState::Started
+            | MoveState::Done => None,
+        }
+    }
+}
+
+/// Where a cycle's plan stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PlanState {
+    /// Nothing worth moving.
+    Empty,
+    /// Planned, not yet executed.
+    Planned,
+    /// Executing live, across passes.
+    Executing,
+    /// Executed to the end.
+    Executed,
+    /// Stopped early (a health gate, a change of leader, the journal):
+    /// see `reason`.
+    Stopped,
+    /// The executor or the journal refused it: see `reason`.
+    Refused,
+}
+
 /// One move of a plan and what became of it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct MoveRecord {
@@ -132,8 +243,8 @@ pub struct MoveRecord {
     pub strategy: String,
     /// Its cost by the cost model.
     pub cost: f64,
-    /// `done`, `failed`, `rolled_back`, `dropped`, or a step still running.
-    pub state: String,
+    /// What became of it.
+    pub state: MoveState,
     /// Why it failed, rolled back or was dropped.
     pub reason: Option<String>,
 }
@@ -170,8 +281,11 @@ pub struct PlanRecord {
     pub gain: f64,
     /// Cost of the moves.
     pub cost: f64,
-    /// `planned`, `executed`, `stopped: …` (a health gate) or `empty`.
-    pub state: String,
+    /// Where it stands.
+    pub state: PlanState,
+    /// Why it stopped or was refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// The moves.
     pub moves: Vec<MoveRecord>,
     /// Trace of the cycle (`tessera.resched.cycle`).

@@ -4,20 +4,18 @@
 //! pods) → active, and back on rollback. Promotion requires a passing
 //! chaos verdict (`tessera chaos verify --format json`) no older than
 //! `rollout.max_verdict_age_s`.
+//!
+//! Every rule of the rollout is here: what each stage change does to the
+//! view, how a decision compared between the two policies is counted, and
+//! whether a promotion may go ahead. The loop and the API call these.
 
 use std::collections::VecDeque;
 
-use axum::Json;
-use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, QueryRejection};
-use axum::extract::{Query, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
-use utoipa::{IntoParams, ToSchema};
+use utoipa::ToSchema;
 
-use crate::api::{ApiError, AppState, authorize, content_type, send, wait};
-use crate::engine::Control;
+use crate::config::RolloutConfig;
+use crate::wall::now_unix_ms;
 
 /// Disagreements kept for explanation.
 pub const RECENT: usize = 100;
@@ -33,6 +31,21 @@ pub enum Stage {
         /// Share of pods, (0, 1].
         share: f64,
     },
+}
+
+impl Stage {
+    /// Its name in metrics and the API.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Shadow => "shadow",
+            Stage::Canary { .. } => "canary",
+        }
+    }
+
+    /// Whether the candidate's choice is carried out for pod `name`.
+    pub fn acts_for(self, name: &str) -> bool {
+        matches!(self, Stage::Canary { share } if canary_pick(name, share))
+    }
 }
 
 /// Whether the canary takes pod `name` at `share`: a stable hash of the
@@ -116,215 +129,206 @@ impl RolloutView {
             campaign,
             failing,
             for_candidate: candidate,
-            recorded_unix_ms: crate::now_unix_ms(),
+            recorded_unix_ms: now_unix_ms(),
         });
         true
     }
 }
 
-/// Rollout settings.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RolloutConfig {
-    /// Oldest chaos verdict a promotion accepts, seconds.
-    pub max_verdict_age_s: u64,
+/// Why a rollout step is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RolloutError {
+    /// There is no candidate.
+    #[error("no candidate: POST /v1/rollout/candidate first")]
+    NoCandidate,
+    /// Promotion from shadow.
+    #[error("{candidate} is in shadow: run it as a canary before promoting")]
+    InShadow {
+        /// The candidate.
+        candidate: String,
+    },
+    /// No chaos verdict was recorded.
+    #[error("no chaos verdict for {candidate}: POST /v1/rollout/verdict")]
+    NoVerdict {
+        /// The candidate.
+        candidate: String,
+    },
+    /// The verdict was BLOCK.
+    #[error("campaign {campaign} blocked {candidate}: failing gates {}", failing.join(", "))]
+    Blocked {
+        /// The candidate.
+        candidate: String,
+        /// The campaign.
+        campaign: String,
+        /// Its failing gates.
+        failing: Vec<String>,
+    },
+    /// The verdict is older than the configuration allows.
+    #[error("the verdict is {age_s} s old; promotions accept at most {max_s} s")]
+    Stale {
+        /// Its age.
+        age_s: u64,
+        /// The most allowed.
+        max_s: u64,
+    },
 }
 
-impl Default for RolloutConfig {
-    fn default() -> Self {
-        Self { max_verdict_age_s: 86_400 }
+/// One pod as both policies decided it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Compared {
+    /// The pod.
+    pub pod: String,
+    /// The active policy's node.
+    pub active: Option<String>,
+    /// The candidate's node.
+    pub candidate: Option<String>,
+    /// The candidate's choice was the one carried out (canary).
+    pub candidate_acted: bool,
+}
+
+impl RolloutView {
+    /// A rollout with `active` in force and no candidate.
+    pub fn new(active: &str) -> Self {
+        Self { active: active.into(), ..Self::default() }
     }
-}
 
-/// The rollout routes.
-pub(crate) fn routes() -> axum::Router<AppState> {
-    axum::Router::new()
-        .route("/v1/rollout", get(view))
-        .route("/v1/rollout/candidate", post(set_candidate))
-        .route("/v1/rollout/stage", post(set_stage))
-        .route("/v1/rollout/verdict", post(record_verdict))
-        .route("/v1/rollout/promote", post(promote))
-        .route("/v1/rollout/rollback", post(rollback))
-}
-
-fn conflict(code: &str, message: impl Into<String>) -> ApiError {
-    ApiError::new(StatusCode::CONFLICT, code, message)
-}
-
-/// The rollout: stage, agreement, recent disagreements, verdict.
-#[utoipa::path(get, path = "/v1/rollout", responses((status = 200, body = RolloutView)))]
-pub async fn view(State(s): State<AppState>) -> Json<RolloutView> {
-    Json(s.shared.rollout.read().unwrap_or_else(|p| p.into_inner()).clone())
-}
-
-/// Sets a candidate policy (a policy document) in shadow: all its plugins
-/// load first; it then decides beside the active policy without acting.
-#[utoipa::path(post, path = "/v1/rollout/candidate", request_body(content = String, content_type = "application/yaml"),
-    security(("bearer" = [])), responses(
-    (status = 200, body = RolloutView),
-    (status = 400, body = ApiError), (status = 401, body = ApiError), (status = 422, body = ApiError),
-))]
-pub async fn set_candidate(
-    State(s): State<AppState>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Json<RolloutView>, ApiError> {
-    let (policy, doc) = crate::api::load_policy_body(&s, &headers, body).await?;
-    let (tx, rx) = std::sync::mpsc::channel();
-    send(&s, Control::SetCandidate { candidate: Some((policy, Box::new(doc))), done: tx })?;
-    wait(rx).await?;
-    Ok(view(State(s)).await)
-}
-
-/// `?stage=shadow|canary&share=`.
-#[derive(Debug, Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
-pub struct StageQuery {
-    /// `shadow` or `canary`.
-    pub stage: String,
-    /// Share of pods for a canary, (0, 1].
-    pub share: Option<f64>,
-}
-
-/// Moves the candidate to shadow or canary.
-#[utoipa::path(post, path = "/v1/rollout/stage", params(StageQuery), security(("bearer" = [])), responses(
-    (status = 200, body = RolloutView),
-    (status = 400, body = ApiError), (status = 401, body = ApiError), (status = 409, body = ApiError),
-))]
-pub async fn set_stage(
-    State(s): State<AppState>,
-    headers: HeaderMap,
-    q: Result<Query<StageQuery>, QueryRejection>,
-) -> Result<Json<RolloutView>, ApiError> {
-    authorize(&s, &headers)?;
-    let Query(q) = q?;
-    let bad = |m: String| ApiError::new(StatusCode::BAD_REQUEST, "API-BAD-QUERY", m);
-    let stage = match (q.stage.as_str(), q.share) {
-        ("shadow", None) => Stage::Shadow,
-        ("canary", Some(share)) if share > 0.0 && share <= 1.0 => Stage::Canary { share },
-        ("canary", Some(share)) => return Err(bad(format!("share {share} is not in (0, 1]"))),
-        ("canary", None) => return Err(bad("a canary needs share=".into())),
-        ("shadow", Some(_)) => return Err(bad("a shadow takes no share".into())),
-        (other, _) => return Err(bad(format!("stage {other:?} is not shadow or canary"))),
-    };
-    if s.shared.rollout.read().unwrap_or_else(|p| p.into_inner()).candidate.is_none() {
-        return Err(conflict("ROLLOUT-NO-CANDIDATE", "no candidate: POST /v1/rollout/candidate first"));
-    }
-    let (tx, rx) = std::sync::mpsc::channel();
-    send(&s, Control::SetStage { stage, done: tx })?;
-    wait(rx).await?.map_err(|m| conflict("ROLLOUT-NO-CANDIDATE", m))?;
-    Ok(view(State(s)).await)
-}
-
-/// The part of a chaos report a verdict needs.
-#[derive(Debug, Deserialize)]
-struct ReportDoc {
-    campaign: String,
-    verdict: String,
-    #[serde(default)]
-    failing: Vec<String>,
-}
-
-/// Records a chaos verdict (`tessera chaos verify --format json`) for the
-/// current candidate.
-#[utoipa::path(post, path = "/v1/rollout/verdict", request_body(content = Object, content_type = "application/json"),
-    security(("bearer" = [])), responses(
-    (status = 200, body = RolloutView),
-    (status = 400, body = ApiError), (status = 401, body = ApiError), (status = 409, body = ApiError),
-))]
-pub async fn record_verdict(
-    State(s): State<AppState>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Json<RolloutView>, ApiError> {
-    authorize(&s, &headers)?;
-    content_type(&headers, &["application/json"])?;
-    let body = body?;
-    let r: ReportDoc = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "API-BAD-BODY",
-            format!("not a chaos report (tessera chaos verify --format json): {e}"),
-        )
-    })?;
-    if r.verdict != "PROMOTE" && r.verdict != "BLOCK" {
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "API-BAD-BODY",
-            format!("verdict {:?} is not PROMOTE or BLOCK", r.verdict),
-        ));
-    }
-    if !s.shared.rollout.write().unwrap_or_else(|p| p.into_inner()).record(r.verdict, r.campaign, r.failing) {
-        return Err(conflict("ROLLOUT-NO-CANDIDATE", "no candidate to record a verdict for"));
-    }
-    Ok(view(State(s)).await)
-}
-
-/// Makes the candidate the active policy: it must be in canary and have a
-/// `PROMOTE` verdict no older than `rollout.max_verdict_age_s`.
-#[utoipa::path(post, path = "/v1/rollout/promote", security(("bearer" = [])), responses(
-    (status = 200, body = RolloutView),
-    (status = 401, body = ApiError),
-    (status = 409, description = "No candidate, not in canary, no verdict, a BLOCK verdict or a stale one", body = ApiError),
-))]
-pub async fn promote(State(s): State<AppState>, headers: HeaderMap) -> Result<Json<RolloutView>, ApiError> {
-    authorize(&s, &headers)?;
-    {
-        let v = s.shared.rollout.read().unwrap_or_else(|p| p.into_inner());
-        let Some(candidate) = &v.candidate else {
-            return Err(conflict("ROLLOUT-NO-CANDIDATE", "no candidate to promote"));
+    /// A new candidate (none: dropped), in shadow; the comparisons start
+    /// afresh and a verdict must be recorded for it.
+    pub fn set_candidate(&mut self, candidate: Option<&str>) {
+        *self = Self {
+            active: std::mem::take(&mut self.active),
+            promotions: self.promotions,
+            candidate_id: self.candidate_id + 1,
+            candidate: candidate.map(str::to_string),
+            stage: candidate.map(|_| Stage::Shadow),
+            since_unix_ms: now_unix_ms(),
+            ..Self::default()
         };
-        if !matches!(v.stage, Some(Stage::Canary { .. })) {
-            return Err(conflict(
-                "ROLLOUT-STAGE",
-                format!("{candidate} is in shadow: run it as a canary before promoting"),
-            ));
+    }
+
+    /// The candidate moves to `stage`.
+    pub fn set_stage(&mut self, stage: Stage) -> Result<(), RolloutError> {
+        if self.candidate.is_none() {
+            return Err(RolloutError::NoCandidate);
         }
-        let Some(verdict) = &v.verdict else {
-            return Err(conflict(
-                "ROLLOUT-NO-VERDICT",
-                format!("no chaos verdict for {candidate}: POST /v1/rollout/verdict"),
-            ));
-        };
+        self.stage = Some(stage);
+        self.since_unix_ms = now_unix_ms();
+        Ok(())
+    }
+
+    /// Whether the candidate may be promoted now: in canary, with a
+    /// `PROMOTE` verdict no older than the configuration allows.
+    pub fn may_promote(&self, cfg: &RolloutConfig, now_unix_ms: u64) -> Result<(), RolloutError> {
+        let candidate = self.candidate.clone().ok_or(RolloutError::NoCandidate)?;
+        if !matches!(self.stage, Some(Stage::Canary { .. })) {
+            return Err(RolloutError::InShadow { candidate });
+        }
+        let verdict = self.verdict.as_ref().ok_or_else(|| RolloutError::NoVerdict { candidate: candidate.clone() })?;
         if verdict.verdict != "PROMOTE" {
-            return Err(conflict(
-                "ROLLOUT-BLOCKED",
-                format!(
-                    "campaign {} blocked {candidate}: failing gates {}",
-                    verdict.campaign,
-                    verdict.failing.join(", ")
-                ),
-            ));
+            return Err(RolloutError::Blocked {
+                candidate,
+                campaign: verdict.campaign.clone(),
+                failing: verdict.failing.clone(),
+            });
         }
-        let age_s = crate::now_unix_ms().saturating_sub(verdict.recorded_unix_ms) / 1000;
-        if age_s > s.rollout.max_verdict_age_s {
-            return Err(conflict(
-                "ROLLOUT-VERDICT-STALE",
-                format!("the verdict is {age_s} s old; promotions accept at most {} s", s.rollout.max_verdict_age_s),
-            ));
+        let age_s = now_unix_ms.saturating_sub(verdict.recorded_unix_ms) / 1000;
+        if age_s > cfg.max_verdict_age_s {
+            return Err(RolloutError::Stale { age_s, max_s: cfg.max_verdict_age_s });
         }
+        Ok(())
     }
-    let (tx, rx) = std::sync::mpsc::channel();
-    send(&s, Control::Promote { done: tx })?;
-    wait(rx).await?.map_err(|m| conflict("ROLLOUT-NO-CANDIDATE", m))?;
-    Ok(view(State(s)).await)
-}
 
-/// Drops the candidate; the active policy alone decides.
-#[utoipa::path(post, path = "/v1/rollout/rollback", security(("bearer" = [])), responses(
-    (status = 200, body = RolloutView), (status = 401, body = ApiError),
-))]
-pub async fn rollback(State(s): State<AppState>, headers: HeaderMap) -> Result<Json<RolloutView>, ApiError> {
-    authorize(&s, &headers)?;
-    let (tx, rx) = std::sync::mpsc::channel();
-    send(&s, Control::SetCandidate { candidate: None, done: tx })?;
-    wait(rx).await?;
-    Ok(view(State(s)).await)
+    /// The candidate became the active policy `active`.
+    pub fn promoted(&mut self, active: &str) {
+        *self = Self {
+            active: active.into(),
+            promotions: self.promotions + 1,
+            candidate_id: self.candidate_id,
+            since_unix_ms: now_unix_ms(),
+            ..Self::default()
+        };
+    }
+
+    /// Counts one pod both policies decided; whether they agreed.
+    pub fn compare(&mut self, c: Compared) -> bool {
+        self.compared += 1;
+        self.candidate_acted += u64::from(c.candidate_acted);
+        let agreed = c.active == c.candidate;
+        if !agreed {
+            self.disagreements += 1;
+            self.recent.push_back(Disagreement {
+                pod: c.pod,
+                active: c.active,
+                candidate: c.candidate,
+                acted: if c.candidate_acted { "candidate" } else { "active" }.into(),
+                at_unix_ms: now_unix_ms(),
+            });
+            if self.recent.len() > RECENT {
+                self.recent.pop_front();
+            }
+        }
+        agreed
+    }
+
+    /// Records `verdict` for candidate `name` (id `candidate_id`), if it
+    /// is still the candidate (a scheduled campaign ran on it).
+    pub fn record_for(
+        &mut self,
+        name: &str,
+        candidate_id: u64,
+        verdict: String,
+        campaign: String,
+        failing: Vec<String>,
+    ) -> bool {
+        if self.candidate.as_deref() != Some(name) || self.candidate_id != candidate_id {
+            return false;
+        }
+        self.record(verdict, campaign, failing)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_promotion_needs_a_canary_and_a_fresh_promote_verdict() {
+        let cfg = RolloutConfig { max_verdict_age_s: 60 };
+        let mut v = RolloutView::new("old");
+        assert_eq!(v.may_promote(&cfg, now_unix_ms()), Err(RolloutError::NoCandidate));
+        v.set_candidate(Some("new"));
+        assert!(matches!(v.may_promote(&cfg, now_unix_ms()), Err(RolloutError::InShadow { .. })));
+        v.set_stage(Stage::Canary { share: 0.1 }).unwrap();
+        assert!(matches!(v.may_promote(&cfg, now_unix_ms()), Err(RolloutError::NoVerdict { .. })));
+        assert!(v.record("BLOCK".into(), "c".into(), vec!["lost".into()]));
+        assert!(matches!(v.may_promote(&cfg, now_unix_ms()), Err(RolloutError::Blocked { .. })));
+        assert!(v.record("PROMOTE".into(), "c".into(), Vec::new()));
+        assert_eq!(v.may_promote(&cfg, now_unix_ms()), Ok(()));
+        assert!(matches!(v.may_promote(&cfg, now_unix_ms() + 120_000), Err(RolloutError::Stale { .. })));
+        let id = v.candidate_id;
+        v.promoted("new");
+        assert_eq!((v.active.as_str(), v.candidate.as_deref(), v.promotions), ("new", None, 1));
+        assert!(!v.record_for("new", id, "PROMOTE".into(), "c".into(), Vec::new()), "no longer a candidate");
+    }
+
+    #[test]
+    fn disagreements_are_counted_and_the_latest_kept() {
+        let mut v = RolloutView::new("a");
+        v.set_candidate(Some("b"));
+        for i in 0..(RECENT + 5) {
+            let same = i % 2 == 0;
+            let c = Compared {
+                pod: format!("p{i}"),
+                active: Some("n1".into()),
+                candidate: Some(if same { "n1" } else { "n2" }.into()),
+                candidate_acted: false,
+            };
+            assert_eq!(v.compare(c), same);
+        }
+        assert_eq!(v.compared as usize, RECENT + 5);
+        assert_eq!(v.disagreements as usize, (RECENT + 5) / 2);
+        assert!(v.recent.len() <= RECENT);
+    }
 
     #[test]
     fn the_canary_takes_about_its_share_and_always_the_same_pods() {

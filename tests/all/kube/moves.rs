@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tessera_movement::journal::{Entry, Journal};
+use tessera_server::record::{MoveState, PlanState};
 
 use super::apiserver::ApiServer;
 use super::node;
@@ -152,7 +153,7 @@ async fn a_plan_moves_pods_by_eviction_and_steers_their_replacements_onto_the_he
             .read()
             .unwrap()
             .newest_first()
-            .any(|p| p.state == "executed" && p.moves.iter().any(|m| m.state == "done"))
+            .any(|p| p.state == PlanState::Executed && p.moves.iter().any(|m| m.state == MoveState::Done))
     };
     let t0 = std::time::Instant::now();
     while !done() {
@@ -160,10 +161,10 @@ async fn a_plan_moves_pods_by_eviction_and_steers_their_replacements_onto_the_he
         assert!(t0.elapsed() < Duration::from_secs(60), "no plan moved pods in 60 s: {plans:#?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let plan = a.shared.plans.read().unwrap().newest_first().find(|p| p.state == "executed").cloned().unwrap();
+    let plan = a.shared.plans.read().unwrap().newest_first().find(|p| p.state == PlanState::Executed).cloned().unwrap();
     assert_eq!(plan.moves.len(), 1, "{plan:#?}");
     let mv = &plan.moves[0];
-    assert_eq!(mv.state, "done", "{plan:#?}");
+    assert_eq!(mv.state, MoveState::Done, "{plan:#?}");
     assert_eq!(srv.counters().evictions, 1, "one eviction");
     // The evicted pod's replacement was bound beside the other web pod,
     // and the job that needs a whole node took the node the move emptied.
@@ -266,7 +267,8 @@ async fn a_new_leader_resumes_the_plan_its_predecessor_left_in_the_journal() {
         "{entries:?}"
     );
     // The record concludes just after the journal's last entry.
-    let concluded = || b.shared.plans.read().unwrap().newest_first().any(|p| p.id == 41 && p.state != "executing");
+    let concluded =
+        || b.shared.plans.read().unwrap().newest_first().any(|p| p.id == 41 && p.state != PlanState::Executing);
     until("the resumed plan's record to conclude", Duration::from_secs(10), concluded).await;
     let plan = b.shared.plans.read().unwrap().newest_first().find(|p| p.id == 41).cloned().expect("the plan is shown");
     assert_eq!(plan.trigger, "resumed from the movement journal");
@@ -313,10 +315,10 @@ async fn a_leader_cut_off_in_the_middle_of_a_move_hands_the_plan_to_the_next() {
     assert!(!a.shared.status.read().unwrap().active);
     // replica-a shows the plan it handed over, its move under way, and
     // counts no failure for it.
-    let handed = a.shared.plans.read().unwrap().newest_first().find(|p| p.state.starts_with("stopped")).cloned();
+    let handed = a.shared.plans.read().unwrap().newest_first().find(|p| p.state == PlanState::Stopped).cloned();
     let handed = handed.expect("replica-a stopped its plan");
-    assert!(handed.state.contains("stopped leading"), "{handed:#?}");
-    assert_eq!(handed.moves[0].state, "started", "{handed:#?}");
+    assert!(handed.reason.as_deref().is_some_and(|r| r.contains("stopped leading")), "{handed:#?}");
+    assert_eq!(handed.moves[0].state, MoveState::Started, "{handed:#?}");
     let metrics = a.shared.metrics.encode();
     let failures: Vec<&str> = metrics
         .lines()
@@ -339,7 +341,7 @@ async fn a_leader_cut_off_in_the_middle_of_a_move_hands_the_plan_to_the_next() {
     let plan = b.shared.plans.read().unwrap().newest_first().find(|p| p.trigger.starts_with("resumed")).cloned();
     let plan = plan.expect("replica-b shows the plan it resumed");
     let mv = &plan.moves[0];
-    assert_eq!(mv.state, "done", "{plan:#?}");
+    assert_eq!(mv.state, MoveState::Done, "{plan:#?}");
     let by = nodes_of(&srv);
     assert_eq!(by[&mv.to].len(), 2, "the replacement went where replica-a meant it to: {by:?}");
     assert_eq!(srv.counters().evictions, 1, "nothing evicted twice");

@@ -14,7 +14,8 @@ use tessera_core::metrics::TargetWorkload;
 use tessera_core::model::{Node, Pod, Resources};
 use tessera_core::sched::PodId;
 use tessera_core::telemetry::NodeSample;
-use tessera_server::backend::{Backend, BackendError, ClusterEvent, Moves};
+use tessera_server::backend::{Backend, BackendError, BackendOp, ClusterEvent, Moves};
+use tessera_server::record::PlanState;
 use tessera_server::{ServeConfig, Server};
 
 use super::TOKEN;
@@ -92,7 +93,11 @@ impl Backend for Scripted {
         let mut calls = self.calls.lock().unwrap();
         calls.binds.push((id, at));
         if id == self.refuse_bind && calls.binds.iter().filter(|(p, _)| *p == id).count() == 1 {
-            return Err(BackendError { op: "bind", pod: id, reason: "503: the API server is unavailable".into() });
+            return Err(BackendError {
+                op: BackendOp::Bind,
+                pod: id,
+                reason: "503: the API server is unavailable".into(),
+            });
         }
         Ok(())
     }
@@ -296,7 +301,7 @@ async fn a_live_move_holds_its_room_until_the_replacement_takes_it() {
     let mut server = start_live(backend, workload);
     let shared = server.shared().clone();
     let t0 = std::time::Instant::now();
-    let executed = || shared.plans.read().unwrap().newest_first().any(|p| p.state == "executed");
+    let executed = || shared.plans.read().unwrap().newest_first().any(|p| p.state == PlanState::Executed);
     while !executed() {
         assert!(
             t0.elapsed() < Duration::from_secs(30),
@@ -308,7 +313,7 @@ async fn a_live_move_holds_its_room_until_the_replacement_takes_it() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     tokio::task::spawn_blocking(move || server.stop()).await.unwrap();
 
-    let plan = shared.plans.read().unwrap().newest_first().find(|p| p.state == "executed").cloned().unwrap();
+    let plan = shared.plans.read().unwrap().newest_first().find(|p| p.state == PlanState::Executed).cloned().unwrap();
     assert_eq!(plan.moves.len(), 1, "{plan:?}");
     let mv = &plan.moves[0];
     assert_eq!(

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::Value;
-use tessera_server::campaigns::ChaosConfig;
+use tessera_server::config::ChaosConfig;
 
 use super::{Running, TOKEN, config};
 

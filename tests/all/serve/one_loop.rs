@@ -78,6 +78,7 @@ fn serve_config() -> ServeConfig {
             telemetry_interval_s: 60,
             reschedule_every_s: 900,
             max_migrations_pct: 5.0,
+            ..EngineConfig::default()
         },
         sim: SimBackendConfig { seed: SEED, node_count: 40, load: 1.1, speed: 60.0, ..SimBackendConfig::default() },
         ..ServeConfig::default()
@@ -236,4 +237,6 @@ fn the_service_and_the_twin_make_the_same_decisions_and_plans() {
 #[test]
 fn with_adaptive_weights_too() {
     same_run(true);
+    // The service honours them: other weights, other decisions.
+    assert_ne!(served(true).0, served(false).0, "adaptive weights changed nothing");
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tessera_server::config::OtlpProtocol;
 use tessera_server::record::{DecisionRecord, PlanRecord};
+use tessera_server::record::{MoveState, PlanState};
 
 use super::{Received, Receiver, Running, Trace, config};
 
@@ -87,7 +88,7 @@ fn check_cycle(spans: &[Received], p: &PlanRecord) {
     let root = t.root;
     assert_eq!(root.name, "tessera.resched.cycle");
     assert!(p.trigger.starts_with(attr(root, "tessera.trigger")), "{} vs {:?}", p.trigger, root.attrs);
-    let done = p.moves.iter().filter(|m| m.state == "done").count();
+    let done = p.moves.iter().filter(|m| m.state == MoveState::Done).count();
     assert_eq!(attr(root, "tessera.moves.done"), done.to_string());
     if p.trigger.starts_with("anomalies") {
         let detect = t.children(root, "tessera.resched.detect");
@@ -116,7 +117,7 @@ fn check_cycle(spans: &[Received], p: &PlanRecord) {
             .find(|s| attr(s, "tessera.pod") == m.pod && attr(s, "tessera.move.from") == m.from)
             .unwrap_or_else(|| panic!("no span for the move of {} from {}", m.pod, m.from));
         assert_eq!(attr(s, "tessera.move.to"), m.to);
-        assert_eq!(attr(s, "tessera.move.state"), m.state);
+        assert_eq!(attr(s, "tessera.move.state"), m.state.as_str());
         assert_eq!(attr(s, "tessera.strategy"), m.strategy);
         // Linked to the trace of the decision that placed the pod there.
         assert_eq!(s.links.len(), 1, "move of {} links to its placement: {:?}", m.pod, s.links);
@@ -138,7 +139,7 @@ async fn run(protocol: OtlpProtocol) {
     };
     let svc = Running::start(config(Some((endpoint, protocol)))).await;
     svc.wait("a plan with a move done", Duration::from_secs(120), |s| {
-        s.plans.read().unwrap().newest_first().any(|p| p.moves.iter().any(|m| m.state == "done"))
+        s.plans.read().unwrap().newest_first().any(|p| p.moves.iter().any(|m| m.state == MoveState::Done))
     })
     .await;
     let shared = svc.shared.clone();
@@ -161,12 +162,13 @@ async fn run(protocol: OtlpProtocol) {
     // Shutdown finished the pass under way: no move is left half done.
     for p in plans.newest_first() {
         for m in &p.moves {
-            let settled = ["done", "failed", "rolled_back", "dropped"].contains(&m.state.as_str())
-                || (m.state == "planned" && p.state == "refused");
-            assert!(settled, "plan {} ({}) left the move of {} {}", p.id, p.state, m.pod, m.state);
+            let settled = [MoveState::Done, MoveState::Failed, MoveState::RolledBack, MoveState::Dropped]
+                .contains(&m.state)
+                || (m.state == MoveState::Planned && p.state == PlanState::Refused);
+            assert!(settled, "plan {} ({:?}) left the move of {} {:?}", p.id, p.state, m.pod, m.state);
         }
     }
-    let p = plans.newest_first().find(|p| p.moves.iter().any(|m| m.state == "done")).unwrap();
+    let p = plans.newest_first().find(|p| p.moves.iter().any(|m| m.state == MoveState::Done)).unwrap();
     check_cycle(&spans, p);
 }
 

@@ -29,7 +29,8 @@ pub async fn view(State(s): State<AppState>) -> Json<ChaosView> {
 pub async fn run_now(State(s): State<AppState>, headers: HeaderMap) -> Result<(StatusCode, Json<ChaosView>), ApiError> {
     authorize(&s, &headers)?;
     let Some(manual) = &s.chaos else {
-        return Err(ApiError::new(Code::ChaosNotScheduled,
+        return Err(ApiError::new(
+            Code::ChaosNotScheduled,
             "no campaign is configured: set chaos.schedule and chaos.campaign",
         ));
     };

@@ -60,6 +60,11 @@ impl Modify for BearerAuth {
 )]
 struct ApiDoc;
 
+/// `GET /openapi.json`.
+pub async fn serve() -> impl axum::response::IntoResponse {
+    ([(axum::http::header::CONTENT_TYPE, "application/json")], document())
+}
+
 /// The document, as JSON.
 pub fn document() -> String {
     ApiDoc::openapi().to_pretty_json().expect("the OpenAPI document serialises")

@@ -112,7 +112,8 @@ pub async fn load_plugin(
         return Err(ApiError::new(Code::ApiBadBody, "the body is empty: send the component"));
     }
     if !body.starts_with(b"\0asm") {
-        return Err(ApiError::new(Code::ApiBadBody,
+        return Err(ApiError::new(
+            Code::ApiBadBody,
             "the body is not WebAssembly (no \\0asm magic): send the compiled component",
         ));
     }
@@ -120,24 +121,24 @@ pub async fn load_plugin(
         let view = s.shared.policy.read().unwrap_or_else(|p| p.into_inner());
         view.doc.plugins.iter().find(|p| p.name == name).cloned()
     }
-    .ok_or_else(|| {
-        ApiError::new(Code::PluginNotFound, format!("the running policy has no plugin {name:?}"))
-    })?;
+    .ok_or_else(|| ApiError::new(Code::PluginNotFound, format!("the running policy has no plugin {name:?}")))?;
     let (loader, seed) = (s.loader.clone(), s.seed);
     let version = tokio::task::spawn_blocking(move || loader.load_plugin(&entry, seed, &body))
         .await
         .map_err(|e| ApiError::new(Code::ApiInternal, e.to_string()))?
-        .map_err(|m| {
-            ApiError::new(Code::PluginRejected, format!("plugin {name}: {m}"))
-        })?;
+        .map_err(|m| ApiError::new(Code::PluginRejected, format!("plugin {name}: {m}")))?;
     not_stopping(&s)?;
-    let old = s.control.ask(|done| Control::SwapPlugin { name: name.clone(), version, done }).await?.ok_or_else(|| {
-        ApiError::new(Code::PluginGone, format!("plugin {name:?} left the policy meanwhile"))
-    })?;
+    let old = s
+        .control
+        .ask(|done| Control::SwapPlugin { name: name.clone(), version, done })
+        .await?
+        .ok_or_else(|| ApiError::new(Code::PluginGone, format!("plugin {name:?} left the policy meanwhile")))?;
     let view = s.shared.policy.read().unwrap_or_else(|p| p.into_inner());
-    let member = view.members.iter().find(|m| m.name == name).ok_or_else(|| {
-        ApiError::new(Code::PluginGone, format!("plugin {name:?} left the policy meanwhile"))
-    })?;
+    let member = view
+        .members
+        .iter()
+        .find(|m| m.name == name)
+        .ok_or_else(|| ApiError::new(Code::PluginGone, format!("plugin {name:?} left the policy meanwhile")))?;
     Ok(Json(PluginLoaded { plugin: plugin_view(member), previous_version: old.version().to_string() }))
 }
 
@@ -203,4 +204,3 @@ pub async fn load_policy_body(
     let loaded = handle.load(&doc).await?;
     Ok((loaded, doc))
 }
-

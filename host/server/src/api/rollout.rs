@@ -116,14 +116,10 @@ pub async fn record_verdict(
     content_type(&headers, &["application/json"])?;
     let body = body?;
     let r: ReportDoc = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::new(Code::ApiBadBody,
-            format!("not a chaos report (tessera chaos verify --format json): {e}"),
-        )
+        ApiError::new(Code::ApiBadBody, format!("not a chaos report (tessera chaos verify --format json): {e}"))
     })?;
     if r.verdict != "PROMOTE" && r.verdict != "BLOCK" {
-        return Err(ApiError::new(Code::ApiBadBody,
-            format!("verdict {:?} is not PROMOTE or BLOCK", r.verdict),
-        ));
+        return Err(ApiError::new(Code::ApiBadBody, format!("verdict {:?} is not PROMOTE or BLOCK", r.verdict)));
     }
     if !s.shared.rollout.write().unwrap_or_else(|p| p.into_inner()).record(r.verdict, r.campaign, r.failing) {
         return Err(ApiError::new(Code::RolloutNoCandidate, "no candidate to record a verdict for"));

@@ -49,11 +49,6 @@ pub async fn metrics(State(s): State<AppState>) -> impl IntoResponse {
     ([(header::CONTENT_TYPE, OPENMETRICS)], s.shared.metrics.encode())
 }
 
-/// The OpenAPI document of this API.
-pub async fn openapi() -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "application/json")], super::openapi::document())
-}
-
 /// The backend at the last pass.
 #[utoipa::path(get, path = "/v1/status", responses((status = 200, body = Status)))]
 pub async fn status(State(s): State<AppState>) -> Json<Status> {
@@ -73,9 +68,7 @@ impl Limit {
         match self.limit {
             None => Ok(20),
             Some(n @ 1..=1000) => Ok(n),
-            Some(n) => {
-                Err(ApiError::new(Code::ApiBadQuery, format!("limit {n} is not in 1..=1000")))
-            }
+            Some(n) => Err(ApiError::new(Code::ApiBadQuery, format!("limit {n} is not in 1..=1000"))),
         }
     }
 }
@@ -104,7 +97,8 @@ pub async fn explain(State(s): State<AppState>, pod: Result<Path<String>, PathRe
     let Path(pod) = pod?;
     let log = s.shared.decisions.read().unwrap_or_else(|p| p.into_inner());
     log.get(&pod).cloned().map(Json).ok_or_else(|| {
-        ApiError::new(Code::DecisionNotFound,
+        ApiError::new(
+            Code::DecisionNotFound,
             format!("no decision about pod {pod:?} is held (the last {} are)", log.cap()),
         )
     })
@@ -133,10 +127,7 @@ pub async fn list_plans(
 pub async fn plan(State(s): State<AppState>, id: Result<Path<u64>, PathRejection>) -> ApiResult<PlanRecord> {
     let Path(id) = id?;
     let log = s.shared.plans.read().unwrap_or_else(|p| p.into_inner());
-    log.get(id)
-        .cloned()
-        .map(Json)
-        .ok_or_else(|| ApiError::new(Code::PlanNotFound, format!("no plan {id} is held")))
+    log.get(id).cloned().map(Json).ok_or_else(|| ApiError::new(Code::PlanNotFound, format!("no plan {id} is held")))
 }
 
 /// `?metric=&from=&to=`.
@@ -155,9 +146,7 @@ pub struct AttributionQuery {
 
 fn unix_ms(v: f64) -> Result<u64, ApiError> {
     if !v.is_finite() || v < 0.0 {
-        return Err(ApiError::new(Code::AttributionBadWindow,
-            format!("time {v} is not a Unix time"),
-        ));
+        return Err(ApiError::new(Code::AttributionBadWindow, format!("time {v} is not a Unix time")));
     }
     // Seconds stay below 1e11 until the year 5138.
     Ok(if v >= 1e11 { v as u64 } else { (v * 1000.0) as u64 })
@@ -174,7 +163,8 @@ pub async fn attribution(
 ) -> ApiResult<Attribution> {
     let Query(q) = q?;
     let metric = Metric::parse(&q.metric).ok_or_else(|| {
-        ApiError::new(Code::AttributionUnknownMetric,
+        ApiError::new(
+            Code::AttributionUnknownMetric,
             format!("cannot attribute {:?}; known: {}", q.metric, Metric::names()),
         )
     })?;
@@ -198,4 +188,3 @@ pub async fn attribution(
 pub async fn snapshot(State(s): State<AppState>) -> Result<Json<tessera_core::snapshot::Snapshot>, ApiError> {
     Ok(Json(s.control.ask(|done| Control::Snapshot { done }).await?))
 }
-

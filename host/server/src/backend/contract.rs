@@ -1,14 +1,11 @@
 //! The cluster the service schedules, behind one trait: the embedded
-//! simulator ([`SimBackend`]) now, Kubernetes through the same trait later.
+//! simulator, or Kubernetes (`tessera-kube`).
 //!
 //! The loop owns the scheduling state (queue, cluster model, decisions);
 //! a backend tells it what happened in the cluster (pods submitted and
 //! gone), reports node telemetry, carries out the loop's decisions (binds,
 //! evictions of preemption victims) and hands the Movement Manager an
 //! actuator for rescheduling moves.
-
-mod sim;
-mod stream;
 
 use std::time::Duration;
 
@@ -21,21 +18,61 @@ use tessera_core::telemetry::NodeSample;
 use tessera_movement::journal::Journal;
 use tessera_movement::sim::SimActuatorConfig;
 
-pub use sim::SimBackend;
-pub use stream::ArrivalStream;
-
 /// The backend could not carry out a decision. The loop counts it and
 /// carries on; the pod stays as the loop placed it until the backend says
 /// otherwise.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{op} of pod {pod}: {reason}")]
 pub struct BackendError {
-    /// `bind` or `evict`.
-    pub op: &'static str,
+    /// What the loop asked.
+    pub op: BackendOp,
     /// The pod.
     pub pod: PodId,
     /// Why.
     pub reason: String,
+}
+
+/// What a backend was asked to carry out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendOp {
+    /// Bind a pod where the loop placed it.
+    Bind,
+    /// Evict a preemption victim.
+    Evict,
+}
+
+impl BackendOp {
+    /// The code a refusal is counted under.
+    pub fn code(self) -> &'static str {
+        match self {
+            BackendOp::Bind => "BACKEND-BIND",
+            BackendOp::Evict => "BACKEND-EVICT",
+        }
+    }
+}
+
+impl std::fmt::Display for BackendOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            BackendOp::Bind => "bind",
+            BackendOp::Evict => "evict",
+        })
+    }
+}
+
+/// The movement journal of live moves could not be opened, read or
+/// written: counted under this code.
+pub const JOURNAL_ERROR: &str = "BACKEND-JOURNAL";
+
+impl BackendError {
+    /// Every code a backend error is counted under (with
+    /// [`tessera_core::driver::EventError`]'s for events it reported).
+    pub const CODES: [&'static str; 3] = ["BACKEND-BIND", "BACKEND-EVICT", JOURNAL_ERROR];
+
+    /// The code it is counted under.
+    pub fn code(&self) -> &'static str {
+        self.op.code()
+    }
 }
 
 /// A cluster to schedule.

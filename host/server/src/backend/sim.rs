@@ -15,8 +15,8 @@ use tessera_core::sched::PodId;
 use tessera_core::telemetry::{NodeSample, TelemetryConfig, TelemetryModel};
 use tessera_movement::sim::SimActuatorConfig;
 
-use super::{Backend, BackendError, ClusterEvent, Moves};
-use crate::backend::stream::ArrivalStream;
+use super::contract::{Backend, BackendError, ClusterEvent, Moves};
+use super::stream::ArrivalStream;
 use crate::config::SimBackendConfig;
 
 /// The simulator backend.

@@ -24,17 +24,31 @@ use tessera_core::cluster::FilterReason;
 use tessera_core::sched::{Attempt, Event};
 
 use tessera_core::driver::Model;
-use tessera_core::model::NodeId;
 
-use super::Recorded;
-use super::service::Service;
+use super::pods::Pods;
+use super::recorder::{Recorded, Recorder};
+use crate::observe::Tracing;
+use crate::state::Shared;
+
+/// What explaining a pass needs.
+pub(super) struct Explain<'a> {
+    pub shared: &'a Shared,
+    pub tracing: &'a Tracing,
+    pub pods: &'a mut Pods,
+    pub placer: &'a Recorder,
+    /// The active policy's name, and its `name: plugin@version, …` label.
+    pub policy: &'a str,
+    pub policy_label: &'a str,
+    /// Runners-up shown per decision.
+    pub top_k: usize,
+}
 use crate::metrics::{CodeLabel, OutcomeLabel, PluginCodeLabel, PluginLabel, TraceLabel};
 use crate::observe::{self, attr};
 use crate::record::{Candidate, DecisionRecord, Outcome, PluginPart, PluginRejections};
 
-impl Service {
+impl Explain<'_> {
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn record_pass(
+    pub fn record_pass(
         &mut self,
         model: &Model,
         now: u64,
@@ -84,7 +98,7 @@ impl Service {
                 (Outcome::Unschedulable, None, Some(reason.code().to_string()), vec![])
             }
         };
-        let meta = self.pods.get(&attempt.pod);
+        let meta = self.pods.get(attempt.pod);
         let pod_name = meta.map_or_else(|| format!("pod-{}", attempt.pod), |m| m.name.clone());
         let workload = meta.map(|m| m.workload.clone()).unwrap_or_default();
         let host_filter: BTreeMap<String, u32> = FilterReason::ALL
@@ -96,8 +110,8 @@ impl Service {
         let d = rec.map(|r| &r.decision);
         // A canary decision is the candidate's.
         let (policy_name, policy_label) = match (rec.is_some_and(|r| r.by_candidate), &self.placer.candidate) {
-            (true, Some(c)) => (c.doc.name.clone(), super::Recorder::label(&c.doc.name, &c.policy)),
-            _ => (self.doc.name.clone(), self.policy_label.clone()),
+            (true, Some(c)) => (c.doc.name.clone(), Recorder::label(&c.doc.name, &c.policy)),
+            _ => (self.policy.to_string(), self.policy_label.to_string()),
         };
         let mut plugin_filter: BTreeMap<(String, String), u32> = BTreeMap::new();
         for r in d.map(|d| d.rejections.as_slice()).unwrap_or_default() {
@@ -243,10 +257,8 @@ impl Service {
         }
         let sc = observe::finish(&root, end, reason.clone());
         let (trace_id, span_id, sampled) = observe::ids(&sc);
-        if let Some(m) = self.pods.get_mut(&attempt.pod)
-            && placement.is_some()
-        {
-            m.placed_by = Some(sc);
+        if placement.is_some() {
+            self.pods.placed(attempt.pod, sc);
         }
 
         // Metrics, with the trace as exemplar.
@@ -275,7 +287,7 @@ impl Service {
         DecisionRecord {
             pod: pod_name,
             workload,
-            at_unix_ms: crate::unix_ms(start),
+            at_unix_ms: crate::wall::unix_ms(start),
             backend_time_s: now,
             policy: policy_label,
             outcome,
@@ -294,44 +306,6 @@ impl Service {
             trace_id,
             span_id,
             sampled,
-        }
-    }
-
-    /// The pass's shadow and canary comparisons into the rollout view.
-    pub(super) fn fold_comparisons(&mut self, model: &Model) {
-        let compared = std::mem::take(&mut self.placer.compared);
-        if compared.is_empty() {
-            return;
-        }
-        let nodes = model.cluster().nodes();
-        let name = |n: Option<NodeId>| n.and_then(|n| nodes.get(n as usize)).map(|n| n.name.clone());
-        let stage = match self.placer.candidate.as_ref().map(|c| c.stage) {
-            Some(crate::rollout::Stage::Canary { .. }) => "canary",
-            _ => "shadow",
-        };
-        let mut v = self.shared.rollout.write().unwrap_or_else(|p| p.into_inner());
-        for c in compared {
-            v.compared += 1;
-            v.candidate_acted += u64::from(c.candidate_acted);
-            let agreed = c.active == c.candidate;
-            self.shared
-                .metrics
-                .rollout_decisions
-                .get_or_create(&vec![("stage".into(), stage.into()), ("agreed".into(), agreed.to_string())])
-                .inc();
-            if !agreed {
-                v.disagreements += 1;
-                v.recent.push_back(crate::rollout::Disagreement {
-                    pod: c.pod,
-                    active: name(c.active),
-                    candidate: name(c.candidate),
-                    acted: if c.candidate_acted { "candidate" } else { "active" }.into(),
-                    at_unix_ms: crate::now_unix_ms(),
-                });
-                if v.recent.len() > crate::rollout::RECENT {
-                    v.recent.pop_front();
-                }
-            }
         }
     }
 }

@@ -23,12 +23,13 @@ use tessera_core::sched::PodId;
 use tessera_movement::exec::{ActError, Actuator, Executor, Health, Location, StepState};
 use tessera_movement::journal::{Entry, Journal, JournalError};
 
-use super::cycle::StepTimes;
-use super::service::Service;
-use crate::backend::Backend;
+use super::bind::Binder;
+use super::env::Env;
+use super::report::{StepTimes, conclude, record_moves};
+use crate::backend::{Backend, JOURNAL_ERROR};
 use crate::metrics::PhaseLabel;
 use crate::observe::{self, attr};
-use crate::record::{MoveRecord, PlanRecord};
+use crate::record::{MoveRecord, MoveState, PlanRecord, PlanState};
 
 /// Ids of the stand-ins holding room in the model (backend ids stay
 /// below).
@@ -62,7 +63,7 @@ fn hold_room(
 
 /// What live steps act on: the loop's model and the backend.
 #[derive(Default)]
-pub(super) struct Steering {
+struct Steering {
     holds: BTreeMap<PodId, Hold>,
     /// What each moved pod is now (its replacement), by the moved pod.
     now_is: BTreeMap<PodId, PodId>,
@@ -75,7 +76,7 @@ impl Steering {
 }
 
 /// A plan under way.
-pub(super) struct Live {
+struct Live {
     ex: Executor,
     journal: Box<dyn Journal + Send>,
     steering: Steering,
@@ -189,7 +190,7 @@ impl Actuator for Act<'_> {
 
 /// Wall-clock seconds: live steps' time, the same on every replica.
 fn unix_s() -> u64 {
-    crate::now_unix_ms() / 1000
+    crate::wall::now_unix_ms() / 1000
 }
 
 /// The journal as it reads on this replica: the plan's node ids mapped
@@ -208,29 +209,41 @@ impl Journal for Renumbered<'_> {
     }
 }
 
-impl Service {
+/// Live moves: the plan under way, the journal, and when each pod last
+/// moved (cooldowns across plans).
+#[derive(Default)]
+pub(super) struct LiveMoves {
+    live: Option<Live>,
+    /// The movement journal, while this replica leads and no plan runs.
+    journal: Option<Box<dyn Journal + Send>>,
+    history: BTreeMap<PodId, u64>,
+}
+
+impl LiveMoves {
     /// Whether a live plan is under way.
-    pub(super) fn moving(&self) -> bool {
+    pub fn moving(&self) -> bool {
         self.live.is_some()
     }
 
-    fn open_journal(&mut self) -> Option<Box<dyn Journal + Send>> {
+    fn open_journal(&mut self, env: &mut Env<'_>) -> Option<Box<dyn Journal + Send>> {
         if let Some(j) = self.journal.take() {
             return Some(j);
         }
-        match self.backend.journal() {
+        match env.backend.journal() {
             Ok(j) => Some(j),
             Err(why) => {
-                tracing::warn!(backend = self.backend.name(), "movement journal: {why}; no moves until it opens");
-                self.count_backend_error("BACKEND-JOURNAL");
+                tracing::warn!(backend = env.backend.name(), "movement journal: {why}; no moves until it opens");
+                env.backend_error(JOURNAL_ERROR);
                 None
             }
         }
     }
 
     /// Starts executing `plan` live; the cycle concludes when it ends.
-    pub(super) fn start_live(
+    #[allow(clippy::too_many_arguments)]
+    pub fn start(
         &mut self,
+        env: &mut Env<'_>,
         model: &mut Model,
         root: Context,
         plan: tessera_movement::Plan,
@@ -238,13 +251,13 @@ impl Service {
         mut record: PlanRecord,
         trigger: &str,
     ) {
-        let tracer = self.tracing.tracer().clone();
+        let tracer = env.tracing.tracer().clone();
         let exec_wall = SystemTime::now();
         let exec_cx = observe::start(&tracer, "tessera.movement.execute", &root, exec_wall, Vec::new(), Vec::new());
-        let Some(mut journal) = self.open_journal() else {
-            record.state = "refused: the movement journal did not open".into();
-            observe::finish(&exec_cx, SystemTime::now(), Some(record.state.clone()));
-            return self.conclude(&root, record, trigger);
+        let Some(mut journal) = self.open_journal(env) else {
+            (record.state, record.reason) = (PlanState::Refused, Some("the movement journal did not open".into()));
+            observe::finish(&exec_cx, SystemTime::now(), record.reason.clone());
+            return conclude(env.shared, &root, record, trigger);
         };
         let order = tessera_movement::dag::build(model.cluster(), &plan);
         let names: BTreeMap<NodeId, String> = plan
@@ -254,20 +267,20 @@ impl Service {
             .chain(order.steps.iter().map(|s| s.mv.to))
             .filter_map(|id| model.cluster().node(id).map(|n| (id, n.name.clone())))
             .collect();
-        let started = Executor::start(self.doc.movement.clone(), &plan, order, journal.as_mut())
+        let started = Executor::start(env.movement.clone(), &plan, order, journal.as_mut())
             .and_then(|ex| Ok((ex, journal.append(&Entry::Nodes { names })?)));
         let ex = match started {
             Ok((ex, ())) => ex,
             Err(e) => {
-                record.state = format!("refused: {e}");
-                observe::finish(&exec_cx, SystemTime::now(), Some(record.state.clone()));
-                self.count_backend_error("BACKEND-JOURNAL");
-                return self.conclude(&root, record, trigger);
+                (record.state, record.reason) = (PlanState::Refused, Some(e.to_string()));
+                observe::finish(&exec_cx, SystemTime::now(), record.reason.clone());
+                env.backend_error(JOURNAL_ERROR);
+                return conclude(env.shared, &root, record, trigger);
             }
         };
-        let ex = ex.with_history(std::mem::take(&mut self.live_history));
-        record.state = "executing".into();
-        self.shared.plans.write().unwrap_or_else(|p| p.into_inner()).upsert(record.clone());
+        let ex = ex.with_history(std::mem::take(&mut self.history));
+        record.state = PlanState::Executing;
+        env.shared.plans.write().unwrap_or_else(|p| p.into_inner()).upsert(record.clone());
         let times = StepTimes::default();
         self.live = Some(Live {
             ex,
@@ -282,25 +295,26 @@ impl Service {
             record,
             trigger: trigger.to_string(),
         });
-        self.tick_live(model);
+        self.tick(env, model);
     }
 
     /// This replica leads now: resume the plan the journal holds, if it
     /// is not over (the previous leader stopped in the middle of it).
-    pub(super) fn resume_live(&mut self, model: &mut Model) {
-        let Some(mut journal) = self.open_journal() else { return };
+    /// The plan id resumed, if any.
+    pub fn resume(&mut self, env: &mut Env<'_>, model: &mut Model) -> Option<u64> {
+        let mut journal = self.open_journal(env)?;
         let entries = match journal.read_all() {
             Ok(e) => e,
             Err(e) => {
                 tracing::warn!("movement journal: {e}; not resumed");
-                self.count_backend_error("BACKEND-JOURNAL");
+                env.backend_error(JOURNAL_ERROR);
                 self.journal = Some(journal);
-                return;
+                return None;
             }
         };
         let Some(start) = entries.iter().rposition(|e| matches!(e, Entry::Plan { .. })) else {
             self.journal = Some(journal);
-            return;
+            return None;
         };
         // Node ids of the journal → this model's, through their names.
         let names = entries[start..].iter().find_map(|e| match e {
@@ -328,9 +342,9 @@ impl Service {
             }
         }
         let now = unix_s();
-        let mut act = Act { model, backend: self.backend.as_mut(), steering: &mut steering, now_s: self.now_s };
+        let mut act = Act { model, backend: &mut *env.backend, steering: &mut steering, now_s: env.now_s };
         let mut rj = Renumbered { inner: journal.as_mut(), entries: renumbered };
-        let resumed = Executor::resume(self.doc.movement.clone(), &mut rj, &act, now);
+        let resumed = Executor::resume(env.movement.clone(), &mut rj, &act, now);
         if let Ok(Some(ex)) = &resumed
             && !ex.finished()
         {
@@ -354,17 +368,16 @@ impl Service {
             Ok(Some(ex)) if !ex.finished() => ex,
             Ok(_) => {
                 self.journal = Some(journal);
-                return;
+                return None;
             }
             Err(e) => {
                 tracing::warn!("movement journal: {e}; not resumed");
-                self.count_backend_error("BACKEND-JOURNAL");
-                return;
+                env.backend_error(JOURNAL_ERROR);
+                return None;
             }
         };
         let plan_id = ex.plan_id();
-        self.plan_seq = self.plan_seq.max(plan_id);
-        let tracer = self.tracing.tracer().clone();
+        let tracer = env.tracing.tracer().clone();
         let wall = SystemTime::now();
         let root = observe::start(
             &tracer,
@@ -385,7 +398,7 @@ impl Service {
                     to: String::new(),
                     strategy: "resumed".into(),
                     cost: 0.0,
-                    state: "planned".into(),
+                    state: MoveState::Planned,
                     reason: None,
                 });
             }
@@ -398,8 +411,8 @@ impl Service {
         }
         let record = PlanRecord {
             id: plan_id,
-            at_unix_ms: crate::unix_ms(wall),
-            backend_time_s: self.now_s,
+            at_unix_ms: crate::wall::unix_ms(wall),
+            backend_time_s: env.now_s,
             trigger: "resumed from the movement journal".into(),
             anomalies: 0,
             solver: String::new(),
@@ -411,13 +424,14 @@ impl Service {
             whole_free_after: 0,
             gain: 0.0,
             cost: 0.0,
-            state: "executing".into(),
+            state: PlanState::Executing,
+            reason: None,
             moves,
             trace_id: String::new(),
         };
         tracing::info!(plan = plan_id, "resuming the movement plan the previous leader left");
         // Shown as executing while it runs, as a plan this replica started is.
-        self.shared.plans.write().unwrap_or_else(|p| p.into_inner()).upsert(record.clone());
+        env.shared.plans.write().unwrap_or_else(|p| p.into_inner()).upsert(record.clone());
         let times = StepTimes::default();
         let links = vec![None; record.moves.len()];
         self.live = Some(Live {
@@ -433,11 +447,12 @@ impl Service {
             record,
             trigger: "resumed".into(),
         });
+        Some(plan_id)
     }
 
     /// Binds each waiting replacement of an evicted pod onto the room held
     /// for it. Before the pass decides, so placement does not take them.
-    pub(super) fn steer(&mut self, model: &mut Model) {
+    pub fn steer(&mut self, env: &mut Env<'_>, model: &mut Model, binder: &mut Binder) {
         let Some(mut live) = self.live.take() else { return };
         let armed: Vec<(PodId, Hold)> =
             live.steering.holds.iter().filter(|(_, h)| h.armed).map(|(&p, h)| (p, h.clone())).collect();
@@ -454,28 +469,28 @@ impl Service {
             model.take(hold.id);
             // The room was just freed for it: holding it again cannot fail.
             let held_again = |model: &mut Model, now: u64| hold_room(model, hold.id, &hold.spec, hold.at, now).ok();
-            if let Err(e) = model.place_at(by, hold.at, self.now_s) {
+            if let Err(e) = model.place_at(by, hold.at, env.now_s) {
                 tracing::warn!("the replacement of pod {pod} does not fit the room held for it: {e}");
-                held_again(model, self.now_s);
+                held_again(model, env.now_s);
                 continue;
             }
-            let result = self.backend.bind(by, hold.at);
+            let result = env.backend.bind(by, hold.at);
             match &result {
                 Ok(()) => {
                     live.steering.holds.remove(&pod);
                     live.steering.now_is.insert(pod, by);
                     if let Err(e) = live.journal.append(&Entry::Replaced { pod, by }) {
                         tracing::warn!("movement journal: {e}");
-                        self.count_backend_error("BACKEND-JOURNAL");
+                        env.backend_error(JOURNAL_ERROR);
                     }
                     tracing::info!(pod, by, node = hold.at.node, "a moved pod's replacement took the room held for it");
                 }
                 // It waits out a backoff; the room is held again for it.
                 Err(_) => {
-                    held_again(model, self.now_s);
+                    held_again(model, env.now_s);
                 }
             }
-            self.after_bind(model, by, result);
+            binder.after_bind(env, model, by, result);
         }
         self.live = Some(live);
     }
@@ -483,13 +498,12 @@ impl Service {
     /// Advances the live plan by one tick; concludes the cycle once the
     /// plan is over, or stops it if the journal fails (another leader
     /// owns it now).
-    pub(super) fn tick_live(&mut self, model: &mut Model) {
+    pub fn tick(&mut self, env: &mut Env<'_>, model: &mut Model) {
         let Some(mut live) = self.live.take() else { return };
         let now = unix_s();
         let tick_at = live.started.elapsed();
         let ticked = {
-            let mut act =
-                Act { model, backend: self.backend.as_mut(), steering: &mut live.steering, now_s: self.now_s };
+            let mut act = Act { model, backend: &mut *env.backend, steering: &mut live.steering, now_s: env.now_s };
             live.ex.tick(&mut act, live.journal.as_mut(), now)
         };
         let after = live.started.elapsed();
@@ -498,38 +512,38 @@ impl Service {
             Ok(()) if !live.ex.finished() => {
                 self.live = Some(live);
             }
-            Ok(()) => self.finish_live(model, live, None),
+            Ok(()) => self.finish(env, model, live, None),
             Err(e) => {
                 tracing::warn!("movement journal: {e}; this replica stops the plan");
-                self.count_backend_error("BACKEND-JOURNAL");
-                self.finish_live(model, live, Some(format!("the journal failed: {e}")));
+                env.backend_error(JOURNAL_ERROR);
+                self.finish(env, model, live, Some(format!("the journal failed: {e}")));
             }
         }
     }
 
     /// This replica stopped leading: it lets go of the plan (the new
     /// leader resumes it from the journal) and of the room it held.
-    pub(super) fn abandon_live(&mut self, model: &mut Model) {
+    pub fn abandon(&mut self, env: &mut Env<'_>, model: &mut Model) {
         self.journal = None;
         if let Some(live) = self.live.take() {
-            self.finish_live(model, live, Some("this replica stopped leading; the new leader resumes the plan".into()));
+            self.finish(env, model, live, Some("this replica stopped leading; the new leader resumes the plan".into()));
         }
     }
 
-    fn finish_live(&mut self, model: &mut Model, mut live: Live, stopped: Option<String>) {
+    fn finish(&mut self, env: &mut Env<'_>, model: &mut Model, mut live: Live, stopped: Option<String>) {
         for (_, h) in std::mem::take(&mut live.steering.holds) {
             model.take(h.id);
         }
         // Cooldowns follow the pods the moved ones are now.
-        self.live_history = live.ex.moved().iter().map(|(&pod, &t)| (live.steering.current(pod), t)).collect();
+        self.history = live.ex.moved().iter().map(|(&pod, &t)| (live.steering.current(pod), t)).collect();
         let mut record = live.record;
-        self.record_moves(&live.exec_cx, live.exec_wall, &live.ex, &live.times, &live.links, &mut record);
+        record_moves(env.tracing, &live.exec_cx, live.exec_wall, &live.ex, &live.times, &live.links, &mut record);
         if let Some(why) = &stopped {
-            record.state = format!("stopped: {why}");
+            (record.state, record.reason) = (PlanState::Stopped, Some(why.clone()));
         }
         let took = live.started.elapsed();
         observe::finish(&live.exec_cx, live.exec_wall + took, stopped.or_else(|| live.ex.report().stopped.clone()));
-        self.shared.metrics.policy_execution.get_or_create(&PhaseLabel { phase: "execute".into() }).observe(
+        env.shared.metrics.policy_execution.get_or_create(&PhaseLabel { phase: "execute".into() }).observe(
             took.as_secs_f64(),
             None,
             None,
@@ -537,6 +551,6 @@ impl Service {
         if live.ex.finished() {
             self.journal = Some(live.journal);
         }
-        self.conclude(&live.root, record, &live.trigger);
+        conclude(env.shared, &live.root, record, &live.trigger);
     }
 }

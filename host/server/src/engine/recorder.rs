@@ -5,13 +5,15 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
+use tessera_core::driver::Model;
 use tessera_core::framework::{Choice, Placer};
 use tessera_core::model::{Node, NodeId, Pod};
 use tessera_core::telemetry::{Detection, DetectionFrame};
 use tessera_policy::PolicyDocument;
 use tessera_wasm::{Decision, Policy};
 
-use crate::rollout::{Stage, canary_pick};
+use crate::rollout::{Compared as ComparedView, Stage};
+use crate::state::Shared;
 
 /// One placement decision as the acting policy made it, with when it ran.
 pub(super) struct Recorded {
@@ -52,6 +54,32 @@ pub(super) struct Recorder {
 impl Recorder {
     pub fn new(policy: Policy) -> Self {
         Self { policy, candidate: None, recorded: Vec::new(), compared: Vec::new(), awaiting_bind: false }
+    }
+
+    /// The pass's shadow and canary comparisons into the rollout view (and
+    /// its metrics).
+    pub fn fold(&mut self, model: &Model, shared: &Shared) {
+        let compared = std::mem::take(&mut self.compared);
+        if compared.is_empty() {
+            return;
+        }
+        let nodes = model.cluster().nodes();
+        let name = |n: Option<NodeId>| n.and_then(|n| nodes.get(n as usize)).map(|n| n.name.clone());
+        let stage = self.candidate.as_ref().map_or("shadow", |c| c.stage.name());
+        let mut v = shared.rollout.write().unwrap_or_else(|p| p.into_inner());
+        for c in compared {
+            let agreed = v.compare(ComparedView {
+                pod: c.pod,
+                active: name(c.active),
+                candidate: name(c.candidate),
+                candidate_acted: c.candidate_acted,
+            });
+            shared
+                .metrics
+                .rollout_decisions
+                .get_or_create(&vec![("stage".into(), stage.into()), ("agreed".into(), agreed.to_string())])
+                .inc();
+        }
     }
 
     /// `name: plugin@version, …` of a policy.
@@ -109,7 +137,7 @@ impl Placer for Recorder {
         let mut by_candidate = false;
         if let Some(c) = &self.candidate {
             let theirs = c.policy.decide(pod, candidates);
-            let candidate_acted = matches!(c.stage, Stage::Canary { share } if canary_pick(&pod.name, share));
+            let candidate_acted = c.stage.acts_for(&pod.name);
             self.compared.push(Compared {
                 pod: pod.name.clone(),
                 active: acting.chosen,

@@ -1,29 +1,49 @@
 //! The service around the loop: the loop's [`World`] in `tessera serve`.
 //! The backend's events and telemetry go in; each pass's decisions go out
-//! to the backend and become explanations, traces and metrics; detection
-//! rounds and rescheduling cycles are timed and traced; live moves are
-//! steered across passes; a standby only follows.
+//! to the backend ([`Binder`]) and become explanations, traces and
+//! metrics ([`Explain`]); the rollout's comparisons are folded
+//! ([`Recorder`]); detection rounds are timed; rescheduling cycles plan
+//! and execute ([`Cycles`]), live ones across passes ([`LiveMoves`]); a
+//! standby only follows.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
 use tessera_core::cluster::Placement;
 use tessera_core::driver::{ClusterEvent, Model, World};
 use tessera_core::framework::{Cycle, Placer};
-use tessera_core::model::{Node, Pod};
-use tessera_core::sched::{Event, PodId};
+use tessera_core::model::{Node, Pod, PodId};
+use tessera_core::sched::Event;
 use tessera_core::telemetry::{Detection, DetectionFrame, NodeSample};
-use tessera_movement::simulated::SimulatedMoves;
 use tessera_policy::PolicyDocument;
 use tessera_wasm::Policy;
 
+use super::bind::Binder;
+use super::cycles::Cycles;
+use super::env::Env;
+use super::explain::Explain;
+use super::live::LiveMoves;
+use super::pods::Pods;
 use super::recorder::Recorder;
-use super::{PodMeta, events, moving};
-use crate::Shared;
-use crate::backend::{Backend, Moves};
+use crate::backend::Backend;
 use crate::config::EngineConfig;
 use crate::observe::Tracing;
+use crate::state::Shared;
+
+/// The [`Env`] of `$s` (a `Service`), borrowing only the fields it names
+/// so the others stay free to use beside it.
+macro_rules! env {
+    ($s:expr) => {
+        Env {
+            backend: $s.backend.as_mut(),
+            shared: &$s.shared,
+            tracing: &$s.tracing,
+            movement: &$s.doc.movement,
+            now_s: $s.now_s,
+        }
+    };
+}
 
 /// Everything the service keeps around the loop.
 pub(super) struct Service {
@@ -33,32 +53,18 @@ pub(super) struct Service {
     pub placer: Recorder,
     pub doc: PolicyDocument,
     pub policy_label: String,
-    pub pods: HashMap<PodId, PodMeta>,
-    pub planner: tessera_resched::Planner,
-    /// Moves on simulated time, within the cycle (the simulator backend);
-    /// none: live, across passes.
-    pub simulated: Option<SimulatedMoves>,
-    pub plan_seq: u64,
+    pods: Pods,
+    binder: Binder,
+    cycles: Cycles,
+    live: LiveMoves,
     /// Backend time of this step, seconds.
     pub now_s: u64,
     /// The backend's events of this step still to happen.
     pending: VecDeque<(u64, ClusterEvent)>,
-    /// Pods whose bind the backend refused, waiting out their backoff.
-    pub held: Vec<events::Held>,
-    /// Refused binds per pod, for the backoff.
-    pub bind_failures: HashMap<PodId, u32>,
-    /// A plan executing live, across passes.
-    pub live: Option<moving::Live>,
-    /// When each pod last moved live (cooldowns across live plans).
-    pub live_history: std::collections::BTreeMap<PodId, u64>,
-    /// The movement journal, while this replica leads and no plan runs.
-    pub journal: Option<Box<dyn tessera_movement::journal::Journal + Send>>,
     /// This replica led in the last pass.
     leading: bool,
     /// When the pass under way started.
     pass_started: Option<(SystemTime, Instant)>,
-    /// When the last detection round ran and how long it took.
-    pub last_detect: Option<(SystemTime, Duration)>,
     pub tracing: Tracing,
     pub shared: Arc<Shared>,
 }
@@ -73,31 +79,21 @@ impl Service {
         tracing: Tracing,
         shared: Arc<Shared>,
     ) -> Self {
-        let simulated = match backend.moves() {
-            Moves::Simulated(actuator) => Some(SimulatedMoves::new(doc.movement.clone(), actuator)),
-            Moves::Live => None,
-        };
         Self {
-            planner: tessera_resched::Planner::new(doc.rescheduling.clone()),
-            simulated,
+            cycles: Cycles::new(&doc, backend.moves()),
             cfg,
             backend,
             top_k,
             placer,
             policy_label: String::new(),
             doc,
-            pods: HashMap::new(),
-            plan_seq: 0,
+            pods: Pods::default(),
+            binder: Binder::default(),
+            live: LiveMoves::default(),
             now_s: 0,
             pending: VecDeque::new(),
-            held: Vec::new(),
-            bind_failures: HashMap::new(),
-            live: None,
-            live_history: Default::default(),
-            journal: None,
             leading: false,
             pass_started: None,
-            last_detect: None,
             tracing,
             shared,
         }
@@ -115,12 +111,58 @@ impl Service {
         self.leading
     }
 
-    /// A new active policy: its planner and movement settings from now on.
-    pub(super) fn install(&mut self, policy: Policy, doc: &PolicyDocument) {
+    /// A new active policy (already in the placer's place): its planner and
+    /// movement settings from now on.
+    pub(super) fn install(&mut self, policy: Policy, doc: PolicyDocument) {
         self.placer.policy = policy;
-        self.planner = tessera_resched::Planner::new(doc.rescheduling.clone());
-        if let Some(m) = &mut self.simulated {
-            m.set_movement(doc.movement.clone());
+        self.cycles.install(&doc);
+        self.doc = doc;
+    }
+
+    /// A live plan takes its step of this pass.
+    pub(super) fn tick_live(&mut self, model: &mut Model) {
+        self.live.tick(&mut env!(self), model);
+    }
+
+    /// The loop stops: a live plan stays in the journal for the next
+    /// leader.
+    pub(super) fn abandon_live(&mut self, model: &mut Model) {
+        self.live.abandon(&mut env!(self), model);
+    }
+
+    fn show_leading(&self, leading: bool) {
+        self.shared.status.write().unwrap_or_else(|p| p.into_inner()).active = leading;
+        self.shared.metrics.leader.set(i64::from(leading));
+    }
+
+    /// One event of the backend's, at `now`.
+    fn take_event(&mut self, model: &mut Model, event: ClusterEvent, now: u64) {
+        // Whatever the backend says of a held pod supersedes the hold.
+        if let ClusterEvent::Deleted { id } | ClusterEvent::Running { id, .. } | ClusterEvent::Submitted { id, .. } =
+            &event
+        {
+            self.binder.heard_of(*id, matches!(event, ClusterEvent::Deleted { .. }));
+        }
+        let named = match &event {
+            ClusterEvent::Submitted { id, pod } | ClusterEvent::Running { id, pod, .. } => {
+                Some((*id, pod.name.clone(), pod.workload.clone()))
+            }
+            ClusterEvent::Deleted { id } => {
+                self.pods.remove(*id);
+                None
+            }
+            _ => None,
+        };
+        match model.apply(event, now) {
+            Ok(()) => {
+                if let Some((id, name, workload)) = named {
+                    self.pods.insert(id, &name, &workload);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(backend = self.backend.name(), "{e}");
+                self.shared.metrics.count_backend_error(e.code());
+            }
         }
     }
 }
@@ -155,7 +197,7 @@ impl World for Service {
         let (wall, started) = (SystemTime::now(), Instant::now());
         let found = self.placer.detect(frame);
         let took = started.elapsed();
-        self.last_detect = Some((wall, took));
+        self.cycles.last_detect = Some((wall, took));
         self.shared
             .metrics
             .policy_execution
@@ -175,19 +217,26 @@ impl World for Service {
     }
 
     fn before_pass(&mut self, model: &mut Model, t: u64) -> bool {
-        self.release_held(model, t);
+        for id in self.binder.release(model, t) {
+            self.pods.remove(id);
+        }
         if !self.backend.active() {
             // A standby: its model follows the cluster; the leader acts.
             if std::mem::take(&mut self.leading) {
+                self.show_leading(false);
                 self.abandon_live(model);
             }
             return false;
         }
         if !std::mem::replace(&mut self.leading, true) {
-            self.resume_live(model);
+            // Shown before it acts: whoever sees its binds sees it lead.
+            self.show_leading(true);
+            if let Some(id) = self.live.resume(&mut env!(self), model) {
+                self.cycles.resumed(id);
+            }
         }
         // Replacements of moved pods take their held room before the pass.
-        self.steer(model);
+        self.live.steer(&mut env!(self), model, &mut self.binder);
         self.pass_started = Some((SystemTime::now(), Instant::now()));
         true
     }
@@ -196,17 +245,26 @@ impl World for Service {
         let (pass_wall, started) = self.pass_started.take().unwrap_or_else(|| (SystemTime::now(), Instant::now()));
         let pass = started.elapsed();
         let attempts = model.take_attempts();
-        self.carry_out(model, events);
+        self.binder.carry_out(&mut env!(self), model, events);
         let recorded = std::mem::take(&mut self.placer.recorded);
-        self.fold_comparisons(model);
-        self.record_pass(model, t, pass_wall, pass, events, attempts, recorded);
+        self.placer.fold(model, &self.shared);
+        let mut explain = Explain {
+            shared: &self.shared,
+            tracing: &self.tracing,
+            pods: &mut self.pods,
+            placer: &self.placer,
+            policy: &self.doc.name,
+            policy_label: &self.policy_label,
+            top_k: self.top_k,
+        };
+        explain.record_pass(model, t, pass_wall, pass, events, attempts, recorded);
     }
 
     fn reschedule(&mut self, model: &mut Model, cycle: &Cycle<'_>) -> Option<Vec<(PodId, Placement)>> {
         // One live plan at a time.
-        if self.moving() {
+        if self.live.moving() {
             return None;
         }
-        Some(self.cycle(model, cycle))
+        Some(self.cycles.run(&mut env!(self), model, &self.pods, &mut self.live, &self.doc.name, cycle))
     }
 }

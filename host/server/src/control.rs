@@ -1,0 +1,230 @@
+//! What the loop is asked between passes, and the one way to ask it: a
+//! [`Control`] message with a oneshot reply, sent through [`LoopHandle`]
+//! and waited for at most `engine.reply_timeout_ms`. The API, the
+//! Kubernetes policy controller, the scheduler extender and the campaign
+//! scheduler all ask through it; the loop answers from its own thread.
+
+use std::sync::Arc;
+use std::sync::mpsc::Sender;
+use std::time::Duration;
+
+use tessera_policy::PolicyDocument;
+use tessera_wasm::{PluginVersion, Policy};
+use tokio::sync::oneshot;
+
+use crate::extend::{ExtenderAnswer, ExtenderCall};
+use crate::loader::Loader;
+use crate::rollout::{RolloutError, Stage};
+
+/// Where the loop sends its answer.
+pub type Reply<T> = oneshot::Sender<T>;
+
+/// What the loop hands a campaign: the policies and the cluster of one
+/// instant.
+#[derive(Debug)]
+pub struct ChaosInputs {
+    /// The active policy.
+    pub active: PolicyDocument,
+    /// The candidate and its id (`RolloutView::candidate_id`: a new
+    /// candidate of the same name is a different one).
+    pub candidate: Option<(PolicyDocument, u64)>,
+    /// The cluster.
+    pub snapshot: tessera_core::snapshot::Snapshot,
+}
+
+/// What the loop is asked to do between passes.
+pub enum Control {
+    /// Replace the running policy (already loaded and checked).
+    SwapPolicy {
+        /// The new policy.
+        policy: Policy,
+        /// Its document.
+        doc: Box<PolicyDocument>,
+        /// Told once the next pass uses it.
+        done: Reply<()>,
+    },
+    /// Hot-swap one plugin of the running policy to a checked new version.
+    SwapPlugin {
+        /// Plugin name in the policy.
+        name: String,
+        /// The new version.
+        version: Arc<PluginVersion>,
+        /// Told the version it replaced (none: no such plugin).
+        done: Reply<Option<Arc<PluginVersion>>>,
+    },
+    /// Set (or, with none, drop) the candidate policy; it starts in shadow.
+    SetCandidate {
+        /// The candidate, loaded and checked, and its document.
+        candidate: Option<(Policy, Box<PolicyDocument>)>,
+        /// Told once set.
+        done: Reply<()>,
+    },
+    /// Move the candidate to another stage.
+    SetStage {
+        /// The stage.
+        stage: Stage,
+        /// Told once set, or why not.
+        done: Reply<Result<(), RolloutError>>,
+    },
+    /// Make the candidate the active policy.
+    Promote {
+        /// Told once it is, or why not.
+        done: Reply<Result<(), RolloutError>>,
+    },
+    /// The cluster as the loop sees it between passes.
+    Snapshot {
+        /// Told the snapshot.
+        done: Reply<tessera_core::snapshot::Snapshot>,
+    },
+    /// A scheduler extender's call, answered from the model.
+    Extender {
+        /// The call.
+        call: ExtenderCall,
+        /// Told the answer.
+        done: Reply<ExtenderAnswer>,
+    },
+    /// The active policy, the candidate and the cluster of one instant,
+    /// for a scheduled chaos campaign.
+    ChaosInputs {
+        /// Told them.
+        done: Reply<ChaosInputs>,
+    },
+}
+
+/// The loop did not answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ControlError {
+    /// It has stopped (the service is shutting down).
+    #[error("the scheduling loop has stopped")]
+    Stopped,
+    /// No answer within `engine.reply_timeout_ms`.
+    #[error("the scheduling loop did not answer within {0:?}")]
+    Timeout(Duration),
+}
+
+/// Asks the loop.
+#[derive(Debug, Clone)]
+pub struct LoopHandle {
+    tx: Sender<Control>,
+    timeout: Duration,
+}
+
+impl LoopHandle {
+    /// A handle sending to `tx`, waiting at most `timeout` for answers.
+    pub fn new(tx: Sender<Control>, timeout: Duration) -> Self {
+        Self { tx, timeout }
+    }
+
+    /// Sends the message `make` builds around a reply, and waits for the
+    /// answer.
+    pub async fn ask<T>(&self, make: impl FnOnce(Reply<T>) -> Control) -> Result<T, ControlError> {
+        let (done, answer) = oneshot::channel();
+        self.tx.send(make(done)).map_err(|_| ControlError::Stopped)?;
+        match tokio::time::timeout(self.timeout, answer).await {
+            Ok(Ok(t)) => Ok(t),
+            Ok(Err(_)) => Err(ControlError::Stopped),
+            Err(_) => Err(ControlError::Timeout(self.timeout)),
+        }
+    }
+}
+
+/// A policy document could not be applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApplyError {
+    /// A plugin of it did not load.
+    #[error("policy {policy}: {message}")]
+    Load {
+        /// The policy.
+        policy: String,
+        /// What failed.
+        message: String,
+    },
+    /// The loop did not take it.
+    #[error(transparent)]
+    Loop(#[from] ControlError),
+}
+
+/// Loads policy documents and hands them to the loop: as the rollout's
+/// candidate (shadow) or as the active policy. The API and the Kubernetes
+/// `TesseraPolicy` controller apply documents through it.
+#[derive(Clone)]
+pub struct PolicyHandle {
+    /// The loop.
+    pub handle: LoopHandle,
+    /// Turns documents into policies.
+    pub loader: Arc<dyn Loader>,
+}
+
+impl std::fmt::Debug for PolicyHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PolicyHandle").finish_non_exhaustive()
+    }
+}
+
+impl PolicyHandle {
+    /// Loads every plugin of `doc` (on a blocking thread: components may
+    /// compile).
+    pub async fn load(&self, doc: &PolicyDocument) -> Result<Policy, ApplyError> {
+        let (loader, d) = (self.loader.clone(), doc.clone());
+        let load = |message: String| ApplyError::Load { policy: doc.name.clone(), message };
+        tokio::task::spawn_blocking(move || loader.load_policy(&d))
+            .await
+            .map_err(|e| load(e.to_string()))?
+            .map_err(load)
+    }
+
+    /// Loads `doc` (every plugin, or nothing changes) and makes it the
+    /// rollout's candidate, in shadow.
+    pub async fn set_candidate(&self, doc: PolicyDocument) -> Result<(), ApplyError> {
+        let policy = self.load(&doc).await?;
+        Ok(self.handle.ask(|done| Control::SetCandidate { candidate: Some((policy, Box::new(doc))), done }).await?)
+    }
+
+    /// Loads `doc` and makes it the active policy at once.
+    pub async fn replace(&self, doc: PolicyDocument) -> Result<(), ApplyError> {
+        let policy = self.load(&doc).await?;
+        Ok(self.handle.ask(|done| Control::SwapPolicy { policy, doc: Box::new(doc), done }).await?)
+    }
+}
+
+/// Sends scheduler-extender calls to the loop.
+#[derive(Debug, Clone)]
+pub struct ExtenderHandle {
+    /// The loop.
+    pub handle: LoopHandle,
+}
+
+impl ExtenderHandle {
+    /// Asks the loop; its answer, or why there is none.
+    pub async fn call(&self, call: ExtenderCall) -> Result<ExtenderAnswer, ControlError> {
+        self.handle.ask(|done| Control::Extender { call, done }).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_answer_arrives_a_silent_loop_times_out_and_a_stopped_one_says_so() {
+        let (tx, rx) = std::sync::mpsc::channel::<Control>();
+        let h = LoopHandle::new(tx, Duration::from_millis(200));
+        let answering = std::thread::spawn(move || {
+            // Answers the first snapshot, ignores the second, then stops.
+            let first = rx.recv().unwrap();
+            if let Control::Snapshot { done } = first {
+                let _ = done.send(tessera_core::snapshot::Snapshot::default());
+            }
+            let second = rx.recv().unwrap();
+            std::thread::sleep(Duration::from_millis(400));
+            drop(second);
+        });
+        assert!(h.ask(|done| Control::Snapshot { done }).await.is_ok());
+        assert_eq!(
+            h.ask(|done| Control::Snapshot { done }).await.unwrap_err(),
+            ControlError::Timeout(Duration::from_millis(200))
+        );
+        answering.join().unwrap();
+        assert_eq!(h.ask(|done| Control::Snapshot { done }).await.unwrap_err(), ControlError::Stopped);
+    }
+}

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tessera_core::{Pod, Resources};
 use tessera_plugins::{BINPACK, HOSTILE, NOT_A_POLICY, OVERLOAD};
 use tessera_policy::{Bounded, Role};
-use tessera_wasm::{Decision, FaultKind, LoadError, PluginSpec, Runtime, RuntimeConfig};
+use tessera_wasm::{CallFault, Decision, LoadError, PluginSpec, Runtime, RuntimeConfig};
 
 use crate::{cluster, load, member, policy, runtime};
 
@@ -62,7 +62,7 @@ fn only_error(d: &Decision) -> &tessera_wasm::CallError {
 fn infinite_loop_is_stopped_by_the_deadline() {
     let (d, took) = decide_beside_hostile(r#"{"mode": "loop"}"#);
     let e = only_error(&d);
-    assert_eq!(e.kind, FaultKind::Timeout { deadline_ms: 50 });
+    assert_eq!(e.kind, CallFault::Timeout { deadline_ms: 50 });
     assert_eq!(e.call, "score");
     assert!(took < Duration::from_secs(1), "took {took:?}");
     assert!(e.to_string().contains("PLUGIN-TIMEOUT"), "{e}");
@@ -73,7 +73,7 @@ fn one_gib_allocation_is_refused_under_a_64_mib_cap() {
     let (d, took) = decide_beside_hostile(r#"{"mode": "alloc"}"#);
     let e = only_error(&d);
     match e.kind {
-        FaultKind::MemoryExceeded { cap_mib, requested_mib } => {
+        CallFault::MemoryExceeded { cap_mib, requested_mib } => {
             assert_eq!(cap_mib, 64);
             assert!(requested_mib >= 1024, "{requested_mib}");
         }
@@ -93,7 +93,7 @@ fn panic_is_a_trap_with_the_guest_message() {
     let (d, _) = decide_beside_hostile(r#"{"mode": "panic"}"#);
     let e = only_error(&d);
     match &e.kind {
-        FaultKind::Trap { guest_said: Some(said), .. } => {
+        CallFault::Trap { guest_said: Some(said), .. } => {
             assert!(said.contains("hostile plugin panics on purpose"), "{said}")
         }
         other => panic!("expected a trap with the panic message, got {other}"),
@@ -103,15 +103,15 @@ fn panic_is_a_trap_with_the_guest_message() {
 #[test]
 fn wrong_length_result_is_a_fault() {
     let (d, _) = decide_beside_hostile(r#"{"mode": "wrong-length"}"#);
-    assert_eq!(only_error(&d).kind, FaultKind::WrongLength { what: "scores", expected: 8, got: 7 });
+    assert_eq!(only_error(&d).kind, CallFault::WrongLength { what: "scores", expected: 8, got: 7 });
     let (d, _) = decide_beside_hostile(r#"{"mode": "wrong-length", "on": "filter"}"#);
-    assert_eq!(only_error(&d).kind, FaultKind::WrongLength { what: "verdicts", expected: 8, got: 9 });
+    assert_eq!(only_error(&d).kind, CallFault::WrongLength { what: "verdicts", expected: 8, got: 9 });
 }
 
 #[test]
 fn oversized_output_is_a_fault() {
     let (d, _) = decide_beside_hostile_within(r#"{"mode": "oversized"}"#, 5000);
-    assert!(matches!(only_error(&d).kind, FaultKind::OversizedOutput { what: "scores", .. }), "{:?}", d.errors);
+    assert!(matches!(only_error(&d).kind, CallFault::OversizedOutput { what: "scores", .. }), "{:?}", d.errors);
 }
 
 #[test]
@@ -119,7 +119,7 @@ fn oversized_error_message_is_clipped_and_not_a_fault() {
     let (d, _) = decide_beside_hostile_within(r#"{"mode": "oversized-error"}"#, 5000);
     let e = only_error(&d);
     assert!(!e.is_fault());
-    let FaultKind::Guest(msg) = &e.kind else { panic!("{e}") };
+    let CallFault::Guest(msg) = &e.kind else { panic!("{e}") };
     assert!(msg.len() < tessera_wasm::MAX_GUEST_ERROR + 64, "{}", msg.len());
     assert!(msg.ends_with("(1048576 bytes, clipped)"), "{}", &msg[msg.len() - 40..]);
 }
@@ -134,7 +134,7 @@ fn fuel_limit_stops_a_loop() {
     let (v, _) = rt.load(&spec, HOSTILE.bytes).unwrap();
     let p = policy(vec![member(v, 1.0)], &cluster(8));
     let d = p.decide(&pod(), &(0..8).collect::<Vec<_>>());
-    assert_eq!(d.errors[0].kind, FaultKind::FuelExhausted { fuel: 5_000_000 });
+    assert_eq!(d.errors[0].kind, CallFault::FuelExhausted { fuel: 5_000_000 });
     // Fuel without a fuel-metering runtime is refused at load.
     let err = runtime().load(&spec, HOSTILE.bytes).unwrap_err();
     assert!(matches!(err, LoadError::Limits { .. }), "{err}");
@@ -176,7 +176,7 @@ fn plugin_over_its_fault_budget_is_quarantined_and_the_rest_keep_deciding() {
     assert!(slot.stats().quarantined);
     let d = p.decide(&pod(), &ids);
     assert_eq!(d.chosen, Some(7));
-    assert!(matches!(d.errors[0].kind, FaultKind::Quarantined { faults: 3 }), "{:?}", d.errors);
+    assert!(matches!(d.errors[0].kind, CallFault::Quarantined { faults: 3 }), "{:?}", d.errors);
     assert!(d.errors[0].to_string().contains("PLUGIN-QUARANTINED"));
     // Reloading a good version releases the quarantine.
     slot.swap(load(&rt, HOSTILE, "hostile", "null"));

@@ -9,7 +9,7 @@ use anyhow::Result;
 use serde::Serialize;
 use tessera_core::model::GPU_MILLI;
 use tessera_core::sim::Simulator;
-use tessera_movement::{Move, dag, exec};
+use tessera_movement::{PodMove, dag, exec};
 use tessera_resched::Plan;
 use tessera_wasm::{Runtime, RuntimeConfig};
 
@@ -44,7 +44,7 @@ pub fn run(opts: &SimOptions, max_moves: usize) -> Result<PlanOutcome> {
     let (_, cluster, running) = Simulator::new(nodes, workload.clone(), &mut policy).run_submissions_keep(&submissions);
     let planner = tessera_resched::Planner::new(doc.rescheduling.clone());
     let plan = planner.plan(&cluster, &running, &workload, max_moves, None);
-    let moves = tessera_movement::Plan {
+    let moves = tessera_movement::MovePlan {
         id: 1,
         moves: plan
             .moves
@@ -52,7 +52,7 @@ pub fn run(opts: &SimOptions, max_moves: usize) -> Result<PlanOutcome> {
             .map(|m| {
                 let spec = running[m.pod].0.clone();
                 let sharing = spec.gpu_count == 1 && spec.gpu_milli < GPU_MILLI;
-                Move {
+                PodMove {
                     pod: m.pod as u64,
                     gpu_hint: if sharing { m.to.gpus.indices().next().map(|g| g as u8) } else { None },
                     spec,

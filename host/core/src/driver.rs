@@ -353,7 +353,7 @@ impl Driver {
         let found: Vec<Detection> =
             world.detect(&frame).into_iter().filter(|d| d.severity >= det.anomaly_threshold).collect();
         for d in &found {
-            *self.report.anomalies.entry(d.kind.clone()).or_insert(0) += 1;
+            *self.report.anomalies.entry(d.kind.as_str().to_string()).or_insert(0) += 1;
         }
         world.found(&found);
         found

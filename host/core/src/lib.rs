@@ -6,13 +6,13 @@
 
 pub mod bandit;
 pub mod cluster;
-pub mod defrag;
 pub mod driver;
 pub mod framework;
 pub mod metrics;
 pub mod model;
 pub mod preempt;
 pub mod queue;
+pub mod room;
 pub mod sched;
 pub mod score;
 pub mod sim;

@@ -125,7 +125,7 @@ pub(crate) fn timeline(arrivals: &[Arrival]) -> Vec<(u64, Kind, usize)> {
 /// Most pods moved to make room for one pod.
 pub const MAX_MOVES_PER_POD: usize = 6;
 
-struct Recorder {
+struct Curve {
     capacity_milli: u64,
     arrived_milli: u64,
     buckets: BTreeMap<u32, (u32, f64, f64, f64)>,
@@ -133,7 +133,7 @@ struct Recorder {
     hot: Vec<bool>,
 }
 
-impl Recorder {
+impl Curve {
     fn new(nodes: &[Node]) -> Self {
         Self {
             capacity_milli: nodes.iter().map(|n| n.gpus.len() as u64 * u64::from(GPU_MILLI)).sum(),
@@ -203,7 +203,7 @@ pub struct Simulator<'p, P: Placer> {
     placer: &'p mut P,
     workload: TargetWorkload,
     tracker: FragmentationTracker,
-    recorder: Recorder,
+    curve: Curve,
     report: RunReport,
     candidates: Vec<NodeId>,
     /// Rescheduling on failure: at most this share of placed pods migrated.
@@ -226,7 +226,7 @@ impl<'p, P: Placer> Simulator<'p, P> {
     pub fn new(nodes: Vec<Node>, workload: TargetWorkload, placer: &'p mut P) -> Self {
         let cluster = Cluster::new(nodes);
         let tracker = FragmentationTracker::new(cluster.nodes(), &workload);
-        let recorder = Recorder::new(cluster.nodes());
+        let curve = Curve::new(cluster.nodes());
         placer.nodes_changed(&cluster.nodes().iter().collect::<Vec<_>>());
         placer.prime();
         let report = RunReport { total_gpus: cluster.total_gpus(), ..RunReport::default() };
@@ -235,7 +235,7 @@ impl<'p, P: Placer> Simulator<'p, P> {
             placer,
             workload,
             tracker,
-            recorder,
+            curve,
             report,
             candidates: Vec::new(),
             migration_cap: None,
@@ -272,7 +272,7 @@ impl<'p, P: Placer> Simulator<'p, P> {
         self.planner_idle = false;
         let n = self.cluster.node(node).expect("node exists");
         self.tracker.update(n, &self.workload);
-        self.recorder.node_changed(n);
+        self.curve.node_changed(n);
         self.placer.nodes_changed(&[n]);
     }
 
@@ -291,7 +291,7 @@ impl<'p, P: Placer> Simulator<'p, P> {
     pub fn run_submissions_keep(mut self, pods: &[Pod]) -> (RunReport, Cluster, Vec<(Pod, Placement)>) {
         for (index, pod) in pods.iter().enumerate() {
             self.report.submitted += 1;
-            self.recorder.arrive(pod);
+            self.curve.arrive(pod);
             self.replan_if_due();
             let placed = match self.try_place(pod) {
                 // Room made by migration answers the host's filter only.
@@ -312,7 +312,7 @@ impl<'p, P: Placer> Simulator<'p, P> {
                     self.fail(reason);
                 }
             }
-            self.recorder.record(self.tracker.reading());
+            self.curve.record(self.tracker.reading());
         }
         let cluster = std::mem::replace(&mut self.cluster, Cluster::new(Vec::new()));
         let running = std::mem::take(&mut self.running);
@@ -331,7 +331,7 @@ impl<'p, P: Placer> Simulator<'p, P> {
             match kind {
                 Kind::Arrive => {
                     self.report.submitted += 1;
-                    self.recorder.arrive(pod);
+                    self.curve.arrive(pod);
                     match self.try_place(pod) {
                         Ok(p) => {
                             placed[i] = Some(p);
@@ -366,16 +366,16 @@ impl<'p, P: Placer> Simulator<'p, P> {
                     }
                 }
             }
-            self.recorder.record(self.tracker.reading());
+            self.curve.record(self.tracker.reading());
         }
         self.report.pending = pending.len() as u64;
         self.finish()
     }
 
     fn finish(mut self) -> RunReport {
-        self.report.buckets = self.recorder.buckets();
+        self.report.buckets = self.curve.buckets();
         self.report.last = self.tracker.reading();
-        self.report.hotspot_counts = std::mem::take(&mut self.recorder.hotspot_counts);
+        self.report.hotspot_counts = std::mem::take(&mut self.curve.hotspot_counts);
         self.report
     }
 }

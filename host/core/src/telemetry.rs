@@ -104,13 +104,66 @@ pub struct Detection {
     pub detector: String,
     /// The node.
     pub node: crate::model::NodeId,
-    /// `overload`, `memory-pressure`, `fragmentation`, `low-load` or the
-    /// detector's own kind.
-    pub kind: String,
+    /// What it found.
+    pub kind: FindingKind,
     /// 0..=1000.
     pub severity: u16,
     /// What it saw.
     pub message: String,
+}
+
+/// What a detector found (the WIT's `finding-kind`); written as its name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(from = "String", into = "String")]
+pub enum FindingKind {
+    /// A node runs hot.
+    Overload,
+    /// A node is short of memory.
+    MemoryPressure,
+    /// GPU share stranded on a node.
+    Fragmentation,
+    /// A node runs nearly idle.
+    LowLoad,
+    /// The detector's own kind.
+    Other(String),
+}
+
+impl FindingKind {
+    /// Its name in reports, metric labels and traces (`overload`,
+    /// `memory-pressure`, `fragmentation`, `low-load`, or the detector's).
+    pub fn as_str(&self) -> &str {
+        match self {
+            FindingKind::Overload => "overload",
+            FindingKind::MemoryPressure => "memory-pressure",
+            FindingKind::Fragmentation => "fragmentation",
+            FindingKind::LowLoad => "low-load",
+            FindingKind::Other(k) => k,
+        }
+    }
+}
+
+impl From<&str> for FindingKind {
+    fn from(name: &str) -> Self {
+        match name {
+            "overload" => FindingKind::Overload,
+            "memory-pressure" => FindingKind::MemoryPressure,
+            "fragmentation" => FindingKind::Fragmentation,
+            "low-load" => FindingKind::LowLoad,
+            other => FindingKind::Other(other.to_string()),
+        }
+    }
+}
+
+impl From<String> for FindingKind {
+    fn from(name: String) -> Self {
+        FindingKind::from(name.as_str())
+    }
+}
+
+impl From<FindingKind> for String {
+    fn from(k: FindingKind) -> Self {
+        k.as_str().to_string()
+    }
 }
 
 /// How often the detectors look, and from which severity a finding counts

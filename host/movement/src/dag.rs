@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use tessera_core::cluster::{Cluster, Placement, choose_gpus};
 use tessera_core::model::NodeId;
 
-use crate::{Move, Plan};
+use crate::{MovePlan, PodMove};
 
 /// One step: a pod from one node to another.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -27,7 +27,7 @@ pub struct Step {
     /// Index of the plan's move this step belongs to.
     pub move_index: usize,
     /// The move (for a hop, `from`/`to` are the hop's ends).
-    pub mv: Move,
+    pub mv: PodMove,
     /// Steps that must be done first (indices into [`Dag::steps`]).
     pub deps: Vec<usize>,
     /// This is one hop of a move routed through a node with room.
@@ -63,12 +63,12 @@ impl Dag {
 }
 
 /// Orders `plan` on `cluster` (where every moved pod runs at its `from`).
-pub fn build(cluster: &Cluster, plan: &Plan) -> Dag {
+pub fn build(cluster: &Cluster, plan: &MovePlan) -> Dag {
     let mut state = cluster.clone();
     let mut dag = Dag::default();
     // Pending: (move index, the move as it stands: `from` is where the pod
     // is now, which a hop changes).
-    let mut pending: VecDeque<(usize, Move, bool)> = VecDeque::new();
+    let mut pending: VecDeque<(usize, PodMove, bool)> = VecDeque::new();
     for (i, m) in plan.moves.iter().enumerate() {
         let valid = state.node(m.from.node).is_some() && state.node(m.to).is_some() && m.from.node != m.to;
         if valid {
@@ -85,7 +85,7 @@ pub fn build(cluster: &Cluster, plan: &Plan) -> Dag {
                  vacated: &mut BTreeMap<NodeId, Vec<usize>>,
                  last_step_of: &mut BTreeMap<usize, usize>,
                  i: usize,
-                 m: &Move,
+                 m: &PodMove,
                  to: NodeId,
                  hop: bool|
      -> Option<Placement> {
@@ -100,7 +100,7 @@ pub fn build(cluster: &Cluster, plan: &Plan) -> Dag {
         deps.sort_unstable();
         deps.dedup();
         let step = dag.steps.len();
-        dag.steps.push(Step { move_index: i, mv: Move { to, ..m.clone() }, deps, hop });
+        dag.steps.push(Step { move_index: i, mv: PodMove { to, ..m.clone() }, deps, hop });
         vacated.entry(m.from.node).or_default().push(step);
         last_step_of.insert(i, step);
         Some(placed)
@@ -134,7 +134,7 @@ pub fn build(cluster: &Cluster, plan: &Plan) -> Dag {
             })
             .flatten();
         match via.and_then(|z| apply(&mut state, &mut dag, &mut vacated, &mut last_step_of, i, &m, z, true)) {
-            Some(placed) => pending.push_front((i, Move { from: placed, ..m }, true)),
+            Some(placed) => pending.push_front((i, PodMove { from: placed, ..m }, true)),
             None => dag.dropped.push(Dropped {
                 move_index: i,
                 reason: format!(

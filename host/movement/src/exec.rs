@@ -16,11 +16,11 @@ use tessera_core::sched::PodId;
 use crate::config::MovementConfig;
 use crate::dag::Dag;
 use crate::journal::{Entry, Journal, JournalError};
-use crate::{Move, Plan};
+use crate::{MovePlan, PodMove};
 
 mod dry;
 
-pub use crate::step::{ActError, Actuator, Health, Location, MovementReport, StepState};
+pub use crate::step::{ActError, Actuator, Dropped, Health, Location, MovementReport, StepState};
 pub use dry::dry_run;
 
 /// An executor error: the journal failed (the executor must stop and be
@@ -51,11 +51,11 @@ pub struct Executor {
 
 impl Executor {
     /// Starts `plan` (already ordered into `dag`), journaling both.
-    pub fn start(cfg: MovementConfig, plan: &Plan, dag: Dag, journal: &mut dyn Journal) -> Result<Self, ExecError> {
+    pub fn start(cfg: MovementConfig, plan: &MovePlan, dag: Dag, journal: &mut dyn Journal) -> Result<Self, ExecError> {
         journal.append(&Entry::Plan { plan: plan.clone(), dag: dag.clone() })?;
         let mut ex = Self::fresh(cfg, plan.id, dag);
         for d in ex.dag.dropped.clone() {
-            ex.report.dropped.push((usize::MAX, format!("move {}: {}", d.move_index, d.reason)));
+            ex.report.dropped.push(Dropped::Unordered { move_index: d.move_index, reason: d.reason });
         }
         Ok(ex)
     }
@@ -140,10 +140,14 @@ impl Executor {
         r.executed = ex.states.iter().filter(|s| **s == StepState::Done).count() as u32;
         r.failed = ex.states.iter().filter(|s| matches!(s, StepState::Failed { .. })).count() as u32;
         r.rolled_back = ex.states.iter().filter(|s| matches!(s, StepState::RolledBack { .. })).count() as u32;
-        r.dropped =
-            ex.dag.dropped.iter().map(|d| (usize::MAX, format!("move {}: {}", d.move_index, d.reason))).collect();
+        r.dropped = ex
+            .dag
+            .dropped
+            .iter()
+            .map(|d| Dropped::Unordered { move_index: d.move_index, reason: d.reason.clone() })
+            .collect();
         r.dropped.extend(ex.states.iter().enumerate().filter_map(|(i, s)| match s {
-            StepState::Dropped { reason } => Some((i, reason.clone())),
+            StepState::Dropped { reason } => Some(Dropped::Step { step: i, reason: reason.clone() }),
             _ => None,
         }));
         for (i, s) in ex.states.iter().enumerate() {
@@ -263,7 +267,7 @@ impl Executor {
     /// Caps per cycle, counted over steps already begun in this plan.
     fn within_caps(&self, step: usize) -> bool {
         let m = &self.dag.steps[step].mv;
-        let begun: Vec<&Move> = self
+        let begun: Vec<&PodMove> = self
             .states
             .iter()
             .zip(&self.dag.steps)
@@ -377,7 +381,7 @@ impl Executor {
     }
 
     fn drop_step(&mut self, journal: &mut dyn Journal, i: usize, reason: String, now: u64) -> Result<(), ExecError> {
-        self.report.dropped.push((i, reason.clone()));
+        self.report.dropped.push(Dropped::Step { step: i, reason: reason.clone() });
         self.set(journal, i, StepState::Dropped { reason }, now)
     }
 
@@ -559,7 +563,7 @@ impl Executor {
         if let Some(reason) = &stopped {
             for i in 0..self.states.len() {
                 if self.states[i] == StepState::Pending {
-                    self.report.dropped.push((i, format!("plan stopped: {reason}")));
+                    self.report.dropped.push(Dropped::Step { step: i, reason: format!("plan stopped: {reason}") });
                     self.states[i] = StepState::Dropped { reason: format!("plan stopped: {reason}") };
                 }
             }

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use tessera_core::model::NodeId;
 use tessera_core::sched::PodId;
 
-use crate::Plan;
+use crate::MovePlan;
 use crate::dag::Dag;
 use crate::step::{MovementReport, StepState};
 
@@ -21,7 +21,7 @@ pub enum Entry {
     /// A plan begins, with its ordering.
     Plan {
         /// The plan.
-        plan: Plan,
+        plan: MovePlan,
         /// Its steps.
         dag: Dag,
     },

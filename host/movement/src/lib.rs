@@ -40,7 +40,7 @@ pub use config::{Budget, MovementConfig};
 
 /// One move of a plan: `pod` from where it runs to node `to`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Move {
+pub struct PodMove {
     /// The pod.
     pub pod: PodId,
     /// What it requests (and its workload, namespace, tier).
@@ -55,14 +55,14 @@ pub struct Move {
     pub gpu_hint: Option<u8>,
 }
 
-impl Move {
+impl PodMove {
     /// The GPU hint that puts the pod back where it runs now.
     pub fn home_hint(&self) -> Option<u8> {
         self.from.gpus.indices().next().map(|i| i as u8)
     }
 }
 
-impl Plan {
+impl MovePlan {
     /// The plan with every node id passed through `f` (another replica's
     /// model numbers the same nodes differently).
     pub fn renumbered(mut self, f: impl Fn(NodeId) -> NodeId) -> Self {
@@ -73,7 +73,7 @@ impl Plan {
     }
 }
 
-impl Move {
+impl PodMove {
     pub(crate) fn renumber(&mut self, f: &impl Fn(NodeId) -> NodeId) {
         self.from.node = f(self.from.node);
         self.to = f(self.to);
@@ -82,9 +82,9 @@ impl Move {
 
 /// A plan: moves in the planner's order of preference.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Plan {
+pub struct MovePlan {
     /// Identity (unique per executor journal).
     pub id: u64,
     /// The moves.
-    pub moves: Vec<Move>,
+    pub moves: Vec<PodMove>,
 }

@@ -22,7 +22,7 @@ use crate::exec::Executor;
 use crate::journal::MemJournal;
 use crate::sim::{SimActuator, SimActuatorConfig};
 use crate::step::MovementReport;
-use crate::{Move, MovementConfig, Plan, dag};
+use crate::{MovePlan, MovementConfig, PodMove, dag};
 
 /// Seconds the executor's clock advances per tick.
 pub const TICK_S: u64 = 5;
@@ -63,9 +63,9 @@ pub struct ExecutionTotals {
 
 /// The move of `spec` from `from` to `to`: a pod sharing a GPU keeps the
 /// planner's choice of GPU there as a hint.
-pub fn move_of(pod: PodId, spec: &Pod, from: Placement, to: Placement) -> Move {
+pub fn move_of(pod: PodId, spec: &Pod, from: Placement, to: Placement) -> PodMove {
     let sharing = spec.gpu_count == 1 && spec.gpu_milli < GPU_MILLI;
-    Move {
+    PodMove {
         pod,
         spec: spec.clone(),
         from,
@@ -77,7 +77,7 @@ pub fn move_of(pod: PodId, spec: &Pod, from: Placement, to: Placement) -> Move {
 /// One plan's execution, for whoever reports on it.
 pub struct Executed {
     /// The plan as the executor got it (pod ids are the caller's).
-    pub plan: Plan,
+    pub plan: MovePlan,
     /// The executor at the end (its steps' states, DAG and report); none
     /// if it refused the plan.
     pub executor: Option<Executor>,
@@ -143,7 +143,7 @@ impl SimulatedMoves {
         moves: &[(usize, Placement)],
         on_tick: &mut dyn FnMut(&Executor),
     ) -> Executed {
-        let plan = Plan {
+        let plan = MovePlan {
             id: self.totals.plans + 1,
             moves: moves.iter().map(|&(i, to)| move_of(ids[i], &running[i].0, running[i].1, to)).collect(),
         };

@@ -144,6 +144,35 @@ impl StepState {
     }
 }
 
+/// What was never attempted, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dropped {
+    /// A step of the DAG (cooldown, caps, budgets, the plan stopped).
+    Step {
+        /// The step.
+        step: usize,
+        /// Why.
+        reason: String,
+    },
+    /// A move the DAG could not order safely (it has no step).
+    Unordered {
+        /// The move's index in the plan.
+        move_index: usize,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Dropped {
+    /// Why it was dropped.
+    pub fn reason(&self) -> &str {
+        match self {
+            Dropped::Step { reason, .. } | Dropped::Unordered { reason, .. } => reason,
+        }
+    }
+}
+
 /// The outcome of a plan.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct MovementReport {
@@ -153,8 +182,8 @@ pub struct MovementReport {
     pub failed: u32,
     /// Steps rolled back.
     pub rolled_back: u32,
-    /// Steps dropped, with why.
-    pub dropped: Vec<(usize, String)>,
+    /// Steps and moves dropped, with why.
+    pub dropped: Vec<Dropped>,
     /// Batches run.
     pub batches: u32,
     /// Most pods of each workload unavailable at once.

@@ -22,7 +22,7 @@ use tessera_core::model::{GPU_MILLI, GpuHealth, NodeId, Pod, Tier};
 
 use crate::controller::{Planner, PlannerConfig};
 use crate::plan::{self, Plan};
-use crate::solver::Backend;
+use crate::solver::LpSolver;
 
 /// The figures `tessera bench reschedule` prints.
 #[derive(Debug, Clone, Serialize)]
@@ -153,7 +153,7 @@ pub fn fragmented(nodes: usize, pods: usize, seed: u64) -> (Cluster, Vec<(Pod, P
 /// the unmovable ones; pods over half a GPU need a GPU each, less one per
 /// unmovable GPU with room for them; and at least Martello–Toth's L2 bound
 /// of GPUs, less one per unmovable GPU with any room.
-pub fn whole_free_bound(c: &Cluster, running: &[(Pod, Placement)], backend: Backend) -> u64 {
+pub fn whole_free_bound(c: &Cluster, running: &[(Pod, Placement)], backend: LpSolver) -> u64 {
     // Share held by unmovable pods, per GPU.
     let mut held: std::collections::HashMap<(NodeId, usize), u64> = std::collections::HashMap::new();
     let (mut share, mut big) = (0u64, 0u64);
@@ -214,7 +214,7 @@ const MAX_PATTERN_ROUNDS: usize = 200;
 /// adding the most violated packing (a knapsack over the shares with values
 /// `y_c`) until none is; the duals, scaled by the most violated packing's
 /// value, are feasible, so every round's figure is a valid bound.
-pub fn configuration_lp_bins(items: &[u32], backend: Backend) -> u64 {
+pub fn configuration_lp_bins(items: &[u32], backend: LpSolver) -> u64 {
     use good_lp::{Expression, ProblemVariables, Solution, constraint, variable};
 
     use crate::solver::Model;
@@ -412,14 +412,14 @@ mod tests {
     fn the_configuration_lp_bounds_bin_packing_from_below_and_is_tight_here() {
         // 0.35 × 3 does not fit one GPU; pairs do: 4 items need 2 GPUs,
         // where the sum (1.4) and L2 say 2 as well; 5 need 3 (sum: 2).
-        assert_eq!(configuration_lp_bins(&[350; 4], Backend::Auto), 2);
-        assert_eq!(configuration_lp_bins(&[350; 5], Backend::Auto), 3);
+        assert_eq!(configuration_lp_bins(&[350; 4], LpSolver::Auto), 2);
+        assert_eq!(configuration_lp_bins(&[350; 5], LpSolver::Auto), 3);
         // 0.45 and 0.65: pairs of 0.45, 0.65 alone (nothing fits beside it
         // but nothing): 4 × 0.45 → 2, 3 × 0.65 → 3.
         let items = [450, 450, 450, 450, 650, 650, 650];
-        assert_eq!(configuration_lp_bins(&items, Backend::Auto), 5);
+        assert_eq!(configuration_lp_bins(&items, LpSolver::Auto), 5);
         assert!(martello_toth_l2(&items) <= 5);
-        assert_eq!(configuration_lp_bins(&[], Backend::Auto), 0);
+        assert_eq!(configuration_lp_bins(&[], LpSolver::Auto), 0);
         // Never above first-fit decreasing on random instances.
         let mut x: u64 = 0x2545_F491_4F6C_DD1D;
         for _ in 0..30 {
@@ -440,7 +440,7 @@ mod tests {
                     None => bins.push(s),
                 }
             }
-            let lp = configuration_lp_bins(&items, Backend::Auto);
+            let lp = configuration_lp_bins(&items, LpSolver::Auto);
             let sum = items.iter().map(|&s| u64::from(s)).sum::<u64>().div_ceil(1000);
             assert!(lp <= bins.len() as u64 && lp >= sum, "{lp} vs FFD {} and the sum {sum}", bins.len());
         }

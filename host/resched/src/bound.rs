@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use good_lp::{Expression, ProblemVariables, Solution, constraint, variable};
 use tessera_core::model::{GPU_MILLI, Node, Pod};
 
-use crate::solver::{Backend, Model};
+use crate::solver::{LpSolver, Model};
 
 mod pricing;
 mod repacking;
@@ -75,7 +75,7 @@ impl Shape {
 }
 
 /// The LP bound on GPU share allocated when `pods` are placed on `nodes`.
-pub fn gpu_allocation_bound(nodes: &[Node], pods: &[Pod], backend: Backend) -> Result<Bound, BoundError> {
+pub fn gpu_allocation_bound(nodes: &[Node], pods: &[Pod], backend: LpSolver) -> Result<Bound, BoundError> {
     let mut types: BTreeMap<NodeType, u64> = BTreeMap::new();
     for n in nodes.iter().filter(|n| n.ready) {
         let t = NodeType {
@@ -224,7 +224,7 @@ mod tests {
         let b = gpu_allocation_bound(
             &[node(64_000, 4, "A"), node(64_000, 4, "A")],
             &vec![pod(1_000, 1, 1000); 10],
-            Backend::Auto,
+            LpSolver::Auto,
         )
         .unwrap();
         assert!((b.gpu_milli - 8_000.0).abs() < 1e-6, "{b:?}");
@@ -234,7 +234,7 @@ mod tests {
     #[test]
     fn cpu_bound_when_cpu_runs_out() {
         // 4 GPUs but 10 cores; pods want 4 cores and one GPU: 2.5 pods' CPU.
-        let b = gpu_allocation_bound(&[node(10_000, 4, "A")], &vec![pod(4_000, 1, 1000); 4], Backend::Auto).unwrap();
+        let b = gpu_allocation_bound(&[node(10_000, 4, "A")], &vec![pod(4_000, 1, 1000); 4], LpSolver::Auto).unwrap();
         assert!((b.gpu_milli - 2_500.0).abs() < 1e-6, "{b:?}");
     }
 
@@ -242,10 +242,10 @@ mod tests {
     fn model_constraints_are_kept() {
         let mut want_b = pod(1_000, 1, 1000);
         want_b.allowed_models = vec!["B".into()];
-        let b = gpu_allocation_bound(&[node(64_000, 4, "A")], &vec![want_b; 3], Backend::Auto).unwrap();
+        let b = gpu_allocation_bound(&[node(64_000, 4, "A")], &vec![want_b; 3], LpSolver::Auto).unwrap();
         assert_eq!(b.gpu_milli, 0.0, "no B node: nothing can be placed");
         let b =
-            gpu_allocation_bound(&[node(64_000, 4, "A"), node(64_000, 1, "B")], &[pod(1_000, 1, 1000)], Backend::Auto)
+            gpu_allocation_bound(&[node(64_000, 4, "A"), node(64_000, 1, "B")], &[pod(1_000, 1, 1000)], LpSolver::Auto)
                 .unwrap();
         assert!((b.gpu_milli - 1_000.0).abs() < 1e-6);
     }
@@ -285,7 +285,7 @@ mod tests {
                     placed += f64::from(p.gpu_count) * f64::from(p.gpu_milli);
                 }
             }
-            let b = gpu_allocation_bound(&nodes, &pods, Backend::Auto).unwrap();
+            let b = gpu_allocation_bound(&nodes, &pods, LpSolver::Auto).unwrap();
             assert!(placed <= b.gpu_milli + 1e-6, "placed {placed} > bound {}", b.gpu_milli);
         }
     }
@@ -300,11 +300,11 @@ mod tests {
         let big = pod(1_000, 1, 810);
         let admitted: Vec<_> = (0..2).map(|n| (big.clone(), c.bind(n, &big, GpuSet(1)).unwrap())).collect();
         let waiting = vec![pod(1_000, 1, 500), pod(1_000, 1, 500), pod(1_000, 1, 150)];
-        let b = repacking_bound(&c, &admitted, &waiting, Backend::Auto).unwrap();
+        let b = repacking_bound(&c, &admitted, &waiting, LpSolver::Auto).unwrap();
         assert!((b.gpu_milli - 1_770.0).abs() < 1e-3, "{b:?}");
         // The fluid bound, free to drop the 0.81s, says more.
         let all: Vec<Pod> = admitted.iter().map(|(p, _)| p.clone()).chain(waiting).collect();
-        assert!(gpu_allocation_bound(c.nodes(), &all, Backend::Auto).unwrap().gpu_milli > 1_770.0 + 1.0);
+        assert!(gpu_allocation_bound(c.nodes(), &all, LpSolver::Auto).unwrap().gpu_milli > 1_770.0 + 1.0);
     }
 
     #[test]
@@ -319,7 +319,7 @@ mod tests {
         let admitted = vec![(half.clone(), c.bind(1, &half, GpuSet(1)).unwrap())];
         let mut b_only = pod(1_000, 1, 500);
         b_only.allowed_models = vec!["B".into()];
-        let b = repacking_bound(&c, &admitted, &vec![b_only; 3], Backend::Auto).unwrap();
+        let b = repacking_bound(&c, &admitted, &vec![b_only; 3], LpSolver::Auto).unwrap();
         assert!((b.gpu_milli - 1_500.0).abs() < 1e-3, "{b:?}");
         assert_eq!(b.node_types, 2);
     }
@@ -332,7 +332,7 @@ mod tests {
         // all four: 4,000 and more.
         let c = Cluster::new(vec![node(64_000, 2, "A"), node(64_000, 2, "A")]);
         let waiting = [pod(1_000, 4, 1000), pod(1_000, 1, 500)];
-        let b = repacking_bound(&c, &[], &waiting, Backend::Auto).unwrap();
+        let b = repacking_bound(&c, &[], &waiting, LpSolver::Auto).unwrap();
         assert!((b.gpu_milli - 500.0).abs() < 1e-3, "{b:?}");
         // Two nodes of four GPUs, a whole-GPU pod on each: re-packed onto
         // one node, the other takes the 4-GPU pod (and the half fits
@@ -340,7 +340,7 @@ mod tests {
         let mut c = Cluster::new(vec![node(64_000, 4, "A"), node(64_000, 4, "A")]);
         let one = pod(1_000, 1, 1000);
         let admitted: Vec<_> = (0..2).map(|n| (one.clone(), c.bind(n, &one, GpuSet(1)).unwrap())).collect();
-        let b = repacking_bound(&c, &admitted, &waiting, Backend::Auto).unwrap();
+        let b = repacking_bound(&c, &admitted, &waiting, LpSolver::Auto).unwrap();
         assert!((b.gpu_milli - 6_500.0).abs() < 1e-3, "{b:?}");
     }
 
@@ -350,7 +350,7 @@ mod tests {
         // Two nodes of two GPUs and 16 cores; four one-GPU pods of 10
         // cores wait: one per node, 2,000 (counting GPUs alone: 4,000).
         let c = Cluster::new(vec![node(16_000, 2, "A"), node(16_000, 2, "A")]);
-        let b = repacking_bound(&c, &[], &vec![pod(10_000, 1, 1000); 4], Backend::Auto).unwrap();
+        let b = repacking_bound(&c, &[], &vec![pod(10_000, 1, 1000); 4], LpSolver::Auto).unwrap();
         assert!((b.gpu_milli - 2_000.0).abs() < 1e-3, "{b:?}");
         // Each GPU's sharing pods have a CPU budget of their own: on 10
         // cores, a whole GPU of 9 cores leaves room for one 1-core half
@@ -358,18 +358,18 @@ mod tests {
         let c = Cluster::new(vec![node(10_000, 2, "A")]);
         let waiting =
             [pod(9_000, 1, 1000), pod(4_000, 1, 500), pod(4_000, 1, 500), pod(1_000, 1, 500), pod(1_000, 1, 500)];
-        let b = repacking_bound(&c, &[], &waiting, Backend::Auto).unwrap();
+        let b = repacking_bound(&c, &[], &waiting, LpSolver::Auto).unwrap();
         assert!((b.gpu_milli - 2_000.0).abs() < 1e-3, "{b:?}");
         // A CPU-only pod of 6 cores on a one-GPU node of 8 keeps a 4-core
         // GPU pod out, unless a node without GPUs takes it.
         let mut c = Cluster::new(vec![node(8_000, 1, "A")]);
         let cpu_only = pod(6_000, 0, 0);
         let admitted = vec![(cpu_only.clone(), c.bind(0, &cpu_only, GpuSet(0)).unwrap())];
-        let b = repacking_bound(&c, &admitted, &[pod(4_000, 1, 1000)], Backend::Auto).unwrap();
+        let b = repacking_bound(&c, &admitted, &[pod(4_000, 1, 1000)], LpSolver::Auto).unwrap();
         assert!(b.gpu_milli.abs() < 1e-3, "{b:?}");
         let mut c = Cluster::new(vec![node(8_000, 1, "A"), node(8_000, 0, "")]);
         let admitted = vec![(cpu_only.clone(), c.bind(0, &cpu_only, GpuSet(0)).unwrap())];
-        let b = repacking_bound(&c, &admitted, &[pod(4_000, 1, 1000)], Backend::Auto).unwrap();
+        let b = repacking_bound(&c, &admitted, &[pod(4_000, 1, 1000)], LpSolver::Auto).unwrap();
         assert!((b.gpu_milli - 1_000.0).abs() < 1e-3, "{b:?}");
         assert_eq!(b.node_types, 2);
     }
@@ -384,7 +384,7 @@ mod tests {
         let one = pod(1_000, 1, 1000);
         let admitted = vec![(one.clone(), c.bind(0, &one, GpuSet(1)).unwrap())];
         c.update_node(0, |n| n.ready = false);
-        let b = repacking_bound(&c, &admitted, &[pod(1_000, 1, 1000)], Backend::Auto).unwrap();
+        let b = repacking_bound(&c, &admitted, &[pod(1_000, 1, 1000)], LpSolver::Auto).unwrap();
         assert!((b.gpu_milli - 1_000.0).abs() < 1e-3, "{b:?}");
         assert_eq!(b.node_types, 1);
     }
@@ -461,7 +461,7 @@ mod tests {
             }
             let kept: Vec<Pod> = admitted.iter().map(|(p, _)| p.clone()).collect();
             let best = best_repacking(&nodes, &kept, &waiting).expect("the admitted pods fit as they are");
-            let b = repacking_bound(&c, &admitted, &waiting, Backend::Auto).unwrap();
+            let b = repacking_bound(&c, &admitted, &waiting, LpSolver::Auto).unwrap();
             assert!(b.gpu_milli + 1e-6 >= best as f64, "bound {} below the best re-packing {best}", b.gpu_milli);
             tight += usize::from(b.gpu_milli < best as f64 + 1e-6);
         }
@@ -490,10 +490,10 @@ mod tests {
             }
             let now: f64 =
                 admitted.iter().map(|(p, _)| f64::from(p.gpu_count) * f64::from(p.gpu_milli.min(1000))).sum();
-            let b = repacking_bound(&c, &admitted, &waiting, Backend::Auto).unwrap();
+            let b = repacking_bound(&c, &admitted, &waiting, LpSolver::Auto).unwrap();
             assert!(b.gpu_milli + 1e-6 >= now, "bound {} below the {now} held now", b.gpu_milli);
             let all: Vec<Pod> = admitted.iter().map(|(p, _)| p.clone()).chain(waiting).collect();
-            let fluid = gpu_allocation_bound(&nodes, &all, Backend::Auto).unwrap();
+            let fluid = gpu_allocation_bound(&nodes, &all, LpSolver::Auto).unwrap();
             assert!(b.gpu_milli <= fluid.gpu_milli + 1e-3, "{} over the fluid {}", b.gpu_milli, fluid.gpu_milli);
         }
     }

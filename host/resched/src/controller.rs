@@ -20,8 +20,8 @@ use tessera_core::model::{NodeId, Pod};
 use crate::cost::CostWeights;
 use crate::plan::{self, Plan, Solver, Strategy};
 use crate::scratch::Scratch;
-use crate::solver::Backend;
-use crate::{balance, consolidate, defrag, milp, repack, repair};
+use crate::solver::LpSolver;
+use crate::{balance, co_location, defrag, milp, repack, repair};
 
 /// Move budgets from which a global re-packing is also tried.
 const REPACK_MIN_MOVES: usize = 64;
@@ -49,7 +49,7 @@ impl StrategyWeights {
     fn of(&self, s: Strategy) -> f64 {
         match s {
             Strategy::LoadBalance => self.load_balance,
-            Strategy::Consolidation => self.co_location,
+            Strategy::CoLocation => self.co_location,
             Strategy::FragmentMerge => self.fragment_merge,
         }
     }
@@ -79,7 +79,7 @@ pub struct PlannerConfig {
     pub milp_max_binaries: usize,
     /// The LP/MILP solver: `auto` (HiGHS when built in), `microlp` or
     /// `highs`.
-    pub solver: Backend,
+    pub solver: LpSolver,
 }
 
 impl Default for PlannerConfig {
@@ -93,7 +93,7 @@ impl Default for PlannerConfig {
             low_load_threshold: 0.1,
             milp_max_nodes: 8,
             milp_max_binaries: 400,
-            solver: Backend::Auto,
+            solver: LpSolver::Auto,
         }
     }
 }
@@ -253,7 +253,7 @@ impl Planner {
                 let phase_start = started.elapsed();
                 let used = match st {
                     Strategy::LoadBalance => balance::run(&mut s, share, self.cfg.load_threshold, &mut loads),
-                    Strategy::Consolidation => consolidate::run(&mut s, share, self.cfg.low_load_threshold),
+                    Strategy::CoLocation => co_location::run(&mut s, share, self.cfg.low_load_threshold),
                     Strategy::FragmentMerge => {
                         // The drains, and a global re-packing on a copy;
                         // the one that nets more is kept.

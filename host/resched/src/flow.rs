@@ -148,7 +148,7 @@ mod tests {
     use rand_chacha::ChaCha8Rng;
 
     use super::*;
-    use crate::solver::{Backend, Model};
+    use crate::solver::{LpSolver, Model};
 
     #[test]
     fn a_cheaper_detour_wins_over_the_direct_arc() {
@@ -198,7 +198,7 @@ mod tests {
             let inn: Expression = x.iter().filter(|e| e.1 == j).map(|e| Expression::from(e.3)).sum();
             m.with(constraint!(inn == d as f64));
         }
-        m.solve(Backend::Auto).expect("balanced and complete: feasible").eval(&objective)
+        m.solve(LpSolver::Auto).expect("balanced and complete: feasible").eval(&objective)
     }
 
     #[test]

@@ -12,7 +12,7 @@
 //!   budget and a hard time limit, warm-started from the previous plan.
 //! - Strategies: [`defrag`] (re-pack fractional pods so that free GPU share
 //!   merges into whole GPUs), [`balance`] (minimum-cost moves until nodes
-//!   are under a load threshold), [`consolidate`] (empty low-load nodes).
+//!   are under a load threshold), [`co_location`] (empty low-load nodes).
 //! - [`flow`]: min-cost flow over grouped GPUs and packings (which GPU
 //!   takes which packing of a global re-packing, in the fewest moves).
 //! - [`milp`]: the exact re-packing of a restricted candidate set as a
@@ -28,7 +28,7 @@ pub mod adapter;
 pub mod balance;
 pub mod bench;
 pub mod bound;
-pub mod consolidate;
+pub mod co_location;
 pub mod controller;
 pub mod cost;
 pub mod defrag;
@@ -47,7 +47,7 @@ pub use bound::{Bound, BoundError, gpu_allocation_bound};
 pub use controller::{Planner, PlannerConfig, StrategyWeights};
 pub use cost::CostWeights;
 pub use plan::{Move, Plan, PlanError, Strategy};
-pub use solver::Backend;
+pub use solver::LpSolver;
 
 #[cfg(test)]
 mod tests;

@@ -24,7 +24,7 @@ use tessera_core::model::{GPU_MILLI, GpuHealth, NodeId, Pod, Tier};
 
 use crate::cost::CostWeights;
 use crate::plan::{Move, Strategy};
-use crate::solver::{Backend, Model};
+use crate::solver::{LpSolver, Model};
 
 /// Why no exact plan came back.
 #[derive(Debug, thiserror::Error)]
@@ -57,7 +57,7 @@ pub struct Limits {
     /// Wall-clock limit of the solver.
     pub time_limit: Duration,
     /// The solver.
-    pub backend: Backend,
+    pub backend: LpSolver,
 }
 
 /// Solves the re-packing of `nodes` exactly. `warm` (moves of a plan on the

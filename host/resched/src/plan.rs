@@ -12,20 +12,20 @@ pub enum Strategy {
     /// Minimum-cost moves off nodes over the load threshold.
     LoadBalance,
     /// Empty low-load nodes (`co_location` in the strategy weights).
-    Consolidation,
+    CoLocation,
     /// Re-pack fractional pods so that free share merges into whole GPUs.
     FragmentMerge,
 }
 
 impl Strategy {
     /// Every strategy, in the order the controller runs them.
-    pub const ALL: [Strategy; 3] = [Strategy::LoadBalance, Strategy::Consolidation, Strategy::FragmentMerge];
+    pub const ALL: [Strategy; 3] = [Strategy::LoadBalance, Strategy::CoLocation, Strategy::FragmentMerge];
 
     /// Stable name (reports, traces).
     pub fn name(self) -> &'static str {
         match self {
             Strategy::LoadBalance => "load-balance",
-            Strategy::Consolidation => "consolidation",
+            Strategy::CoLocation => "co-location",
             Strategy::FragmentMerge => "fragment-merge",
         }
     }

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 /// Which solver the core uses.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Backend {
+pub enum LpSolver {
     /// HiGHS when built in, microlp otherwise.
     #[default]
     Auto,
@@ -35,22 +35,22 @@ pub enum Backend {
     Highs,
 }
 
-impl Backend {
+impl LpSolver {
     /// Whether this build has HiGHS.
     pub const HIGHS_BUILT_IN: bool = cfg!(feature = "highs");
 
     /// The solver `Auto` stands for in this build; others as they are.
-    pub fn resolved(self) -> Backend {
+    pub fn resolved(self) -> LpSolver {
         match self {
-            Backend::Auto if Self::HIGHS_BUILT_IN => Backend::Highs,
-            Backend::Auto => Backend::Microlp,
+            LpSolver::Auto if Self::HIGHS_BUILT_IN => LpSolver::Highs,
+            LpSolver::Auto => LpSolver::Microlp,
             b => b,
         }
     }
 
     /// Refuses HiGHS in a build without it.
     pub fn validate(self) -> Result<(), String> {
-        if self == Backend::Highs && !Self::HIGHS_BUILT_IN {
+        if self == LpSolver::Highs && !Self::HIGHS_BUILT_IN {
             return Err("solver: highs is not built into this binary (build with `--features highs`, \
                         which needs cmake and libclang), use microlp or auto"
                 .into());
@@ -59,12 +59,12 @@ impl Backend {
     }
 }
 
-impl fmt::Display for Backend {
+impl fmt::Display for LpSolver {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            Backend::Auto => "auto",
-            Backend::Microlp => "microlp",
-            Backend::Highs => "highs",
+            LpSolver::Auto => "auto",
+            LpSolver::Microlp => "microlp",
+            LpSolver::Highs => "highs",
         })
     }
 }
@@ -106,16 +106,16 @@ impl Model {
     }
 
     /// Solves with `backend` (resolved first).
-    pub(crate) fn solve(self, backend: Backend) -> Result<Values, ResolutionError> {
+    pub(crate) fn solve(self, backend: LpSolver) -> Result<Values, ResolutionError> {
         let Model { vars, objective, maximise, constraints, time_limit, initial } = self;
         // HiGHS calls a model without variables an error (`ModelEmpty`);
         // its optimum is the objective's constant, which microlp returns.
-        let backend = if vars.is_empty() { Backend::Microlp } else { backend.resolved() };
+        let backend = if vars.is_empty() { LpSolver::Microlp } else { backend.resolved() };
         let problem = if maximise { vars.maximise(objective) } else { vars.minimise(objective) };
         let opts = (time_limit, initial, constraints);
         match backend {
             #[cfg(feature = "highs")]
-            Backend::Highs => finish(problem.using(good_lp::highs).set_threads(1), opts).map(Values::Highs),
+            LpSolver::Highs => finish(problem.using(good_lp::highs).set_threads(1), opts).map(Values::Highs),
             _ => finish(problem.using(microlp), opts).map(Values::Microlp),
         }
     }
@@ -172,7 +172,7 @@ mod tests {
 
     /// A small MILP whose LP relaxation is fractional: both backends must
     /// find the integer optimum.
-    fn knapsack(backend: Backend) -> f64 {
+    fn knapsack(backend: LpSolver) -> f64 {
         let mut vars = ProblemVariables::new();
         let x: Vec<Variable> = (0..4).map(|_| vars.add(variable().binary())).collect();
         let (w, v) = ([5.0, 4.0, 6.0, 3.0], [10.0, 40.0, 30.0, 50.0]);
@@ -186,14 +186,14 @@ mod tests {
 
     #[test]
     fn every_built_backend_finds_the_integer_optimum() {
-        assert_eq!(knapsack(Backend::Microlp), 90.0);
-        assert_eq!(knapsack(Backend::Auto), 90.0);
-        if Backend::HIGHS_BUILT_IN {
-            assert_eq!(knapsack(Backend::Highs), 90.0);
-            assert_eq!(Backend::Auto.resolved(), Backend::Highs);
+        assert_eq!(knapsack(LpSolver::Microlp), 90.0);
+        assert_eq!(knapsack(LpSolver::Auto), 90.0);
+        if LpSolver::HIGHS_BUILT_IN {
+            assert_eq!(knapsack(LpSolver::Highs), 90.0);
+            assert_eq!(LpSolver::Auto.resolved(), LpSolver::Highs);
         } else {
-            assert_eq!(Backend::Auto.resolved(), Backend::Microlp);
-            assert!(Backend::Highs.validate().unwrap_err().contains("--features highs"));
+            assert_eq!(LpSolver::Auto.resolved(), LpSolver::Microlp);
+            assert!(LpSolver::Highs.validate().unwrap_err().contains("--features highs"));
         }
     }
 }

@@ -59,7 +59,7 @@ pub(crate) fn only(s: Strategy) -> PlannerConfig {
         strategy_weights: StrategyWeights {
             load_balance: w(Strategy::LoadBalance),
             fragment_merge: w(Strategy::FragmentMerge),
-            co_location: w(Strategy::Consolidation),
+            co_location: w(Strategy::CoLocation),
         },
         milp_max_nodes: 0,
         ..PlannerConfig::default()
@@ -179,7 +179,7 @@ fn consolidation_empties_the_low_load_node() {
     let mut busy = pod("busy", 1000);
     busy.gpu_count = 6;
     let (c, running) = build(vec![node(0, 8), node(1, 8)], vec![(busy, 0, 0), (pod("small", 200), 1, 3)]);
-    let p = Planner::new(only(Strategy::Consolidation)).plan(&c, &running, &whole_gpu_workload(), 10, None);
+    let p = Planner::new(only(Strategy::CoLocation)).plan(&c, &running, &whole_gpu_workload(), 10, None);
     assert_eq!(p.moves.len(), 1, "{p:?}");
     assert_eq!(p.moves[0].to.node, 0);
     assert_eq!(p.empty_nodes_after, p.empty_nodes_before + 1);

@@ -308,7 +308,7 @@ impl Metrics {
             if matches!(p.role, tessera_policy::Role::Scorer) {
                 let _ = self.plugin_latency.get_or_create(&plugin);
             }
-            for code in tessera_wasm::FaultKind::CODES {
+            for code in tessera_wasm::CallFault::CODES {
                 let _ =
                     self.plugin_faults.get_or_create(&PluginCodeLabel { plugin: p.name.clone(), code: code.into() });
             }

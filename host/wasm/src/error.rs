@@ -113,7 +113,7 @@ pub struct CallError {
     /// The WIT function called.
     pub call: &'static str,
     /// What went wrong.
-    pub kind: FaultKind,
+    pub kind: CallFault,
 }
 
 impl CallError {
@@ -125,7 +125,7 @@ impl CallError {
 
 /// What went wrong in a call.
 #[derive(Debug, Clone, PartialEq)]
-pub enum FaultKind {
+pub enum CallFault {
     /// The epoch deadline passed.
     Timeout {
         /// The deadline.
@@ -186,7 +186,7 @@ pub enum FaultKind {
     Instantiate(String),
 }
 
-impl FaultKind {
+impl CallFault {
     /// Every code [`FaultKind::code`] gives, in declaration order (metrics
     /// create a series for each).
     pub const CODES: [&'static str; 10] = [
@@ -204,76 +204,76 @@ impl FaultKind {
 
     /// Whether this counts against the fault budget and replaces the instance.
     pub fn is_fault(&self) -> bool {
-        !matches!(self, FaultKind::Guest(_) | FaultKind::Quarantined { .. })
+        !matches!(self, CallFault::Guest(_) | CallFault::Quarantined { .. })
     }
 
     /// Stable reason code.
     pub fn code(&self) -> &'static str {
         match self {
-            FaultKind::Timeout { .. } => "PLUGIN-TIMEOUT",
-            FaultKind::MemoryExceeded { .. } => "PLUGIN-MEMORY",
-            FaultKind::FuelExhausted { .. } => "PLUGIN-FUEL",
-            FaultKind::Trap { .. } => "PLUGIN-TRAP",
-            FaultKind::WrongLength { .. } => "PLUGIN-WRONG-LENGTH",
-            FaultKind::OversizedOutput { .. } => "PLUGIN-OVERSIZED",
-            FaultKind::UnknownReason { .. } => "PLUGIN-BAD-REASON",
-            FaultKind::Guest(_) => "PLUGIN-ERROR",
-            FaultKind::Quarantined { .. } => "PLUGIN-QUARANTINED",
-            FaultKind::Instantiate(_) => "PLUGIN-INSTANTIATE",
+            CallFault::Timeout { .. } => "PLUGIN-TIMEOUT",
+            CallFault::MemoryExceeded { .. } => "PLUGIN-MEMORY",
+            CallFault::FuelExhausted { .. } => "PLUGIN-FUEL",
+            CallFault::Trap { .. } => "PLUGIN-TRAP",
+            CallFault::WrongLength { .. } => "PLUGIN-WRONG-LENGTH",
+            CallFault::OversizedOutput { .. } => "PLUGIN-OVERSIZED",
+            CallFault::UnknownReason { .. } => "PLUGIN-BAD-REASON",
+            CallFault::Guest(_) => "PLUGIN-ERROR",
+            CallFault::Quarantined { .. } => "PLUGIN-QUARANTINED",
+            CallFault::Instantiate(_) => "PLUGIN-INSTANTIATE",
         }
     }
 }
 
-impl fmt::Display for FaultKind {
+impl fmt::Display for CallFault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: ", self.code())?;
         match self {
-            FaultKind::Timeout { deadline_ms } => {
+            CallFault::Timeout { deadline_ms } => {
                 write!(f, "ran past its {deadline_ms} ms deadline")
             }
-            FaultKind::MemoryExceeded { cap_mib, requested_mib } => {
+            CallFault::MemoryExceeded { cap_mib, requested_mib } => {
                 write!(f, "tried to grow memory to {requested_mib} MiB, over its {cap_mib} MiB cap")
             }
-            FaultKind::FuelExhausted { fuel } => write!(f, "used up its fuel budget of {fuel}"),
-            FaultKind::Trap { trap, guest_said: None } => write!(f, "trapped: {trap}"),
-            FaultKind::Trap { trap, guest_said: Some(said) } => write!(f, "trapped: {trap}; guest said: {said}"),
-            FaultKind::WrongLength { what, expected, got } => {
+            CallFault::FuelExhausted { fuel } => write!(f, "used up its fuel budget of {fuel}"),
+            CallFault::Trap { trap, guest_said: None } => write!(f, "trapped: {trap}"),
+            CallFault::Trap { trap, guest_said: Some(said) } => write!(f, "trapped: {trap}; guest said: {said}"),
+            CallFault::WrongLength { what, expected, got } => {
                 write!(f, "returned {got} {what} for {expected} candidates")
             }
-            FaultKind::OversizedOutput { what, bytes, limit } => {
+            CallFault::OversizedOutput { what, bytes, limit } => {
                 write!(f, "returned {bytes} bytes of {what}, over the {limit}-byte limit")
             }
-            FaultKind::UnknownReason { verdict, declared } => {
+            CallFault::UnknownReason { verdict, declared } => {
                 write!(f, "filter verdict {verdict} names no reason (it declares {declared})")
             }
-            FaultKind::Guest(msg) => write!(f, "returned an error: {msg}"),
-            FaultKind::Quarantined { faults } => {
+            CallFault::Guest(msg) => write!(f, "returned an error: {msg}"),
+            CallFault::Quarantined { faults } => {
                 write!(f, "quarantined after {faults} faults; reload it to release")
             }
-            FaultKind::Instantiate(msg) => write!(f, "could not be instantiated: {msg}"),
+            CallFault::Instantiate(msg) => write!(f, "could not be instantiated: {msg}"),
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::FaultKind;
+    use super::CallFault;
 
     #[test]
     fn every_fault_kind_has_one_of_the_listed_codes_and_each_code_one_kind() {
         let kinds = [
-            FaultKind::Timeout { deadline_ms: 1 },
-            FaultKind::MemoryExceeded { cap_mib: 1, requested_mib: 2 },
-            FaultKind::FuelExhausted { fuel: 1 },
-            FaultKind::Trap { trap: String::new(), guest_said: None },
-            FaultKind::WrongLength { what: "scores", expected: 1, got: 2 },
-            FaultKind::OversizedOutput { what: "hints", bytes: 2, limit: 1 },
-            FaultKind::UnknownReason { verdict: 3, declared: 1 },
-            FaultKind::Guest(String::new()),
-            FaultKind::Quarantined { faults: 3 },
-            FaultKind::Instantiate(String::new()),
+            CallFault::Timeout { deadline_ms: 1 },
+            CallFault::MemoryExceeded { cap_mib: 1, requested_mib: 2 },
+            CallFault::FuelExhausted { fuel: 1 },
+            CallFault::Trap { trap: String::new(), guest_said: None },
+            CallFault::WrongLength { what: "scores", expected: 1, got: 2 },
+            CallFault::OversizedOutput { what: "hints", bytes: 2, limit: 1 },
+            CallFault::UnknownReason { verdict: 3, declared: 1 },
+            CallFault::Guest(String::new()),
+            CallFault::Quarantined { faults: 3 },
+            CallFault::Instantiate(String::new()),
         ];
-        let codes: Vec<&str> = kinds.iter().map(FaultKind::code).collect();
-        assert_eq!(codes, FaultKind::CODES);
+        let codes: Vec<&str> = kinds.iter().map(CallFault::code).collect();
+        assert_eq!(codes, CallFault::CODES);
     }
 }

@@ -32,7 +32,7 @@ mod runtime;
 pub use bindings::types as wit;
 pub use cache::{ArtifactCache, CacheOutcome, content_key, sha256_hex};
 pub use check::{canned_frame, canned_nodes, canned_pods};
-pub use error::{CallError, FaultKind, LoadError, WorldKind};
+pub use error::{CallError, CallFault, LoadError, WorldKind};
 pub use feed::{NodeFeed, to_wit_node, to_wit_pod};
 pub use plugin::{MAX_GUEST_ERROR, PluginInfo, PluginSlot, PluginVersion, ScoreOutput, SlotStats};
 pub use policy::{Decision, Member, PluginOutcome, Policy, Rejection};

@@ -11,7 +11,7 @@ use tessera_policy::{Grants, Limits};
 use wasmtime::{Engine, Store, Trap};
 
 use crate::bindings::{detector, scorer, types as wit};
-use crate::error::{CallError, FaultKind, WorldKind};
+use crate::error::{CallError, CallFault, WorldKind};
 use crate::feed::NodeFeed;
 use crate::host::HostState;
 
@@ -164,7 +164,7 @@ impl PluginVersion {
         self.instances_created.load(Ordering::Relaxed)
     }
 
-    fn err(&self, call: &'static str, kind: FaultKind) -> CallError {
+    fn err(&self, call: &'static str, kind: CallFault) -> CallError {
         CallError { plugin: self.name.clone(), version: self.version.clone(), call, kind }
     }
 
@@ -180,18 +180,18 @@ impl PluginVersion {
         store.data_mut().limiter.denied = None;
     }
 
-    fn classify(&self, store: &Store<HostState>, error: wasmtime::Error) -> FaultKind {
+    fn classify(&self, store: &Store<HostState>, error: wasmtime::Error) -> CallFault {
         if let Some(requested) = store.data().limiter.denied {
-            return FaultKind::MemoryExceeded {
+            return CallFault::MemoryExceeded {
                 cap_mib: self.limits.memory_mib.0,
                 requested_mib: (requested as u64).div_ceil(1 << 20),
             };
         }
         match error.downcast_ref::<Trap>() {
-            Some(Trap::Interrupt) => FaultKind::Timeout { deadline_ms: self.limits.deadline_ms.0 },
-            Some(Trap::OutOfFuel) => FaultKind::FuelExhausted { fuel: self.limits.fuel.map_or(0, |f| f.0) },
-            Some(trap) => FaultKind::Trap { trap: trap.to_string(), guest_said: store.data().last_stderr_line() },
-            None => FaultKind::Trap {
+            Some(Trap::Interrupt) => CallFault::Timeout { deadline_ms: self.limits.deadline_ms.0 },
+            Some(Trap::OutOfFuel) => CallFault::FuelExhausted { fuel: self.limits.fuel.map_or(0, |f| f.0) },
+            Some(trap) => CallFault::Trap { trap: trap.to_string(), guest_said: store.data().last_stderr_line() },
+            None => CallFault::Trap {
                 trap: format!("{error:#}").lines().next().unwrap_or_default().to_string(),
                 guest_said: store.data().last_stderr_line(),
             },
@@ -199,7 +199,7 @@ impl PluginVersion {
     }
 
     /// A fresh, configured instance.
-    fn instantiate(&self) -> Result<Instance, FaultKind> {
+    fn instantiate(&self) -> Result<Instance, CallFault> {
         let n = self.instances_created.fetch_add(1, Ordering::Relaxed);
         let seed = self.seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let cap = (self.limits.memory_mib.0 as usize) << 20;
@@ -212,7 +212,7 @@ impl PluginVersion {
             Pre::Detector(pre) => pre.instantiate(&mut store).map(Bound::Detector),
         };
         let bound = bound.map_err(|e| match self.classify(&store, e) {
-            FaultKind::Trap { trap, .. } => FaultKind::Instantiate(trap),
+            CallFault::Trap { trap, .. } => CallFault::Instantiate(trap),
             other => other,
         })?;
         self.arm(&mut store);
@@ -222,7 +222,7 @@ impl PluginVersion {
         };
         match configured {
             Ok(Ok(())) => Ok(Instance { store, bound, feed: None, synced: 0 }),
-            Ok(Err(msg)) => Err(FaultKind::Guest(format!("configure: {}", clip(msg)))),
+            Ok(Err(msg)) => Err(CallFault::Guest(format!("configure: {}", clip(msg)))),
             Err(e) => Err(self.classify(&store, e)),
         }
     }
@@ -233,7 +233,7 @@ impl PluginVersion {
         &self,
         call: &'static str,
         feed: Option<u64>,
-        f: impl FnOnce(&Self, &mut Instance) -> Result<R, (FaultKind, bool)>,
+        f: impl FnOnce(&Self, &mut Instance) -> Result<R, (CallFault, bool)>,
     ) -> Result<R, CallError> {
         let pooled = {
             let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
@@ -258,7 +258,7 @@ impl PluginVersion {
     }
 
     /// Brings the instance's mirror up to date with `feed`.
-    fn sync(&self, inst: &mut Instance, feed: &RwLock<NodeFeed>) -> Result<(), (FaultKind, bool)> {
+    fn sync(&self, inst: &mut Instance, feed: &RwLock<NodeFeed>) -> Result<(), (CallFault, bool)> {
         let (deltas, generation, id) = {
             let feed = feed.read().unwrap_or_else(|p| p.into_inner());
             debug_assert!(inst.feed.is_none_or(|f| f == feed.id()), "instance of another feed");
@@ -292,7 +292,7 @@ impl PluginVersion {
                 Ok(())
             }
             // The mirror may be half-applied: do not reuse this instance.
-            Ok(Err(msg)) => Err((FaultKind::Guest(format!("apply: {}", clip(msg))), false)),
+            Ok(Err(msg)) => Err((CallFault::Guest(format!("apply: {}", clip(msg))), false)),
             Err(e) => Err((self.classify(&inst.store, e), false)),
         }
     }
@@ -320,11 +320,11 @@ impl PluginVersion {
                     }
                     let declared = this.info.filter_reasons.len();
                     if let Some(&bad) = v.iter().find(|&&k| k as usize > declared) {
-                        return Err((FaultKind::UnknownReason { verdict: bad, declared }, false));
+                        return Err((CallFault::UnknownReason { verdict: bad, declared }, false));
                     }
                     Ok(v)
                 }
-                Ok(Err(msg)) => Err((FaultKind::Guest(clip(msg)), true)),
+                Ok(Err(msg)) => Err((CallFault::Guest(clip(msg)), true)),
                 Err(e) => Err((this.classify(&inst.store, e), false)),
             }
         })
@@ -348,7 +348,7 @@ impl PluginVersion {
                     }
                     Ok(ScoreOutput { values: s.values, gpu_hints: s.gpu_hints })
                 }
-                Ok(Err(msg)) => Err((FaultKind::Guest(clip(msg)), true)),
+                Ok(Err(msg)) => Err((CallFault::Guest(clip(msg)), true)),
                 Err(e) => Err((this.classify(&inst.store, e), false)),
             }
         })
@@ -363,7 +363,7 @@ impl PluginVersion {
             this.arm(&mut inst.store);
             match b.tessera_policy_detection().call_observe(&mut inst.store, frame) {
                 Ok(Ok(())) => Ok(()),
-                Ok(Err(msg)) => Err((FaultKind::Guest(clip(msg)), true)),
+                Ok(Err(msg)) => Err((CallFault::Guest(clip(msg)), true)),
                 Err(e) => Err((this.classify(&inst.store, e), false)),
             }
         })
@@ -378,11 +378,11 @@ impl PluginVersion {
                 Ok(Ok(f)) => {
                     let bytes: usize = f.iter().map(|x| 16 + x.message.len()).sum();
                     if bytes > 16 << 20 {
-                        return Err((FaultKind::OversizedOutput { what: "findings", bytes, limit: 16 << 20 }, false));
+                        return Err((CallFault::OversizedOutput { what: "findings", bytes, limit: 16 << 20 }, false));
                     }
                     Ok(f)
                 }
-                Ok(Err(msg)) => Err((FaultKind::Guest(clip(msg)), true)),
+                Ok(Err(msg)) => Err((CallFault::Guest(clip(msg)), true)),
                 Err(e) => Err((this.classify(&inst.store, e), false)),
             }
         })
@@ -418,13 +418,13 @@ fn feed_id(feed: &RwLock<NodeFeed>) -> Option<u64> {
     Some(feed.read().unwrap_or_else(|p| p.into_inner()).id())
 }
 
-fn wrong_len(what: &'static str, expected: usize, got: usize, elem: usize) -> FaultKind {
+fn wrong_len(what: &'static str, expected: usize, got: usize, elem: usize) -> CallFault {
     let bytes = got * elem;
     // Far more than asked for is an attempt to flood the host.
     if got > expected.saturating_mul(4).max(1 << 16) {
-        FaultKind::OversizedOutput { what, bytes, limit: expected * elem }
+        CallFault::OversizedOutput { what, bytes, limit: expected * elem }
     } else {
-        FaultKind::WrongLength { what, expected, got }
+        CallFault::WrongLength { what, expected, got }
     }
 }
 
@@ -515,7 +515,7 @@ impl PluginSlot {
                 plugin: version.name.clone(),
                 version: version.version.clone(),
                 call: "any",
-                kind: FaultKind::Quarantined { faults },
+                kind: CallFault::Quarantined { faults },
             });
         }
         let result = f(&version);

@@ -363,6 +363,7 @@ impl tessera_core::framework::Placer for Policy {
 
     fn detect(&mut self, frame: &tessera_core::telemetry::DetectionFrame) -> Vec<tessera_core::telemetry::Detection> {
         use crate::bindings::types::{FindingKind, TelemetryFrame};
+        use tessera_core::telemetry::FindingKind as Kind;
         let wit_frame = TelemetryFrame {
             seq: frame.seq,
             nodes: frame.nodes.clone(),
@@ -380,11 +381,11 @@ impl tessera_core::framework::Placer for Policy {
                 detector: m.name.clone(),
                 node: f.node,
                 kind: match f.kind {
-                    FindingKind::Overload => "overload".to_string(),
-                    FindingKind::MemoryPressure => "memory-pressure".to_string(),
-                    FindingKind::Fragmentation => "fragmentation".to_string(),
-                    FindingKind::LowLoad => "low-load".to_string(),
-                    FindingKind::Other(k) => k,
+                    FindingKind::Overload => Kind::Overload,
+                    FindingKind::MemoryPressure => Kind::MemoryPressure,
+                    FindingKind::Fragmentation => Kind::Fragmentation,
+                    FindingKind::LowLoad => Kind::LowLoad,
+                    FindingKind::Other(k) => Kind::Other(k),
                 },
                 severity: f.severity,
                 message: f.message,

@@ -12,12 +12,12 @@ use tessera_kube::journal::ConfigMapJournal;
 use tessera_movement::exec::Executor;
 use tessera_movement::journal::{Entry, Journal, JournalError, MemJournal};
 use tessera_movement::sim::{SimActuator, SimActuatorConfig};
-use tessera_movement::{Move, MovementConfig, Plan};
+use tessera_movement::{MovePlan, MovementConfig, PodMove};
 
 use super::apiserver::ApiServer;
 
 /// Four 8-GPU nodes; eight one-GPU pods on the first; a plan moving six.
-fn scene() -> (SimActuator, Plan, Cluster) {
+fn scene() -> (SimActuator, MovePlan, Cluster) {
     let mut c = Cluster::new(
         (0..4)
             .map(|i| Node::new(0, format!("n{i}"), Resources { cpu_milli: 64_000, memory_mib: 262_144 }, 8, "A100"))
@@ -38,10 +38,10 @@ fn scene() -> (SimActuator, Plan, Cluster) {
         let at = c.bind(0, &spec, gpus).unwrap();
         pods.push((i, spec, at));
     }
-    let plan = Plan {
+    let plan = MovePlan {
         id: 3,
         moves: (0..6)
-            .map(|i| Move {
+            .map(|i| PodMove {
                 pod: i,
                 spec: pods[i as usize].1.clone(),
                 from: pods[i as usize].2,

@@ -206,14 +206,14 @@ async fn a_new_leader_resumes_the_plan_its_predecessor_left_in_the_journal() {
     let spec = tessera_kube::convert::pod(&gone).unwrap();
     let pod = tessera_kube::track::pod_id("uid-web-3");
     // Its model numbered the nodes otherwise: 7 is gpu-1, 9 is gpu-0.
-    let mv = tessera_movement::Move {
+    let mv = tessera_movement::PodMove {
         pod,
         spec,
         from: tessera_core::cluster::Placement { node: 7, gpus: tessera_core::cluster::GpuSet(1) },
         to: 9,
         gpu_hint: None,
     };
-    let plan = tessera_movement::Plan { id: 41, moves: vec![mv.clone()] };
+    let plan = tessera_movement::MovePlan { id: 41, moves: vec![mv.clone()] };
     let dag = tessera_movement::dag::Dag {
         steps: vec![tessera_movement::dag::Step { move_index: 0, mv, deps: vec![], hop: false }],
         dropped: vec![],

@@ -105,7 +105,7 @@ fn check_cycle(spans: &[Received], p: &PlanRecord) {
     for s in &strategies {
         within(s, plan[0]);
         let name = attr(s, "tessera.strategy");
-        assert!(["load-balance", "consolidation", "fragment-merge"].contains(&name), "{name}");
+        assert!(["load-balance", "co-location", "fragment-merge"].contains(&name), "{name}");
     }
     let exec = t.children(root, "tessera.movement.execute");
     assert_eq!(exec.len(), 1);

@@ -1,5 +1,5 @@
 //! Rescheduling in the submissions protocol: making room for a pod that
-//! fits nowhere ([`crate::defrag::make_room`]) and, with a global planner,
+//! fits nowhere ([`crate::room::make_room`]) and, with a global planner,
 //! periodic plans and a plan whenever a pod fails. The protocol has no
 //! clock, so moves take effect at once; every one is counted against the
 //! migration cap (a share of the pods placed so far).
@@ -14,7 +14,7 @@ pub const MIN_PLAN_GAP: u64 = 25;
 impl<'p, P: Placer> Simulator<'p, P> {
     /// Reschedules when a pod fits nowhere (submissions protocol): moves at
     /// most [`MAX_MOVES_PER_POD`] running pods to other nodes to make room for it
-    /// ([`crate::defrag::make_room`], moved pods placed where the placer
+    /// ([`crate::room::make_room`], moved pods placed where the placer
     /// ranks best), as long as migrations stay within `cap` × pods placed.
     pub fn with_rescheduling(mut self, cap: f64) -> Self {
         self.migration_cap = Some(cap);
@@ -38,10 +38,10 @@ impl<'p, P: Placer> Simulator<'p, P> {
         if left == 0 || self.no_room.contains(&shape) {
             return false;
         }
-        let running = crate::defrag::borrow_running(&self.running);
+        let running = crate::room::borrow_running(&self.running);
         let placer = &mut *self.placer;
         let room =
-            crate::defrag::make_room(&mut self.cluster, &running, pod, left.min(MAX_MOVES_PER_POD), &mut |p, nodes| {
+            crate::room::make_room(&mut self.cluster, &running, pod, left.min(MAX_MOVES_PER_POD), &mut |p, nodes| {
                 let mut order = nodes.to_vec();
                 if let Some(best) = placer.place(p, nodes).node
                     && let Some(at) = order.iter().position(|&n| n == best)

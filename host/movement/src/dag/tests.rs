@@ -23,18 +23,18 @@ fn pod(name: &str) -> Pod {
 }
 
 /// Binds `pod` on `node` and returns the move of it to `to`.
-fn running(c: &mut Cluster, id: u64, node: NodeId, to: NodeId) -> Move {
+fn running(c: &mut Cluster, id: u64, node: NodeId, to: NodeId) -> PodMove {
     let spec = pod(&format!("p{id}"));
     let gpus = choose_gpus(c.node(node).unwrap(), &spec, None).unwrap();
     let from = c.bind(node, &spec, gpus).unwrap();
-    Move { pod: id, spec, from, to, gpu_hint: None }
+    PodMove { pod: id, spec, from, to, gpu_hint: None }
 }
 
 #[test]
 fn independent_moves_have_no_dependencies() {
     let mut c = cluster(4, 2);
     let moves = vec![running(&mut c, 1, 0, 2), running(&mut c, 2, 1, 3)];
-    let dag = build(&c, &Plan { id: 1, moves });
+    let dag = build(&c, &MovePlan { id: 1, moves });
     assert!(dag.dropped.is_empty());
     assert_eq!(dag.steps.iter().map(|s| s.deps.len()).sum::<usize>(), 0);
 }
@@ -45,7 +45,7 @@ fn a_chain_waits_for_the_move_that_makes_room() {
     let mut c = cluster(3, 1);
     let into_full = running(&mut c, 1, 0, 1);
     let making_room = running(&mut c, 2, 1, 2);
-    let dag = build(&c, &Plan { id: 1, moves: vec![into_full, making_room] });
+    let dag = build(&c, &MovePlan { id: 1, moves: vec![into_full, making_room] });
     assert!(dag.dropped.is_empty(), "{:?}", dag.dropped);
     let order: Vec<u64> = dag.steps.iter().map(|s| s.mv.pod).collect();
     assert_eq!(order, [2, 1], "the room-making move first");
@@ -59,7 +59,7 @@ fn a_swap_hops_through_a_free_node() {
     let mut c = cluster(3, 1);
     let a = running(&mut c, 1, 0, 1);
     let b = running(&mut c, 2, 1, 0);
-    let dag = build(&c, &Plan { id: 1, moves: vec![a, b] });
+    let dag = build(&c, &MovePlan { id: 1, moves: vec![a, b] });
     assert!(dag.dropped.is_empty(), "{:?}", dag.dropped);
     let steps: Vec<(u64, NodeId, NodeId, bool)> =
         dag.steps.iter().map(|s| (s.mv.pod, s.mv.from.node, s.mv.to, s.hop)).collect();
@@ -80,7 +80,7 @@ fn a_swap_with_no_free_node_is_dropped_not_overcommitted() {
     let mut c = cluster(2, 1);
     let a = running(&mut c, 1, 0, 1);
     let b = running(&mut c, 2, 1, 0);
-    let dag = build(&c, &Plan { id: 1, moves: vec![a, b] });
+    let dag = build(&c, &MovePlan { id: 1, moves: vec![a, b] });
     // Neither can go first and no node has room for a hop: both dropped.
     assert!(dag.steps.is_empty(), "{:?}", dag.steps);
     assert_eq!(dag.dropped.iter().map(|d| d.move_index).collect::<Vec<_>>(), [0, 1]);
@@ -91,8 +91,8 @@ fn a_swap_with_no_free_node_is_dropped_not_overcommitted() {
 fn a_move_to_the_same_or_a_missing_node_is_refused() {
     let mut c = cluster(2, 2);
     let same = running(&mut c, 1, 0, 0);
-    let missing = Move { to: 9, ..running(&mut c, 2, 0, 1) };
-    let dag = build(&c, &Plan { id: 1, moves: vec![same, missing] });
+    let missing = PodMove { to: 9, ..running(&mut c, 2, 0, 1) };
+    let dag = build(&c, &MovePlan { id: 1, moves: vec![same, missing] });
     assert_eq!(dag.dropped.len(), 2);
     let _ = GpuSet::default();
 }

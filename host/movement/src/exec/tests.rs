@@ -32,7 +32,7 @@ fn pod(id: u64, workload: &str) -> Pod {
 /// of them (pod index → target node).
 struct Scene {
     act: SimActuator,
-    plan: Plan,
+    plan: MovePlan,
 }
 
 fn scene(c: Cluster, placed: &[(NodeId, &str)], moves: &[(usize, NodeId)], sim: SimActuatorConfig) -> Scene {
@@ -44,11 +44,11 @@ fn scene(c: Cluster, placed: &[(NodeId, &str)], moves: &[(usize, NodeId)], sim: 
         let at = c.bind(node, &spec, gpus).unwrap();
         pods.push((i as u64, spec, at));
     }
-    let plan = Plan {
+    let plan = MovePlan {
         id: 7,
         moves: moves
             .iter()
-            .map(|&(i, to)| Move { pod: pods[i].0, spec: pods[i].1.clone(), from: pods[i].2, to, gpu_hint: None })
+            .map(|&(i, to)| PodMove { pod: pods[i].0, spec: pods[i].1.clone(), from: pods[i].2, to, gpu_hint: None })
             .collect(),
     };
     Scene { act: SimActuator::new(c, pods, sim), plan }
@@ -155,7 +155,7 @@ fn limits_hold_over_random_plans() {
         assert_eq!(all, moved.len(), "seed {seed}: a pod moved twice");
         // The same plan again, right away: every pod it moved is cooling down.
         if let Some(pod) = moved.first() {
-            let again = Plan {
+            let again = MovePlan {
                 id: 8,
                 moves: s
                     .plan
@@ -163,7 +163,7 @@ fn limits_hold_over_random_plans() {
                     .iter()
                     .filter(|m| m.pod == *pod)
                     .cloned()
-                    .map(|m| Move { from: s.act.placements()[pod].unwrap(), to: m.from.node, ..m })
+                    .map(|m| PodMove { from: s.act.placements()[pod].unwrap(), to: m.from.node, ..m })
                     .collect(),
             };
             let d2 = dag::build(s.act.cluster(), &again);
@@ -205,7 +205,7 @@ fn disruption_budgets_hold() {
     drive(&mut ex, &mut s.act, &mut j, 0);
     assert_eq!(ex.report().executed, 0);
     assert!(
-        ex.report().dropped.iter().all(|(_, r)| r.contains("allows no pod to be unavailable")),
+        ex.report().dropped.iter().all(|d| d.reason().contains("allows no pod to be unavailable")),
         "{:?}",
         ex.report()
     );

@@ -31,7 +31,7 @@ use tessera_core::model::{GPU_MILLI, Node, Pod};
 
 use super::pricing::{CPU_UNIT, Catalog, Class};
 use super::{Bound, BoundError};
-use crate::solver::{Backend, Model};
+use crate::solver::{LpSolver, Model};
 
 /// Most rounds of column generation.
 const MAX_ROUNDS: usize = 300;
@@ -75,7 +75,7 @@ pub fn repacking_bound(
     cluster: &Cluster,
     admitted: &[(Pod, Placement)],
     waiting: &[Pod],
-    backend: Backend,
+    backend: LpSolver,
 ) -> Result<Bound, BoundError> {
     // Classes: mandatory (admitted) and most (admitted + waiting) of each.
     let mut lower: BTreeMap<Class, u64> = BTreeMap::new();

@@ -229,7 +229,7 @@ impl Cycles {
             conclude(env.shared, &root, record, trigger);
             done.into_iter().map(|(i, to)| (ids[i], to)).collect()
         } else {
-            let mplan = tessera_movement::Plan {
+            let mplan = tessera_movement::MovePlan {
                 id: self.plan_seq,
                 moves: planned.iter().map(|&(i, to)| move_of(ids[i], &running[i].0, running[i].1, to)).collect(),
             };

@@ -246,7 +246,7 @@ impl LiveMoves {
         env: &mut Env<'_>,
         model: &mut Model,
         root: Context,
-        plan: tessera_movement::Plan,
+        plan: tessera_movement::MovePlan,
         links: Vec<Option<SpanContext>>,
         mut record: PlanRecord,
         trigger: &str,

@@ -208,7 +208,11 @@ impl World for Service {
 
     fn found(&mut self, anomalies: &[Detection]) {
         for d in anomalies {
-            self.shared.metrics.anomalies.get_or_create(&crate::metrics::CodeLabel { code: d.kind.clone() }).inc();
+            self.shared
+                .metrics
+                .anomalies
+                .get_or_create(&crate::metrics::CodeLabel { code: d.kind.as_str().into() })
+                .inc();
         }
     }
 

@@ -1,4 +1,4 @@
-//! Consolidation (`co_location`): empty low-load nodes by moving their few
+//! Co-location (`co_location` in the strategy weights): empty low-load nodes by moving their few
 //! pods onto busier nodes, so whole nodes (all their GPUs and CPU) come
 //! free for large pods or can be powered down.
 //!
@@ -89,7 +89,7 @@ fn empty_node(s: &mut Scratch<'_>, node: NodeId, low: &[bool], targets: &[NodeId
             s.undo_to(mark);
             return false;
         };
-        if !s.try_move(i, to, gpus, Strategy::Consolidation) {
+        if !s.try_move(i, to, gpus, Strategy::CoLocation) {
             s.undo_to(mark);
             return false;
         }

@@ -13,6 +13,7 @@ pub mod online;
 pub mod plan;
 pub mod plot;
 pub mod quality;
+pub mod report;
 pub mod serve;
 pub mod sim;
 pub mod throughput;

@@ -293,8 +293,9 @@ pub fn policy_document(policy: &str, seed: u64) -> Result<PolicyDocument> {
     Ok(doc)
 }
 
-/// Gives the built-in `fgd` plugin the trace's target workload when the
-/// policy does not configure one.
+/// Gives each built-in plugin whose configuration takes the target workload
+/// (`takes-workload` in its manifest) the trace's, when the policy gives
+/// none.
 pub fn inject_workload(doc: &mut PolicyDocument, workload: &TargetWorkload) {
     let shapes: Vec<serde_json::Value> = workload
         .shapes
@@ -310,7 +311,9 @@ pub fn inject_workload(doc: &mut PolicyDocument, workload: &TargetWorkload) {
         })
         .collect();
     for entry in &mut doc.plugins {
-        if entry.source != tessera_policy::Source::Builtin("fgd".into()) {
+        let takes = matches!(&entry.source, tessera_policy::Source::Builtin(name)
+            if tessera_plugins::by_name(name).is_some_and(|a| a.takes_workload));
+        if !takes {
             continue;
         }
         // The trace's shapes, unless the policy names its own workload.
@@ -580,4 +583,23 @@ pub fn summary(o: &SimOutcome) -> String {
         format!("{:.3} s ({:.0} pods/s)", o.wall_s, r.submitted as f64 / o.wall_s.max(1e-9)),
     ));
     rows.iter().map(|(k, v)| format!("{k:<30} {v}\n")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use tessera_core::metrics::TargetWorkload;
+    use tessera_core::model::Pod;
+
+    #[test]
+    fn the_target_workload_goes_to_the_built_in_plugins_whose_manifest_takes_it_unless_the_policy_gives_one() {
+        let takers: Vec<&str> = tessera_plugins::ALL.iter().filter(|a| a.takes_workload).map(|a| a.name).collect();
+        assert_eq!(takers, ["fgd"], "from plugins/*/Cargo.toml");
+        let yaml = "name: p\nplugins:\n  - name: a\n    source: builtin:fgd\n  - name: b\n    source: builtin:binpack\n  - name: c\n    source: builtin:fgd\n    config: { workload: [] }\n";
+        let mut doc = tessera_policy::PolicyDocument::parse(yaml, "test").unwrap();
+        let w = TargetWorkload::from_pods(&[Pod { gpu_count: 1, gpu_milli: 500, ..Pod::default() }], 0.95);
+        super::inject_workload(&mut doc, &w);
+        assert_eq!(doc.plugins[0].config["workload"].as_array().map(Vec::len), Some(1));
+        assert!(doc.plugins[1].config.is_null(), "binpack takes none");
+        assert_eq!(doc.plugins[2].config["workload"], serde_json::json!([]), "the policy's own stays");
+    }
 }

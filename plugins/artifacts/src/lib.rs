@@ -11,6 +11,9 @@ pub struct Artifact {
     pub path: &'static str,
     /// The component's bytes.
     pub bytes: &'static [u8],
+    /// Its configuration takes the target workload (`workload:`), which
+    /// the host fills in when a policy gives none.
+    pub takes_workload: bool,
 }
 
 include!(concat!(env!("OUT_DIR"), "/artifacts.rs"));

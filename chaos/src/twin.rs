@@ -120,6 +120,10 @@ pub struct Outcome {
     pub telemetry_withheld: u64,
     /// Each fault.
     pub faults: Vec<FaultReport>,
+    /// Every decision of the run in order: each pass's events with the
+    /// time of the pass (not written: a campaign's runs stay small).
+    #[serde(skip)]
+    pub decisions: Vec<(u64, Event)>,
     /// The bandit's arms, when the policy's weights are adaptive.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub bandit: Vec<tessera_core::bandit::ArmReport>,
@@ -138,20 +142,6 @@ pub fn run<'a>(
     rescheduler: Option<&'a mut dyn TwinRescheduler>,
     cfg: &DriverConfig,
 ) -> Outcome {
-    run_logged(nodes, workload, arrivals, faults, placer, rescheduler, cfg).0
-}
-
-/// [`run`], also returning every decision of the run in order: each
-/// pass's events with the time of the pass.
-pub fn run_logged<'a>(
-    nodes: Vec<Node>,
-    workload: &TargetWorkload,
-    arrivals: Vec<Arrival>,
-    faults: &'a [ResolvedFault],
-    placer: &'a mut impl Placer,
-    rescheduler: Option<&'a mut dyn TwinRescheduler>,
-    cfg: &DriverConfig,
-) -> (Outcome, Vec<(u64, Event)>) {
     let mut driver = Driver::new(nodes, workload.clone(), cfg.clone());
     let mut twin = Twin::new(driver.model(), arrivals, faults, placer, rescheduler, cfg);
     driver.run_to_end(&mut twin);
@@ -171,7 +161,8 @@ pub fn run_logged<'a>(
     r.deadline_hits = report.deadline_hits;
     r.bandit = report.bandit;
     debug_assert!(twin.injected_traps() <= r.plugin_faults && twin.injected_slows() <= r.deadline_hits);
-    (r, twin.take_log())
+    r.decisions = twin.take_log();
+    r
 }
 
 #[cfg(test)]

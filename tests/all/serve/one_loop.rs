@@ -175,9 +175,9 @@ fn twinned(adaptive: bool) -> (Vec<Decision>, Vec<PlanMoves>) {
         start_s: Some(0),
     };
     let names: Vec<String> = arrivals.iter().map(|a| a.pod.name.clone()).collect();
-    let (outcome, log) =
-        twin::run_logged(nodes.clone(), &workload, arrivals, &[], &mut policy, Some(&mut exec), &driver);
+    let outcome = twin::run(nodes.clone(), &workload, arrivals, &[], &mut policy, Some(&mut exec), &driver);
     assert_eq!(outcome.lost, 0);
+    let log = outcome.decisions;
     let node = |id: u32| nodes[id as usize].name.clone();
     let decisions = log
         .into_iter()

@@ -302,13 +302,14 @@ async fn a_leader_cut_off_in_the_middle_of_a_move_hands_the_plan_to_the_next() {
     let b = Running::serve(server, listener).await;
 
     until("replica-a to evict a pod", Duration::from_secs(30), || srv.counters().evictions == 1).await;
-    let evicted = journal(&srv);
-    assert!(
-        evicted
+    // The journal's writes follow the eviction within the step.
+    let started = || {
+        journal(&srv)
             .iter()
-            .any(|e| matches!(e, Entry::Step { state: tessera_movement::exec::StepState::Started { .. }, .. })),
-        "{evicted:?}"
-    );
+            .any(|e| matches!(e, Entry::Step { state: tessera_movement::exec::StepState::Started { .. }, .. }))
+    };
+    until("the journal to show the move started", Duration::from_secs(10), started).await;
+    assert_eq!(srv.counters().evictions, 1, "{:?}", journal(&srv));
     // Cut off, replica-a steps down; replica-b takes the lease and the plan.
     srv.partition("replica-a");
     until("replica-b to lead", Duration::from_secs(20), || b.shared.status.read().unwrap().active).await;

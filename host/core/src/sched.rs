@@ -123,8 +123,9 @@ pub enum Event {
     },
 }
 
-/// One decision attempt as the loop saw it, for explaining and tracing
-/// decisions (see [`Scheduler::record_attempts`]).
+/// One decision attempt as the loop saw it, with what came of it: the
+/// one record a decision is explained and traced from (see
+/// [`Scheduler::record_attempts`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Attempt {
     /// Pod.
@@ -133,9 +134,10 @@ pub struct Attempt {
     /// [`FilterReason::ALL`] order).
     pub host_rejected: [u32; FilterReason::COUNT],
     /// Nodes that passed the hard filter and went to the placer (none:
-    /// the placer was not asked; its decisions pair in order with the
-    /// attempts that have candidates).
+    /// the placer was not asked).
     pub candidates: usize,
+    /// What came of it.
+    pub event: Event,
 }
 
 /// Counters of the loop.
@@ -439,13 +441,11 @@ impl Scheduler {
             let pod = e.pod.clone();
             self.stats.attempts += 1;
             let placed = self.try_place(&pod, placer);
-            if let Some(log) = self.attempts.as_mut() {
-                log.push(Attempt { pod: id, host_rejected: self.last_rejected, candidates: self.candidates.len() });
-            }
-            match placed {
+            let (host_rejected, candidates) = (self.last_rejected, self.candidates.len());
+            let event = match placed {
                 Ok((placement, candidates)) => {
                     let waited = self.bound(id, placement, now, p.level);
-                    events.push(Event::Bound { pod: id, placement, waited, candidates });
+                    Event::Bound { pod: id, placement, waited, candidates }
                 }
                 Err(reason) => {
                     // Preemption frees capacity: it helps only against the
@@ -454,19 +454,24 @@ impl Scheduler {
                         Why::Filter(_) => self.try_preempt(id, &pod, placer, now, p.level),
                         Why::Plugin(_) => None,
                     };
-                    if let Some(ev) = preempted {
-                        events.push(ev);
-                        continue;
+                    match preempted {
+                        Some(ev) => ev,
+                        None => {
+                            *self.stats.unschedulable.entry(reason.code().to_string()).or_insert(0) += 1;
+                            let level = (p.level + 1).min(self.cfg.queue.levels.max(1) - 1);
+                            let e = self.pods.get_mut(&id).expect("entry just read");
+                            e.state = State::Parked { level, since: now };
+                            e.last_reason = Some(reason.clone());
+                            self.parked.insert(id);
+                            Event::Unschedulable { pod: id, reason }
+                        }
                     }
-                    *self.stats.unschedulable.entry(reason.code().to_string()).or_insert(0) += 1;
-                    let level = (p.level + 1).min(self.cfg.queue.levels.max(1) - 1);
-                    let e = self.pods.get_mut(&id).expect("entry just read");
-                    e.state = State::Parked { level, since: now };
-                    e.last_reason = Some(reason.clone());
-                    self.parked.insert(id);
-                    events.push(Event::Unschedulable { pod: id, reason });
                 }
+            };
+            if let Some(log) = self.attempts.as_mut() {
+                log.push(Attempt { pod: id, host_rejected, candidates, event: event.clone() });
             }
+            events.push(event);
         }
         events
     }

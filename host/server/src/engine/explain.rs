@@ -1,7 +1,8 @@
 //! A pass's decisions turned into explanations, traces and metric samples.
 //!
-//! Each attempt of the pass pairs with the event it produced and, when the
-//! pod got past the host's filter, with the policy's recorded decision. The
+//! Each attempt of the pass carries what came of it (its event); when the
+//! pod got past the host's filter, the policy's decision about that pod
+//! (found by the pod's name) joins it. One record per pod decided. The
 //! trace of a decision:
 //!
 //! ```text
@@ -16,7 +17,7 @@
 //! clock: its time is the pass's time outside the policy, shared equally
 //! among the pass's attempts.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, SystemTime};
 
 use opentelemetry::{Context, KeyValue};
@@ -54,22 +55,29 @@ impl Explain<'_> {
         now: u64,
         pass_wall: SystemTime,
         pass: Duration,
-        events: &[Event],
         attempts: Vec<Attempt>,
         recorded: Vec<Recorded>,
     ) {
         if attempts.is_empty() {
             return;
         }
-        debug_assert_eq!(events.len(), attempts.len(), "one event per attempt");
         let in_policy: Duration = recorded.iter().map(|r| r.decision.elapsed).sum();
         let host_share = pass.saturating_sub(in_policy) / attempts.len() as u32;
-        let mut recorded = recorded.into_iter();
+        // The policy's decisions by pod (a pod decided twice in a pass, a
+        // preemption's victim, has its decisions in order).
+        let mut by_pod: HashMap<String, VecDeque<Recorded>> = HashMap::new();
+        for r in recorded {
+            by_pod.entry(r.pod.clone()).or_default().push_back(r);
+        }
         let mut at = pass_wall;
-        for (attempt, event) in attempts.into_iter().zip(events) {
-            let rec = if attempt.candidates > 0 { recorded.next() } else { None };
+        for attempt in attempts {
+            let rec = if attempt.candidates > 0 {
+                by_pod.get_mut(&self.pods.name(attempt.pod)).and_then(VecDeque::pop_front)
+            } else {
+                None
+            };
             let start = rec.as_ref().map_or(at, |r| r.wall.checked_sub(host_share).unwrap_or(r.wall));
-            let record = self.decision(model, now, start, host_share, &attempt, event, rec.as_ref());
+            let record = self.decision(model, now, start, host_share, &attempt, rec.as_ref());
             at = start + Duration::from_micros(record.latency_us);
             self.shared.decisions.write().unwrap_or_else(|p| p.into_inner()).push(record);
         }
@@ -84,12 +92,11 @@ impl Explain<'_> {
         start: SystemTime,
         host: Duration,
         attempt: &Attempt,
-        event: &Event,
         rec: Option<&Recorded>,
     ) -> DecisionRecord {
         let nodes = model.cluster().nodes();
         let node_name = |id: u32| nodes.get(id as usize).map_or_else(|| id.to_string(), |n| n.name.clone());
-        let (outcome, placement, reason, victims) = match event {
+        let (outcome, placement, reason, victims) = match &attempt.event {
             Event::Bound { placement, .. } => (Outcome::Bound, Some(*placement), None, Vec::new()),
             Event::Preempted { placement, victims, .. } => {
                 (Outcome::Preempted, Some(*placement), None, victims.clone())

@@ -17,6 +17,8 @@ use crate::state::Shared;
 
 /// One placement decision as the acting policy made it, with when it ran.
 pub(super) struct Recorded {
+    /// The pod decided (its name: how its attempt finds it).
+    pub pod: String,
     pub wall: SystemTime,
     pub decision: Decision,
     /// When the loop told the placer about the bound node (the bind).
@@ -150,7 +152,14 @@ impl Placer for Recorder {
             }
         }
         let ch = acting.choice();
-        self.recorded.push(Recorded { wall, decision: acting, bound_after: None, started, by_candidate });
+        self.recorded.push(Recorded {
+            pod: pod.name.clone(),
+            wall,
+            decision: acting,
+            bound_after: None,
+            started,
+            by_candidate,
+        });
         self.awaiting_bind = ch.node.is_some();
         ch
     }

@@ -261,7 +261,7 @@ impl World for Service {
             policy_label: &self.policy_label,
             top_k: self.top_k,
         };
-        explain.record_pass(model, t, pass_wall, pass, events, attempts, recorded);
+        explain.record_pass(model, t, pass_wall, pass, attempts, recorded);
     }
 
     fn reschedule(&mut self, model: &mut Model, cycle: &Cycle<'_>) -> Option<Vec<(PodId, Placement)>> {

@@ -8,7 +8,8 @@ use tessera_core::synthetic;
 use tessera_core::telemetry::TelemetryConfig;
 
 use super::*;
-use crate::fault::{FaultSpec, Start, Target};
+use crate::fault::{FaultKind, FaultSpec, Start, Target};
+use tessera_core::framework::{Placer, Reschedule};
 
 /// Binds on the first candidate, or, if `avoid_degraded`, on the first
 /// candidate none of whose GPUs is degraded.

@@ -15,7 +15,7 @@ use tessera_core::sched::{Event, PodId};
 use tessera_core::telemetry::{NodeSample, TelemetryModel};
 
 use super::inject::{Faulty, combined, recompute_plugin_faults, spike};
-use super::{FaultReport, MAX_DELAY_INTERVALS, Outcome, TwinRescheduler};
+use super::outcome::{FaultReport, MAX_DELAY_INTERVALS, Outcome, TwinRescheduler};
 use crate::fault::{FaultKind, ResolvedFault};
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

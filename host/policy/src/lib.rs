@@ -25,6 +25,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub mod movement;
+pub mod rescheduling;
 mod validate;
 
 pub use validate::{Bounded, Weight};
@@ -63,13 +65,13 @@ pub struct PolicyDocument {
     /// How rescheduling plans are executed: batches, pauses, concurrency,
     /// cooldowns, caps, reservations, disruption budgets, rollback gates.
     #[serde(default)]
-    pub movement: tessera_movement::MovementConfig,
+    pub movement: movement::MovementConfig,
     /// The rescheduler's planner: `strategy_weights {load_balance,
     /// fragment_merge, co_location}`, the cost model (`cost: {alpha, beta,
     /// gamma, min_net_gain, …}`), `time_limit_ms`, `max_moves`, load
     /// thresholds, MILP limits.
     #[serde(default)]
-    pub rescheduling: tessera_resched::PlannerConfig,
+    pub rescheduling: rescheduling::PlannerConfig,
 }
 
 /// Adaptive weights.

@@ -177,7 +177,8 @@ fn rescheduling_section_is_typed_and_checked() {
     assert!(invalid(&solver("cplex")).2.contains("unknown variant `cplex`"), "{:?}", invalid(&solver("cplex")));
     match PolicyDocument::parse(&solver("highs"), "p.yaml") {
         Ok(doc) => assert!(
-            tessera_resched::LpSolver::HIGHS_BUILT_IN && doc.rescheduling.solver == tessera_resched::LpSolver::Highs
+            crate::rescheduling::LpSolver::HIGHS_BUILT_IN
+                && doc.rescheduling.solver == crate::rescheduling::LpSolver::Highs
         ),
         Err(_) => assert!(invalid(&solver("highs")).2.contains("--features highs")),
     }

@@ -12,113 +12,25 @@
 
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
 use tessera_core::cluster::{Cluster, Placement};
 use tessera_core::metrics::{TargetWorkload, node_fragment_weighted};
 use tessera_core::model::{NodeId, Pod};
 
-use crate::cost::CostWeights;
+pub use tessera_policy::rescheduling::{PlannerConfig, StrategyWeights};
+
 use crate::plan::{self, Plan, Solver, Strategy};
 use crate::scratch::Scratch;
-use crate::solver::LpSolver;
 use crate::{balance, co_location, defrag, milp, repack, repair};
 
 /// Move budgets from which a global re-packing is also tried.
 const REPACK_MIN_MOVES: usize = 64;
 
-/// Share of the move budget per strategy (any non-negative numbers; 0
-/// turns a strategy off).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct StrategyWeights {
-    /// Load balancing.
-    pub load_balance: f64,
-    /// Defragmentation.
-    pub fragment_merge: f64,
-    /// Consolidation of low-load nodes.
-    pub co_location: f64,
-}
-
-impl Default for StrategyWeights {
-    fn default() -> Self {
-        Self { load_balance: 1.0, fragment_merge: 2.0, co_location: 1.0 }
-    }
-}
-
-impl StrategyWeights {
-    fn of(&self, s: Strategy) -> f64 {
-        match s {
-            Strategy::LoadBalance => self.load_balance,
-            Strategy::CoLocation => self.co_location,
-            Strategy::FragmentMerge => self.fragment_merge,
-        }
-    }
-}
-
-/// The planner's settings (the policy document's `rescheduling:` section).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct PlannerConfig {
-    /// Budget shares of the strategies.
-    pub strategy_weights: StrategyWeights,
-    /// The cost model.
-    pub cost: CostWeights,
-    /// Hard limit on planning time; the best plan so far is returned.
-    pub time_limit_ms: u64,
-    /// Most moves in one plan.
-    pub max_moves: usize,
-    /// Load balancing: nodes with measured load over this (0..=1) are
-    /// relieved.
-    pub load_threshold: f64,
-    /// Consolidation: nodes with allocation at or under this (0..=1) are
-    /// emptied.
-    pub low_load_threshold: f64,
-    /// Instances with at most this many nodes are also solved exactly.
-    pub milp_max_nodes: usize,
-    /// The MILP is refused above this many binary variables.
-    pub milp_max_binaries: usize,
-    /// The LP/MILP solver: `auto` (HiGHS when built in), `microlp` or
-    /// `highs`.
-    pub solver: LpSolver,
-}
-
-impl Default for PlannerConfig {
-    fn default() -> Self {
-        Self {
-            strategy_weights: StrategyWeights::default(),
-            cost: CostWeights::default(),
-            time_limit_ms: 1_000,
-            max_moves: 1_000,
-            load_threshold: 0.9,
-            low_load_threshold: 0.1,
-            milp_max_nodes: 8,
-            milp_max_binaries: 400,
-            solver: LpSolver::Auto,
-        }
-    }
-}
-
-impl PlannerConfig {
-    /// Checks ranges; the message names the field.
-    pub fn validate(&self) -> Result<(), String> {
-        self.cost.validate().map_err(|e| format!("cost.{e}"))?;
-        let w = &self.strategy_weights;
-        for (name, v) in
-            [("load_balance", w.load_balance), ("fragment_merge", w.fragment_merge), ("co_location", w.co_location)]
-        {
-            if !v.is_finite() || v < 0.0 {
-                return Err(format!("strategy_weights.{name} must be a finite number ≥ 0, not {v}"));
-            }
-        }
-        for (name, v) in [("load_threshold", self.load_threshold), ("low_load_threshold", self.low_load_threshold)] {
-            if !(0.0..=1.0).contains(&v) {
-                return Err(format!("{name} must be within 0..=1, not {v}"));
-            }
-        }
-        if self.time_limit_ms == 0 {
-            return Err("time_limit_ms must be > 0".into());
-        }
-        self.solver.validate()
+/// A strategy's share of the move budget.
+fn weight_of(w: &StrategyWeights, s: Strategy) -> f64 {
+    match s {
+        Strategy::LoadBalance => w.load_balance,
+        Strategy::CoLocation => w.co_location,
+        Strategy::FragmentMerge => w.fragment_merge,
     }
 }
 
@@ -235,13 +147,13 @@ impl Planner {
         // Budget per strategy by weight; what one leaves goes to the next.
         // Shares are rounded on the running total, so together they are
         // the whole budget (a budget of one move is not rounded away).
-        let total_w: f64 = Strategy::ALL.iter().map(|&st| self.cfg.strategy_weights.of(st)).sum();
+        let total_w: f64 = Strategy::ALL.iter().map(|&st| weight_of(&self.cfg.strategy_weights, st)).sum();
         if total_w > 0.0 {
             let mut carry = 0usize;
             let left_at_start = budget - s.moves.len();
             let (mut w_before, mut given) = (0.0, 0usize);
             for st in Strategy::ALL {
-                let w = self.cfg.strategy_weights.of(st);
+                let w = weight_of(&self.cfg.strategy_weights, st);
                 if w <= 0.0 {
                     continue;
                 }

@@ -12,7 +12,6 @@
 //!
 //! [`Backend::Auto`] takes HiGHS when it is built in, microlp otherwise.
 
-use std::fmt;
 use std::time::Duration;
 
 use good_lp::solvers::microlp::MicroLpSolution;
@@ -20,54 +19,7 @@ use good_lp::{
     Constraint, Expression, ProblemVariables, ResolutionError, Solution, SolutionStatus, SolverModel, Variable,
     WithInitialSolution, WithTimeLimit, microlp,
 };
-use serde::{Deserialize, Serialize};
-
-/// Which solver the core uses.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LpSolver {
-    /// HiGHS when built in, microlp otherwise.
-    #[default]
-    Auto,
-    /// The pure-Rust simplex and branch-and-bound.
-    Microlp,
-    /// HiGHS (needs the `highs` feature).
-    Highs,
-}
-
-impl LpSolver {
-    /// Whether this build has HiGHS.
-    pub const HIGHS_BUILT_IN: bool = cfg!(feature = "highs");
-
-    /// The solver `Auto` stands for in this build; others as they are.
-    pub fn resolved(self) -> LpSolver {
-        match self {
-            LpSolver::Auto if Self::HIGHS_BUILT_IN => LpSolver::Highs,
-            LpSolver::Auto => LpSolver::Microlp,
-            b => b,
-        }
-    }
-
-    /// Refuses HiGHS in a build without it.
-    pub fn validate(self) -> Result<(), String> {
-        if self == LpSolver::Highs && !Self::HIGHS_BUILT_IN {
-            return Err("solver: highs is not built into this binary (build with `--features highs`, \
-                        which needs cmake and libclang), use microlp or auto"
-                .into());
-        }
-        Ok(())
-    }
-}
-
-impl fmt::Display for LpSolver {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            LpSolver::Auto => "auto",
-            LpSolver::Microlp => "microlp",
-            LpSolver::Highs => "highs",
-        })
-    }
-}
+pub use tessera_policy::rescheduling::LpSolver;
 
 /// A model ready to solve: variables, objective, constraints, and the
 /// options every backend understands.

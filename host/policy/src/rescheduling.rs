@@ -156,7 +156,7 @@ pub struct StrategyWeights {
     pub load_balance: f64,
     /// Defragmentation.
     pub fragment_merge: f64,
-    /// Consolidation of low-load nodes.
+    /// Co-location: emptying low-load nodes.
     pub co_location: f64,
 }
 
@@ -181,7 +181,7 @@ pub struct PlannerConfig {
     /// Load balancing: nodes with measured load over this (0..=1) are
     /// relieved.
     pub load_threshold: f64,
-    /// Consolidation: nodes with allocation at or under this (0..=1) are
+    /// Co-location: nodes with allocation at or under this (0..=1) are
     /// emptied.
     pub low_load_threshold: f64,
     /// Instances with at most this many nodes are also solved exactly.

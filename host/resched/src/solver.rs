@@ -10,7 +10,7 @@
 //!   the larger MILPs. It runs single-threaded so that results do not
 //!   depend on the machine's load.
 //!
-//! [`Backend::Auto`] takes HiGHS when it is built in, microlp otherwise.
+//! [`LpSolver::Auto`] takes HiGHS when it is built in, microlp otherwise.
 
 use std::time::Duration;
 

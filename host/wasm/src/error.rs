@@ -187,7 +187,7 @@ pub enum CallFault {
 }
 
 impl CallFault {
-    /// Every code [`FaultKind::code`] gives, in declaration order (metrics
+    /// Every code [`CallFault::code`] gives, in declaration order (metrics
     /// create a series for each).
     pub const CODES: [&'static str; 10] = [
         "PLUGIN-TIMEOUT",

@@ -21,6 +21,11 @@ pub fn runtime() -> Runtime {
     Runtime::new(RuntimeConfig { cache_dir: Some(cache_dir()), ..RuntimeConfig::default() }).expect("runtime")
 }
 
+/// The repository's root (manifests, deploy files).
+pub fn repo() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
 /// The precompiled-component cache shared by the tests of this process.
 pub fn cache_dir() -> std::path::PathBuf {
     static CACHE: OnceLock<tempfile::TempDir> = OnceLock::new();

@@ -17,8 +17,8 @@ use tessera_core::cluster::{GpuSet, Placement};
 use tessera_core::metrics::TargetWorkload;
 use tessera_core::model::Pod;
 use tessera_kube::KubeBackend;
+use tessera_kube::KubeBackendConfig;
 use tessera_server::backend::{Backend, ClusterEvent};
-use tessera_server::config::KubeBackendConfig;
 
 fn main() {
     let pods: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(2000);

@@ -152,8 +152,8 @@ pub async fn load(
 /// `tessera bench api`: starts the service on the simulator (defaults of
 /// `cfg`, listening on a free loopback port), waits for `warm_decisions`
 /// decisions, then runs [`load`] over the pods decided so far.
-pub fn run(mut cfg: tessera_server::ServeConfig, rate: u32, duration: Duration) -> Result<LoadReport> {
-    cfg.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+pub fn run(mut cfg: crate::serve::ServiceConfig, rate: u32, duration: Duration) -> Result<LoadReport> {
+    cfg.serve.listen = SocketAddr::from(([127, 0, 0, 1], 0));
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(async {
         let (server, listener) = crate::serve::start(cfg).await?;

@@ -2,20 +2,24 @@
 
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
 use tessera_policy::{PluginEntry, PolicyDocument, Role, Source};
+use tessera_server::LoadError;
 use tessera_wasm::{Member, PluginSlot, PluginSpec, PluginVersion, Policy, Runtime};
 
 /// The component bytes a source names.
-pub fn component_bytes(plugin: &str, source: &Source) -> Result<Vec<u8>> {
+pub fn component_bytes(plugin: &str, source: &Source) -> Result<Vec<u8>, LoadError> {
     match source {
-        Source::Builtin(name) => tessera_plugins::by_name(name).map(|a| a.bytes.to_vec()).with_context(|| {
-            let known: Vec<&str> = tessera_plugins::ALL.iter().map(|a| a.name).collect();
-            format!("plugin {plugin}: no built-in plugin `{name}` (built in: {})", known.join(", "))
-        }),
-        Source::File(path) => {
-            std::fs::read(path).with_context(|| format!("plugin {plugin}: cannot read {}", path.display()))
+        Source::Builtin(name) => {
+            tessera_plugins::by_name(name).map(|a| a.bytes.to_vec()).ok_or_else(|| LoadError::UnknownBuiltin {
+                plugin: plugin.to_string(),
+                name: name.clone(),
+                known: tessera_plugins::ALL.iter().map(|a| a.name.to_string()).collect(),
+            })
         }
+        Source::File(path) => std::fs::read(path).map_err(|source| {
+            tessera_wasm::LoadError::Read { plugin: plugin.to_string(), path: path.display().to_string(), source }
+                .into()
+        }),
     }
 }
 
@@ -33,13 +37,13 @@ pub fn spec(entry: &PluginEntry, seed: u64) -> PluginSpec {
 }
 
 /// Loads one entry of a policy.
-pub fn load_entry(rt: &Runtime, entry: &PluginEntry, seed: u64) -> Result<Arc<PluginVersion>> {
+pub fn load_entry(rt: &Runtime, entry: &PluginEntry, seed: u64) -> Result<Arc<PluginVersion>, LoadError> {
     let bytes = component_bytes(&entry.name, &entry.source)?;
     Ok(rt.load(&spec(entry, seed), &bytes)?.0)
 }
 
 /// Loads every plugin of a document; all or nothing.
-pub fn load_policy(rt: &Runtime, doc: &PolicyDocument) -> Result<Policy> {
+pub fn load_policy(rt: &Runtime, doc: &PolicyDocument) -> Result<Policy, LoadError> {
     let mut members = Vec::new();
     for entry in &doc.plugins {
         let version = load_entry(rt, entry, doc.seed)?;

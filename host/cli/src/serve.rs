@@ -11,10 +11,11 @@ use anyhow::{Context, Result};
 use tessera_core::metrics::TargetWorkload;
 use tessera_core::model::Node;
 use tessera_core::synthetic;
+use tessera_kube::KubeBackendConfig;
 use tessera_policy::{PluginEntry, PolicyDocument};
-use tessera_server::campaigns::{CampaignJob, CampaignOutcome};
+use tessera_server::campaigns::{CampaignError, CampaignJob, CampaignOutcome};
 use tessera_server::config::BackendKind;
-use tessera_server::{Backend, CampaignRunner, Loader, ServeConfig, Server, SimBackend};
+use tessera_server::{Backend, CampaignRunner, LoadError, Loader, ServeConfig, Server, SimBackend};
 use tessera_wasm::{PluginVersion, Policy, Runtime, RuntimeConfig};
 
 /// Pods of the built-in workload the target workload is measured on.
@@ -31,22 +32,40 @@ pub struct ServeOptions {
     pub policy: Option<String>,
 }
 
+/// Everything `tessera serve` runs with: the service's configuration and
+/// the Kubernetes backend's section of the same file, which `tessera-kube`
+/// decodes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ServiceConfig {
+    /// The service: loop, API, traces, rollout, the simulator backend.
+    pub serve: ServeConfig,
+    /// The Kubernetes backend (`kube:`).
+    pub kube: KubeBackendConfig,
+}
+
 /// The configuration: the file (or defaults), then the environment for what
 /// it leaves unset, then the command line; validated.
-pub fn config(opts: &ServeOptions, env: impl Fn(&str) -> Option<String>) -> Result<ServeConfig> {
-    let mut cfg = match &opts.config {
-        Some(path) => ServeConfig::load(path)?,
-        None => ServeConfig::default(),
-    }
-    .with_env(env)?;
+pub fn config(opts: &ServeOptions, env: impl Fn(&str) -> Option<String>) -> Result<ServiceConfig> {
+    let (serve, kube) = match &opts.config {
+        Some(path) => {
+            let shown = path.display().to_string();
+            let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {shown}"))?;
+            let kube = KubeBackendConfig::from_serve_yaml(&text, &shown)?;
+            // Decoded: the raw section has served its purpose.
+            let serve = ServeConfig { kube: Default::default(), ..ServeConfig::parse(&text, &shown)? };
+            (serve, kube)
+        }
+        None => (ServeConfig::default(), KubeBackendConfig::default()),
+    };
+    let mut serve = serve.with_env(env)?;
     if let Some(l) = opts.listen {
-        cfg.listen = l;
+        serve.listen = l;
     }
     if let Some(p) = &opts.policy {
-        cfg.policy.clone_from(p);
+        serve.policy.clone_from(p);
     }
-    cfg.validate("options")?;
-    Ok(cfg)
+    serve.validate("options")?;
+    Ok(ServiceConfig { serve, kube })
 }
 
 /// The simulator backend `cfg` names and its policy document (the
@@ -79,14 +98,14 @@ impl CliLoader {
 }
 
 impl Loader for CliLoader {
-    fn load_policy(&self, doc: &PolicyDocument) -> Result<Policy, String> {
+    fn load_policy(&self, doc: &PolicyDocument) -> Result<Policy, LoadError> {
         let mut doc = doc.clone();
         crate::sim::inject_workload(&mut doc, &self.workload);
-        crate::load::load_policy(&self.rt, &doc).map_err(|e| format!("{e:#}"))
+        crate::load::load_policy(&self.rt, &doc)
     }
 
-    fn load_plugin(&self, entry: &PluginEntry, seed: u64, wasm: &[u8]) -> Result<Arc<PluginVersion>, String> {
-        self.rt.load(&crate::load::spec(entry, seed), wasm).map(|(v, _)| v).map_err(|e| e.to_string())
+    fn load_plugin(&self, entry: &PluginEntry, seed: u64, wasm: &[u8]) -> Result<Arc<PluginVersion>, LoadError> {
+        Ok(self.rt.load(&crate::load::spec(entry, seed), wasm)?.0)
     }
 }
 
@@ -95,18 +114,19 @@ impl Loader for CliLoader {
 pub struct CliCampaigns;
 
 impl CampaignRunner for CliCampaigns {
-    fn check(&self, campaign: &std::path::Path) -> Result<String, String> {
-        tessera_chaos::Campaign::load(campaign).map(|c| c.name).map_err(|e| e.to_string())
+    fn check(&self, campaign: &std::path::Path) -> Result<String, CampaignError> {
+        tessera_chaos::Campaign::load(campaign).map(|c| c.name).map_err(|e| CampaignError::Invalid(e.to_string()))
     }
 
-    fn run(&self, job: &CampaignJob) -> Result<CampaignOutcome, String> {
+    fn run(&self, job: &CampaignJob) -> Result<CampaignOutcome, CampaignError> {
         let o = crate::chaos::Overrides {
             candidate: job.candidate.clone(),
             baseline: job.baseline.clone(),
             snapshot: job.snapshot.clone(),
         };
-        let report = crate::chaos::verify_with(&job.campaign, &o).map_err(|e| format!("{e:#}"))?;
-        let mut json = serde_json::to_value(&report).map_err(|e| e.to_string())?;
+        let report =
+            crate::chaos::verify_with(&job.campaign, &o).map_err(|e| CampaignError::Failed(format!("{e:#}")))?;
+        let mut json = serde_json::to_value(&report).map_err(|e| CampaignError::Failed(e.to_string()))?;
         // The per-run detail stays with `tessera chaos verify`; the gates
         // say why.
         if let Some(m) = json.as_object_mut() {
@@ -125,11 +145,11 @@ impl CampaignRunner for CliCampaigns {
 /// Starts the service on `cfg` (the simulator, or Kubernetes through the
 /// in-cluster configuration or `KUBECONFIG`) and binds its listener. Call
 /// inside a Tokio runtime.
-pub async fn start(cfg: ServeConfig) -> Result<(Server, tokio::net::TcpListener)> {
-    match cfg.backend {
+pub async fn start(cfg: ServiceConfig) -> Result<(Server, tokio::net::TcpListener)> {
+    match cfg.serve.backend {
         BackendKind::Simulator => {
-            let (backend, doc) = backend(&cfg)?;
-            start_on(cfg, Box::new(backend), doc).await
+            let (backend, doc) = backend(&cfg.serve)?;
+            start_on(cfg.serve, Box::new(backend), doc).await
         }
         BackendKind::Kubernetes => {
             let config = kube::Config::infer()
@@ -140,21 +160,22 @@ pub async fn start(cfg: ServeConfig) -> Result<(Server, tokio::net::TcpListener)
     }
 }
 
-/// Starts the service on the Kubernetes cluster `client` reaches.
-pub async fn start_kube(cfg: ServeConfig, config: kube::Config) -> Result<(Server, tokio::net::TcpListener)> {
+/// Starts the service on the Kubernetes cluster `config` reaches.
+pub async fn start_kube(cfg: ServiceConfig, config: kube::Config) -> Result<(Server, tokio::net::TcpListener)> {
+    let ServiceConfig { serve: cfg, kube } = cfg;
     let seed = cfg.sim.seed;
     let fallback = |nodes: &[Node]| {
         let models = synthetic::gpu_models(nodes);
         TargetWorkload::from_pods(&synthetic::pods(WORKLOAD_SAMPLE, &models, seed), 0.95)
     };
-    let backend = tessera_kube::KubeBackend::connect(config, cfg.kube.clone(), fallback)
+    let backend = tessera_kube::KubeBackend::connect(config, kube.clone(), fallback)
         .await
         .context("cannot start the Kubernetes backend")?;
     let mut doc = crate::sim::policy_document(&cfg.policy, seed)?;
     crate::sim::inject_workload(&mut doc, backend.workload());
     let (client, leadership) = (backend.client(), backend.leadership());
     let (namespace, cache) =
-        (cfg.kube.lease_namespace.clone(), tessera_kube::policies::cache_dir(cfg.cache_dir.as_deref()));
+        (kube.lease_namespace.clone(), tessera_kube::policies::cache_dir(cfg.cache_dir.as_deref()));
     let (mut server, listener) = start_on(cfg, Box::new(backend), doc).await?;
     // Clusters that keep kube-scheduler call these (deploy/kube-scheduler/extender.yaml).
     server.mount(tessera_kube::extender::routes(server.extender()));
@@ -212,13 +233,14 @@ pub fn run(opts: &ServeOptions) -> Result<()> {
         .thread_name("tessera-api")
         .build()
         .context("cannot start the async runtime")?;
+    let scheduler_name = cfg.kube.scheduler_name.clone();
     rt.block_on(async {
         let (server, listener) = start(cfg).await?;
         let addr = listener.local_addr()?;
         let c = server.config();
         let on = match c.backend {
             BackendKind::Simulator => format!("simulator at load {}", c.sim.load),
-            BackendKind::Kubernetes => format!("Kubernetes, scheduler name {}", c.kube.scheduler_name),
+            BackendKind::Kubernetes => format!("Kubernetes, scheduler name {scheduler_name}"),
         };
         eprintln!(
             "tessera serve: http://{addr} (policy {}, {on}, traces {}{})",

@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::config::KubeBackendConfig;
 use futures_util::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Binding, Node as KNode, ObjectReference, Pod as KPod};
@@ -29,8 +30,9 @@ use tessera_core::metrics::TargetWorkload;
 use tessera_core::model::{Node, Pod};
 use tessera_core::sched::PodId;
 use tessera_core::telemetry::NodeSample;
-use tessera_server::backend::{Backend, BackendError, BackendOp, ClusterEvent, Moves};
-use tessera_server::config::KubeBackendConfig;
+use tessera_server::backend::{
+    Backend, BackendError, BackendOp, ClusterEvent, ExtenderBackend, LiveBackend, Moves, Refusal,
+};
 
 use crate::convert;
 use crate::leader::{ElectionConfig, Elector, Leadership};
@@ -282,6 +284,36 @@ impl Drop for KubeBackend {
     }
 }
 
+impl KubeBackend {
+    /// Why running pod `id` may not be moved live, if it may not.
+    fn why_not_movable(&self, id: PodId) -> Result<(), String> {
+        if !self.leadership.is_leader() {
+            return Err("this replica does not lead".into());
+        }
+        // Asked of every running pod before each plan: read in place.
+        let index = self.live.index.lock().unwrap_or_else(|p| p.into_inner());
+        let p = index.get(&id).ok_or("unknown pod")?;
+        let key = || format!("{}/{}", p.namespace, p.name);
+        match &p.owner {
+            Some((kind, _)) if kind == "ReplicaSet" || kind == "StatefulSet" => {}
+            Some((kind, name)) => {
+                return Err(format!(
+                    "pod {} belongs to {kind} {name}, which does not recreate an evicted pod as it was; not moved",
+                    key()
+                ));
+            }
+            None => return Err(format!("pod {} has no controller to recreate it; not moved", key())),
+        }
+        if !p.ours {
+            return Err(format!("pod {} names another scheduler, which would place its replacement; not moved", key()));
+        }
+        if let Some(b) = blocking_budget(&self.live.budgets, &p.namespace, &p.labels) {
+            return Err(format!("the disruption budget {b} allows no disruption of pod {} now", key()));
+        }
+        Ok(())
+    }
+}
+
 impl Backend for KubeBackend {
     fn name(&self) -> &'static str {
         "kubernetes"
@@ -457,57 +489,46 @@ impl Backend for KubeBackend {
         self.rt.spawn(crate::report::waiting(self.client.clone(), w));
     }
 
-    fn bind_named(&mut self, ns: &str, name: &str, uid: &str, node: &str, gpus: GpuSet) -> Result<(), String> {
+    fn moves(&self) -> Moves {
+        Moves::Live
+    }
+
+    fn live(&self) -> Option<&dyn LiveBackend> {
+        Some(self)
+    }
+
+    fn extender(&self) -> Option<&dyn ExtenderBackend> {
+        Some(self)
+    }
+}
+
+impl ExtenderBackend for KubeBackend {
+    fn bind_named(&self, ns: &str, name: &str, uid: &str, node: &str, gpus: GpuSet) -> Result<(), Refusal> {
         if !self.leadership.is_leader() {
-            return Err("this replica does not lead".into());
+            return Err(Refusal::new("this replica does not lead"));
         }
-        self.post_binding(ns, name, uid, node, gpus).map_err(|e| describe(&e))
+        self.post_binding(ns, name, uid, node, gpus).map_err(|e| Refusal::new(describe(&e)))
     }
 
     fn pod_by_uid(&self, uid: &str) -> Option<Pod> {
         let index = self.live.index.lock().unwrap_or_else(|p| p.into_inner());
         index.values().find(|r| r.uid == uid).map(|r| r.pod.clone())
     }
+}
 
-    fn moves(&self) -> Moves {
-        Moves::Live
-    }
-
-    fn movable(&self, id: PodId) -> Result<(), String> {
-        if !self.leadership.is_leader() {
-            return Err("this replica does not lead".into());
-        }
-        // Asked of every running pod before each plan: read in place.
-        let index = self.live.index.lock().unwrap_or_else(|p| p.into_inner());
-        let p = index.get(&id).ok_or("unknown pod")?;
-        let key = || format!("{}/{}", p.namespace, p.name);
-        match &p.owner {
-            Some((kind, _)) if kind == "ReplicaSet" || kind == "StatefulSet" => {}
-            Some((kind, name)) => {
-                return Err(format!(
-                    "pod {} belongs to {kind} {name}, which does not recreate an evicted pod as it was; not moved",
-                    key()
-                ));
-            }
-            None => return Err(format!("pod {} has no controller to recreate it; not moved", key())),
-        }
-        if !p.ours {
-            return Err(format!("pod {} names another scheduler, which would place its replacement; not moved", key()));
-        }
-        if let Some(b) = blocking_budget(&self.live.budgets, &p.namespace, &p.labels) {
-            return Err(format!("the disruption budget {b} allows no disruption of pod {} now", key()));
-        }
-        Ok(())
+impl LiveBackend for KubeBackend {
+    fn movable(&self, id: PodId) -> Result<(), Refusal> {
+        self.why_not_movable(id).map_err(Refusal::new)
     }
 
     fn ready(&self, id: PodId) -> bool {
         self.live.index.lock().unwrap_or_else(|p| p.into_inner()).get(&id).is_some_and(|p| p.ready)
     }
 
-    fn journal(&mut self) -> Result<Box<dyn tessera_movement::journal::Journal + Send>, String> {
+    fn journal(&self) -> Result<Box<dyn tessera_movement::journal::Journal + Send>, Refusal> {
         let (ns, name) = &self.journal_at;
         let j = crate::journal::ConfigMapJournal::open(self.client.clone(), ns, name, &self.identity, self.rt.clone())
-            .map_err(|e| format!("ConfigMap {ns}/{name}: {e}"))?;
+            .map_err(|e| Refusal::new(format!("ConfigMap {ns}/{name}: {e}")))?;
         Ok(Box::new(j))
     }
 }

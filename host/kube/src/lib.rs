@@ -6,6 +6,7 @@
 //! clusters that keep kube-scheduler, and the `TesseraPolicy` resource.
 
 pub mod backend;
+pub mod config;
 pub mod convert;
 pub mod crd;
 pub mod extender;
@@ -17,3 +18,4 @@ pub mod report;
 pub mod track;
 
 pub use backend::{KubeBackend, KubeError};
+pub use config::KubeBackendConfig;

@@ -6,6 +6,8 @@ mod contract;
 mod sim;
 mod stream;
 
-pub use contract::{Backend, BackendError, BackendOp, ClusterEvent, JOURNAL_ERROR, Moves};
+pub use contract::{
+    Backend, BackendError, BackendOp, ClusterEvent, ExtenderBackend, JOURNAL_ERROR, LiveBackend, Moves, Refusal,
+};
 pub use sim::SimBackend;
 pub use stream::ArrivalStream;

@@ -51,12 +51,31 @@ pub struct CampaignOutcome {
     pub report: serde_json::Value,
 }
 
+/// Why a campaign could not be checked or gave no verdict.
+#[derive(Debug, thiserror::Error)]
+pub enum CampaignError {
+    /// The campaign file cannot be used: unreadable, or not a valid
+    /// campaign (the runner's words name the field).
+    #[error("{0}")]
+    Invalid(String),
+    /// A run stopped before its verdict: a policy did not load, a trace
+    /// could not be read.
+    #[error("{0}")]
+    Failed(String),
+    /// The runner panicked (a bug: the service goes on).
+    #[error("the campaign runner panicked")]
+    Panicked,
+    /// This binary has no runner.
+    #[error("this binary cannot run campaigns")]
+    Unsupported,
+}
+
 /// Runs campaigns. Blocking: the service calls it on a thread of its own.
 pub trait CampaignRunner: Send + Sync + 'static {
     /// Reads and checks the campaign file; its name.
-    fn check(&self, campaign: &std::path::Path) -> Result<String, String>;
+    fn check(&self, campaign: &std::path::Path) -> Result<String, CampaignError>;
     /// Runs every scenario × seed of `job` and judges them.
-    fn run(&self, job: &CampaignJob) -> Result<CampaignOutcome, String>;
+    fn run(&self, job: &CampaignJob) -> Result<CampaignOutcome, CampaignError>;
 }
 
 /// Runs the configured campaign on its schedule and on demand.
@@ -164,7 +183,7 @@ impl CampaignScheduler {
             id
         };
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.runner.run(&job)))
-            .unwrap_or_else(|_| Err("the campaign runner panicked".into()));
+            .unwrap_or(Err(CampaignError::Panicked));
         let seconds = (now_unix_ms().saturating_sub(started)) as f64 / 1000.0;
         let recorded = match &outcome {
             Ok(o) => candidate.as_ref().is_some_and(|(name, cid)| {
@@ -194,7 +213,7 @@ impl CampaignScheduler {
                 }
                 Err(e) => {
                     tracing::warn!("chaos campaign {}: {e}", self.cfg.campaign.display());
-                    r.error = Some(e);
+                    r.error = Some(e.to_string());
                 }
             }
         }

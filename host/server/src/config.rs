@@ -55,8 +55,10 @@ pub struct ServeConfig {
     pub backend: BackendKind,
     /// The simulator backend.
     pub sim: SimBackendConfig,
-    /// The Kubernetes backend.
-    pub kube: KubeBackendConfig,
+    /// The Kubernetes backend's section, kept as written: `tessera-kube`
+    /// decodes and checks it at load (the service does not know its
+    /// fields).
+    pub kube: BackendSection,
     /// Trace export.
     pub otel: OtelConfig,
     /// How much history the API keeps.
@@ -80,7 +82,7 @@ impl Default for ServeConfig {
             engine: EngineConfig::default(),
             backend: BackendKind::Simulator,
             sim: SimBackendConfig::default(),
-            kube: KubeBackendConfig::default(),
+            kube: BackendSection::default(),
             otel: OtelConfig::default(),
             history: HistoryConfig::default(),
             rollout: RolloutConfig::default(),
@@ -194,62 +196,12 @@ pub enum BackendKind {
     Kubernetes,
 }
 
-/// The Kubernetes backend: which pods are Tessera's, the leader lease,
-/// where node agents publish GPU telemetry.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct KubeBackendConfig {
-    /// Pods naming this scheduler (`spec.schedulerName`) are queued.
-    pub scheduler_name: String,
-    /// Watch pods of this namespace only (unset: all namespaces).
-    pub namespace: Option<String>,
-    /// Elect one leader among the replicas on a Lease; only the leader
-    /// binds and moves (off: this replica always acts).
-    pub leader_election: bool,
-    /// The Lease.
-    pub lease_name: String,
-    /// Its namespace.
-    pub lease_namespace: String,
-    /// This replica's identity in the Lease (unset: `POD_NAME`, else the
-    /// host name).
-    pub identity: Option<String>,
-    /// Seconds a leader's lease lasts without renewal.
-    pub lease_duration_s: u64,
-    /// Seconds a leader keeps trying to renew before it steps down.
-    pub renew_deadline_s: u64,
-    /// Seconds between attempts to acquire or renew.
-    pub retry_period_s: u64,
-    /// Port of the node agents' `/v1/sample` (on each node's InternalIP);
-    /// unset: no GPU telemetry is scraped.
-    pub agent_port: Option<u16>,
-    /// Seconds between two scrapes of every agent.
-    pub agent_interval_s: u64,
-    /// Seconds to wait for the first list of nodes and pods.
-    pub sync_timeout_s: u64,
-    /// The ConfigMap (in the Lease's namespace) the leader journals
-    /// rescheduling moves to; a new leader resumes the plan from it.
-    pub journal_name: String,
-}
-
-impl Default for KubeBackendConfig {
-    fn default() -> Self {
-        Self {
-            scheduler_name: "tessera".into(),
-            namespace: None,
-            leader_election: true,
-            lease_name: "tessera-scheduler".into(),
-            lease_namespace: "tessera-system".into(),
-            identity: None,
-            lease_duration_s: 15,
-            renew_deadline_s: 10,
-            retry_period_s: 2,
-            agent_port: Some(9402),
-            agent_interval_s: 10,
-            sync_timeout_s: 60,
-            journal_name: "tessera-movement-journal".into(),
-        }
-    }
-}
+/// A backend's own section of the configuration, as written (a YAML
+/// value; absent: `None`). The crate of that backend decodes it, with its
+/// own schema, when the file is loaded.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct BackendSection(pub Option<serde_yaml_ng::Value>);
 
 /// How traces leave the process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -432,20 +384,6 @@ impl ServeConfig {
         }
         if self.api_token.as_deref().is_some_and(|t| t.len() < 16) {
             return bad("api_token", "must be at least 16 characters");
-        }
-        let k = &self.kube;
-        if k.scheduler_name.is_empty() || k.lease_name.is_empty() || k.lease_namespace.is_empty() {
-            return bad("kube", "scheduler_name, lease_name and lease_namespace must not be empty");
-        }
-        if k.agent_interval_s == 0 {
-            return bad("kube.agent_interval_s", "must be at least 1");
-        }
-        if !(k.retry_period_s >= 1 && k.retry_period_s < k.renew_deadline_s && k.renew_deadline_s < k.lease_duration_s)
-        {
-            return bad(
-                "kube.lease_duration_s",
-                "needs 1 <= retry_period_s < renew_deadline_s < lease_duration_s (client-go's rule)",
-            );
         }
         if let Some(c) = &self.chaos {
             if let Err(e) = crate::cron::Schedule::parse(&c.schedule) {

@@ -13,7 +13,7 @@ use tessera_wasm::{PluginVersion, Policy};
 use tokio::sync::oneshot;
 
 use crate::extend::{ExtenderAnswer, ExtenderCall};
-use crate::loader::Loader;
+use crate::loader::{LoadError, Loader};
 use crate::rollout::{RolloutError, Stage};
 
 /// Where the loop sends its answer.
@@ -129,15 +129,15 @@ impl LoopHandle {
 }
 
 /// A policy document could not be applied.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
     /// A plugin of it did not load.
-    #[error("policy {policy}: {message}")]
+    #[error("policy {policy}: {source}")]
     Load {
         /// The policy.
         policy: String,
         /// What failed.
-        message: String,
+        source: LoadError,
     },
     /// The loop did not take it.
     #[error(transparent)]
@@ -166,10 +166,10 @@ impl PolicyHandle {
     /// compile).
     pub async fn load(&self, doc: &PolicyDocument) -> Result<Policy, ApplyError> {
         let (loader, d) = (self.loader.clone(), doc.clone());
-        let load = |message: String| ApplyError::Load { policy: doc.name.clone(), message };
+        let load = |source: LoadError| ApplyError::Load { policy: doc.name.clone(), source };
         tokio::task::spawn_blocking(move || loader.load_policy(&d))
             .await
-            .map_err(|e| load(e.to_string()))?
+            .map_err(|e| load(LoadError::Loader(e.to_string())))?
             .map_err(load)
     }
 

@@ -33,7 +33,7 @@ pub use backend::{Backend, SimBackend};
 pub use campaigns::CampaignRunner;
 pub use config::{ConfigError, ServeConfig};
 pub use control::PolicyHandle;
-pub use loader::Loader;
+pub use loader::{LoadError, Loader};
 pub use observe::Tracing;
 pub use server::{ServeError, Server};
 pub use state::{PolicyView, Shared, Status};

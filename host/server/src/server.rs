@@ -11,7 +11,7 @@ use std::time::Duration;
 use tessera_policy::PolicyDocument;
 
 use crate::backend::Backend;
-use crate::campaigns::{CampaignRunner, CampaignScheduler};
+use crate::campaigns::{CampaignError, CampaignRunner, CampaignScheduler};
 use crate::config::ServeConfig;
 use crate::control::{Control, ExtenderHandle, LoopHandle, PolicyHandle};
 use crate::cron::Schedule;
@@ -27,23 +27,23 @@ pub enum ServeError {
     #[error(transparent)]
     Observe(#[from] ObserveError),
     /// The policy.
-    #[error("policy {name}: {message}")]
+    #[error("policy {name}: {source}")]
     Policy {
         /// Its name.
         name: String,
         /// What failed.
-        message: String,
+        source: crate::loader::LoadError,
     },
     /// The loop's thread.
     #[error("cannot start the scheduling loop: {0}")]
     Thread(std::io::Error),
     /// The scheduled campaign.
-    #[error("chaos.campaign {campaign}: {message}")]
+    #[error("chaos.campaign {campaign}: {source}")]
     Campaign {
         /// The file.
         campaign: String,
         /// What is wrong.
-        message: String,
+        source: CampaignError,
     },
 }
 
@@ -79,17 +79,16 @@ impl Server {
         let scheduled = match (&cfg.chaos, campaigns) {
             (None, _) => None,
             (Some(c), runner) => {
-                let fail =
-                    |message: String| ServeError::Campaign { campaign: c.campaign.display().to_string(), message };
-                let runner = runner.ok_or_else(|| fail("this binary cannot run campaigns".into()))?;
+                let fail = |source| ServeError::Campaign { campaign: c.campaign.display().to_string(), source };
+                let runner = runner.ok_or_else(|| fail(CampaignError::Unsupported))?;
                 runner.check(&c.campaign).map_err(fail)?;
-                let schedule = Schedule::parse(&c.schedule).map_err(|e| fail(e.to_string()))?;
+                let schedule = Schedule::parse(&c.schedule).map_err(|e| fail(CampaignError::Invalid(e.to_string())))?;
                 Some((c.clone(), schedule, runner))
             }
         };
         let tracing = Tracing::new(&cfg.otel)?;
         let policy =
-            loader.load_policy(&doc).map_err(|message| ServeError::Policy { name: doc.name.clone(), message })?;
+            loader.load_policy(&doc).map_err(|source| ServeError::Policy { name: doc.name.clone(), source })?;
         let shared = Arc::new(Shared::new(&cfg, &doc));
         let (tx, rx) = std::sync::mpsc::channel();
         let reply_timeout = Duration::from_millis(cfg.engine.reply_timeout_ms);

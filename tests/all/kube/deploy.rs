@@ -19,9 +19,7 @@ use serde_json::Value;
 
 use super::apiserver::ApiServer;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+use crate::repo;
 
 fn manifest_files() -> Vec<PathBuf> {
     let mut files = Vec::new();
@@ -138,7 +136,8 @@ fn the_crd_is_generated_from_the_rust_type_and_the_embedded_configurations_are_v
     assert_eq!(cfg.backend, tessera_server::config::BackendKind::Kubernetes);
     let deployment = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
     assert_eq!(deployment["spec"]["replicas"], 2, "two replicas, one leader");
-    assert_eq!(cfg.kube.lease_namespace, deployment["metadata"]["namespace"].as_str().unwrap());
+    let kube = tessera_kube::KubeBackendConfig::from_serve_yaml(serve, "deploy/kubernetes/scheduler.yaml").unwrap();
+    assert_eq!(kube.lease_namespace, deployment["metadata"]["namespace"].as_str().unwrap());
 
     let obs = documents(&repo().join("deploy/kubernetes/observability.yaml"));
     let rules = obs.iter().find(|d| d["metadata"]["name"] == "tessera-prometheus-rules").unwrap();

@@ -15,7 +15,7 @@ mod policies;
 mod service;
 
 use serde_json::{Value, json};
-use tessera_server::config::KubeBackendConfig;
+use tessera_kube::KubeBackendConfig;
 
 /// A ready node with `gpus` H100s in `zone`.
 pub fn node(name: &str, gpus: u32, zone: &str) -> Value {

@@ -104,11 +104,11 @@ async fn two_half_used_nodes() -> ApiServer {
 
 /// A replica that plans every 2 s and may move half the pods, with the
 /// test policy written in `dir`.
-fn mover(identity: &str, dir: &std::path::Path) -> tessera_server::ServeConfig {
+fn mover(identity: &str, dir: &std::path::Path) -> tessera::serve::ServiceConfig {
     let mut cfg = replica(identity);
-    cfg.policy = policy(dir);
-    cfg.engine.max_migrations_pct = 50.0;
-    cfg.engine.reschedule_every_s = 2;
+    cfg.serve.policy = policy(dir);
+    cfg.serve.engine.max_migrations_pct = 50.0;
+    cfg.serve.engine.reschedule_every_s = 2;
     cfg
 }
 
@@ -246,7 +246,7 @@ async fn a_new_leader_resumes_the_plan_its_predecessor_left_in_the_journal() {
     let rs = controllers(&srv, 4);
 
     let mut cfg = replica("replica-b");
-    cfg.engine.max_migrations_pct = 0.0;
+    cfg.serve.engine.max_migrations_pct = 0.0;
     let (server, listener) = tessera::serve::start_kube(cfg, srv.config()).await.expect("starts on Kubernetes");
     let b = Running::serve(server, listener).await;
     until("the resumed plan to finish", Duration::from_secs(30), || {

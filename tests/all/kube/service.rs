@@ -7,19 +7,18 @@
 
 use std::time::{Duration, Instant};
 
-use tessera_server::ServeConfig;
+use tessera::serve::ServiceConfig;
 use tessera_server::config::BackendKind;
 
 use super::apiserver::ApiServer;
 use super::{kube_config, node, pod};
 use crate::serve::{Running, config};
 
-pub fn replica(identity: &str) -> ServeConfig {
-    let mut cfg = config(None);
-    cfg.backend = BackendKind::Kubernetes;
-    cfg.kube = kube_config(identity, true);
-    cfg.engine.max_migrations_pct = 0.0;
-    cfg
+pub fn replica(identity: &str) -> ServiceConfig {
+    let mut serve = config(None);
+    serve.backend = BackendKind::Kubernetes;
+    serve.engine.max_migrations_pct = 0.0;
+    ServiceConfig { serve, kube: kube_config(identity, true) }
 }
 
 async fn start(srv: &ApiServer, identity: &str) -> Running {

@@ -230,9 +230,16 @@ async fn the_api_explains_recent_decisions_and_guards_its_mutations() {
 
 #[test]
 fn the_shipped_serve_config_lists_the_defaults() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/serve.yaml");
-    let cfg = tessera_server::ServeConfig::load(&path).unwrap();
-    assert_eq!(cfg, tessera_server::ServeConfig::default());
+    let path = crate::repo().join("deploy/serve.yaml");
+    let opts = tessera::serve::ServeOptions { config: Some(path.clone()), ..Default::default() };
+    let cfg = tessera::serve::config(&opts, |_| None).unwrap();
+    assert_eq!(cfg, tessera::serve::ServiceConfig::default());
+    // Every field is listed, the Kubernetes backend's included.
+    let text = std::fs::read_to_string(&path).unwrap();
+    let kube = serde_json::to_value(tessera_kube::KubeBackendConfig::default()).unwrap();
+    for field in kube.as_object().unwrap().keys() {
+        assert!(text.contains(&format!("{field}:")), "deploy/serve.yaml does not list kube.{field}");
+    }
 }
 
 /// A campaign whose cluster is the service's snapshot runs on the same

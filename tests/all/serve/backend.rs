@@ -14,7 +14,7 @@ use tessera_core::metrics::TargetWorkload;
 use tessera_core::model::{Node, Pod, Resources};
 use tessera_core::sched::PodId;
 use tessera_core::telemetry::NodeSample;
-use tessera_server::backend::{Backend, BackendError, BackendOp, ClusterEvent, Moves};
+use tessera_server::backend::{Backend, BackendError, BackendOp, ClusterEvent, LiveBackend, Moves, Refusal};
 use tessera_server::record::PlanState;
 use tessera_server::{ServeConfig, Server};
 
@@ -237,8 +237,18 @@ impl Backend for Recreating {
     fn moves(&self) -> Moves {
         Moves::Live
     }
-    fn movable(&self, id: PodId) -> Result<(), String> {
-        if self.pinned == Some(id) { Err("nothing would recreate it".into()) } else { Ok(()) }
+    fn live(&self) -> Option<&dyn LiveBackend> {
+        Some(self)
+    }
+}
+
+impl LiveBackend for Recreating {
+    fn movable(&self, id: PodId) -> Result<(), Refusal> {
+        if self.pinned == Some(id) { Err(Refusal::new("nothing would recreate it")) } else { Ok(()) }
+    }
+    /// A recreated pod serves at once.
+    fn ready(&self, _id: PodId) -> bool {
+        true
     }
 }
 

@@ -157,6 +157,7 @@ async fn a_missing_campaign_stops_the_start_and_no_schedule_means_no_runs() {
         campaign: "no/such/campaign.yaml".into(),
         live_cluster: true,
     });
+    let cfg = tessera::serve::ServiceConfig { serve: cfg, ..Default::default() };
     let e = tessera::serve::start(cfg).await.err().expect("a missing campaign is refused at start").to_string();
     assert!(e.contains("chaos.campaign") && e.contains("no/such/campaign.yaml"), "{e}");
 

@@ -63,6 +63,7 @@ pub struct Running {
 impl Running {
     /// Starts `cfg` and waits until it reports ready.
     pub async fn start(cfg: ServeConfig) -> Self {
+        let cfg = tessera::serve::ServiceConfig { serve: cfg, ..Default::default() };
         let (server, listener) = tessera::serve::start(cfg).await.expect("tessera serve starts");
         Self::serve(server, listener).await
     }

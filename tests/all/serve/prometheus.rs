@@ -23,9 +23,7 @@ fn binary() -> Option<PathBuf> {
     std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join("prometheus")).find(|p| p.is_file())
 }
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
+use crate::repo;
 
 /// Kills Prometheus when the test ends, however it ends.
 struct Guard(Child);

@@ -126,7 +126,7 @@ pub async fn load_plugin(
     let version = tokio::task::spawn_blocking(move || loader.load_plugin(&entry, seed, &body))
         .await
         .map_err(|e| ApiError::new(Code::ApiInternal, e.to_string()))?
-        .map_err(|m| ApiError::new(Code::PluginRejected, format!("plugin {name}: {m}")))?;
+        .map_err(|e| ApiError::new(Code::PluginRejected, e.to_string()))?;
     not_stopping(&s)?;
     let old = s
         .control

@@ -137,42 +137,64 @@ pub trait Backend: Send + 'static {
         let _ = (id, code);
     }
 
-    /// Binds a pod another scheduler decided (a scheduler extender's
-    /// bind): `namespace/name` (`uid`) to `node` on `gpus`.
-    fn bind_named(&mut self, namespace: &str, name: &str, uid: &str, node: &str, gpus: GpuSet) -> Result<(), String> {
-        let _ = (namespace, name, uid, node, gpus);
-        Err(format!("the {} backend binds only the pods it schedules", self.name()))
-    }
-
-    /// The pod with API uid `uid`, as the loop models it, if the backend
-    /// knows it.
-    fn pod_by_uid(&self, uid: &str) -> Option<Pod> {
-        let _ = uid;
-        None
-    }
-
     /// How rescheduling moves are carried out.
     fn moves(&self) -> Moves;
 
-    /// Whether running pod `id` may be moved by evicting it (live moves):
-    /// something recreates it. `Err` says why not; nothing is evicted.
-    fn movable(&self, id: PodId) -> Result<(), String> {
-        let _ = id;
-        Ok(())
+    /// Live moves' side of it, if its moves run live ([`Moves::Live`]).
+    fn live(&self) -> Option<&dyn LiveBackend> {
+        None
     }
+
+    /// The scheduler extender's side of it, if it binds pods another
+    /// scheduler decided.
+    fn extender(&self) -> Option<&dyn ExtenderBackend> {
+        None
+    }
+}
+
+/// What a backend said when it refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}")]
+pub struct Refusal {
+    /// Its words.
+    pub reason: String,
+}
+
+impl Refusal {
+    /// A refusal saying `reason`.
+    pub fn new(reason: impl Into<String>) -> Self {
+        Self { reason: reason.into() }
+    }
+}
+
+/// A backend whose rescheduling moves run live, across passes: a moved pod
+/// is evicted and its owner recreates it under a new identity
+/// (Kubernetes).
+pub trait LiveBackend {
+    /// Whether running pod `id` may be moved by evicting it: something
+    /// recreates it, no disruption budget forbids it now. Nothing is
+    /// evicted.
+    fn movable(&self, id: PodId) -> Result<(), Refusal>;
 
     /// Whether pod `id` is ready (serves), as the cluster reports it.
-    fn ready(&self, id: PodId) -> bool {
-        let _ = id;
-        true
-    }
+    fn ready(&self, id: PodId) -> bool;
 
-    /// The movement journal live moves are written to before each step
-    /// (a new leader resumes the plan from it). Opened when this replica
+    /// The movement journal live moves are written to before each step (a
+    /// new leader resumes the plan from it). Opened when this replica
     /// starts leading; an error leaves moves off until the next attempt.
-    fn journal(&mut self) -> Result<Box<dyn Journal + Send>, String> {
+    fn journal(&self) -> Result<Box<dyn Journal + Send>, Refusal> {
         Ok(Box::new(tessera_movement::journal::MemJournal::default()))
     }
+}
+
+/// A backend that binds pods another scheduler decided (a scheduler
+/// extender's bind).
+pub trait ExtenderBackend {
+    /// Binds `namespace/name` (`uid`) to `node` on `gpus`.
+    fn bind_named(&self, namespace: &str, name: &str, uid: &str, node: &str, gpus: GpuSet) -> Result<(), Refusal>;
+
+    /// The pod with API uid `uid`, as the loop models it, if known.
+    fn pod_by_uid(&self, uid: &str) -> Option<Pod>;
 }
 
 /// How a backend carries out a rescheduling plan.
@@ -188,8 +210,8 @@ pub enum Moves {
     /// its model, evicts through [`Backend::evict`], and binds the
     /// replacement the pod's owner creates (a pod of the same workload
     /// and shape) onto the held room; a step is done once the replacement
-    /// is [`Backend::ready`]. Every step is journaled first in
-    /// [`Backend::journal`]. Kubernetes, where an evicted pod is recreated
+    /// is [`LiveBackend::ready`]. Every step is journaled first in
+    /// [`LiveBackend::journal`]. Kubernetes, where an evicted pod is recreated
     /// by its controller under a new identity.
     Live,
 }

@@ -97,7 +97,7 @@ impl Cycles {
         // disruption budget forbids it now) are pinned for the planner,
         // which never moves a hard-tier pod.
         for ((pod, _), &id) in running.iter_mut().zip(&ids) {
-            if pod.tier != Tier::Hard && env.backend.movable(id).is_err() {
+            if pod.tier != Tier::Hard && env.backend.live().is_some_and(|l| l.movable(id).is_err()) {
                 pod.tier = Tier::Hard;
             }
         }

@@ -23,9 +23,9 @@ impl Service {
             ExtenderCall::Bind { namespace, name, uid, node, pod } => {
                 ExtenderAnswer::Bound(self.extender_bind(model, &namespace, &name, &uid, &node, pod.as_ref()))
             }
-            ExtenderCall::Pods { uids } => {
-                ExtenderAnswer::Pods(uids.iter().map(|u| self.backend.pod_by_uid(u)).collect())
-            }
+            ExtenderCall::Pods { uids } => ExtenderAnswer::Pods(
+                uids.iter().map(|u| self.backend.extender().and_then(|x| x.pod_by_uid(u))).collect(),
+            ),
         }
     }
 
@@ -102,6 +102,9 @@ impl Service {
                 .ok_or_else(|| format!("node {node} has no GPUs free for {ns}/{name} in Tessera's model"))?,
             _ => tessera_core::cluster::GpuSet::default(),
         };
-        self.backend.bind_named(ns, name, uid, node, gpus)
+        let Some(x) = self.backend.extender() else {
+            return Err(format!("the {} backend binds only the pods it schedules", self.backend.name()));
+        };
+        x.bind_named(ns, name, uid, node, gpus).map_err(|r| r.reason)
     }
 }

@@ -103,6 +103,14 @@ impl Act<'_> {
         ActError { op, pod, reason: reason.into() }
     }
 
+    /// Whether the backend lets pod `id` be moved live.
+    fn movable(&self, id: PodId) -> Result<(), String> {
+        match self.backend.live() {
+            Some(l) => l.movable(id).map_err(|r| r.reason),
+            None => Err(format!("the {} backend does not move pods live", self.backend.name())),
+        }
+    }
+
     fn pods(&self) -> impl Iterator<Item = &Pod> {
         let running = self.model.running().filter(|(id, ..)| *id & HOLD == 0).map(|(_, p, _)| p);
         running.chain(self.model.waiting().map(|(_, p, _)| p))
@@ -116,7 +124,7 @@ impl Actuator for Act<'_> {
         }
         let cur = self.steering.current(pod);
         if self.model.placement(cur).is_some() {
-            self.backend.movable(cur).map_err(|why| Self::err("reserve", pod, why))?;
+            self.movable(cur).map_err(|why| Self::err("reserve", pod, why))?;
         }
         let n = self.model.cluster().node(node).ok_or_else(|| Self::err("reserve", pod, format!("no node {node}")))?;
         check(n, spec).map_err(|r| Self::err("reserve", pod, format!("node {}: {}", n.name, r.code())))?;
@@ -147,7 +155,7 @@ impl Actuator for Act<'_> {
         if !self.steering.holds.contains_key(&pod) {
             return Err(Self::err("evict", pod, "no room is held for it (lost in a change of leader); not evicted"));
         }
-        self.backend.movable(cur).map_err(|why| Self::err("evict", pod, why))?;
+        self.movable(cur).map_err(|why| Self::err("evict", pod, why))?;
         self.backend.evict(cur).map_err(|e| Self::err("evict", pod, e.reason))?;
         if let Some(h) = self.steering.holds.get_mut(&pod) {
             h.armed = true;
@@ -169,7 +177,7 @@ impl Actuator for Act<'_> {
     fn locate(&self, pod: PodId, _now: u64) -> Location {
         let cur = self.steering.current(pod);
         match self.model.placement(cur) {
-            Some(at) => Location::Running { node: at.node, ready: self.backend.ready(cur) },
+            Some(at) => Location::Running { node: at.node, ready: self.backend.live().is_none_or(|l| l.ready(cur)) },
             None => Location::Nowhere,
         }
     }
@@ -229,7 +237,11 @@ impl LiveMoves {
         if let Some(j) = self.journal.take() {
             return Some(j);
         }
-        match env.backend.journal() {
+        let opened = match env.backend.live() {
+            Some(l) => l.journal().map_err(|r| r.reason),
+            None => Err(format!("the {} backend does not move pods live", env.backend.name())),
+        };
+        match opened {
             Ok(j) => Some(j),
             Err(why) => {
                 tracing::warn!(backend = env.backend.name(), "movement journal: {why}; no moves until it opens");

@@ -173,12 +173,12 @@ pub async fn start_kube(cfg: ServiceConfig, config: kube::Config) -> Result<(Ser
         .context("cannot start the Kubernetes backend")?;
     let mut doc = crate::sim::policy_document(&cfg.policy, seed)?;
     crate::sim::inject_workload(&mut doc, backend.workload());
-    let (client, leadership) = (backend.client(), backend.leadership());
+    let (client, leadership, names) = (backend.client(), backend.leadership(), backend.model_names());
     let (namespace, cache) =
         (kube.lease_namespace.clone(), tessera_kube::policies::cache_dir(cfg.cache_dir.as_deref()));
     let (mut server, listener) = start_on(cfg, Box::new(backend), doc).await?;
     // Clusters that keep kube-scheduler call these (deploy/kube-scheduler/extender.yaml).
-    server.mount(tessera_kube::extender::routes(server.extender()));
+    server.mount(tessera_kube::extender::routes(server.extender(), names));
     // TesseraPolicy objects in the service's namespace reach the loop
     // through the rollout path.
     let controller =

@@ -388,7 +388,12 @@ impl Scheduler {
             .copied()
             .filter(|id| self.pods.get(id).is_some_and(|e| crate::cluster::check(n, &e.pod).is_ok()))
             .collect();
-        for id in ready {
+        self.wake(ready);
+    }
+
+    /// Parked pods `ids` go back to the queue where they were.
+    fn wake(&mut self, ids: Vec<PodId>) {
+        for id in ids {
             self.parked.remove(&id);
             if let Some(e) = self.pods.get_mut(&id)
                 && let State::Parked { level, since } = e.state

@@ -18,10 +18,9 @@ use std::time::{Duration, Instant};
 use crate::config::KubeBackendConfig;
 use futures_util::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Binding, Node as KNode, ObjectReference, Pod as KPod};
+use k8s_openapi::api::core::v1::{Node as KNode, Pod as KPod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{EvictParams, ListParams, PostParams};
+use kube::api::ListParams;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use tessera_agent::AgentSample;
@@ -30,14 +29,15 @@ use tessera_core::metrics::TargetWorkload;
 use tessera_core::model::{Node, Pod};
 use tessera_core::sched::PodId;
 use tessera_core::telemetry::NodeSample;
-use tessera_server::backend::{
-    Backend, BackendError, BackendOp, ClusterEvent, ExtenderBackend, LiveBackend, Moves, Refusal,
-};
+use tessera_server::backend::{Backend, BackendError, BackendOp, ClusterEvent, ExtenderBackend, LiveBackend, Moves};
 
+use crate::calls::{self, CallError};
 use crate::convert;
 use crate::leader::{ElectionConfig, Elector, Leadership};
+use crate::models::ModelNames;
 use crate::track::{NodeTracker, PodIndex, PodTracker};
 
+mod capabilities;
 mod tasks;
 use tasks::{blocking_budget, protect_pods, scrape_agents, watch_budgets, watch_nodes, watch_pods};
 
@@ -87,6 +87,8 @@ pub struct KubeBackend {
     leadership: Leadership,
     /// This replica's name (lease holder, reporting instance of events).
     identity: String,
+    /// How GPU feature discovery's products are named.
+    names: ModelNames,
     started: Instant,
     /// Announcements after a failed eviction, for the next pass.
     requeued: Vec<ClusterEvent>,
@@ -120,6 +122,19 @@ pub fn identity(cfg: &KubeBackendConfig) -> String {
         .unwrap_or_else(|| format!("tessera-{}", std::process::id()))
 }
 
+/// What Tessera's requests say they are from (`User-Agent`), as
+/// client-go's do (`kube-scheduler/v1.33.0 …`): the API server's audit log
+/// and its priority-and-fairness rules see `tessera/<version>`.
+pub const USER_AGENT: &str = concat!("tessera/", env!("CARGO_PKG_VERSION"));
+
+/// `config` with Tessera's [`USER_AGENT`] on every request.
+pub fn with_user_agent(mut config: kube::Config) -> kube::Config {
+    use axum::http::{HeaderValue, header};
+    config.headers.retain(|(name, _)| name != header::USER_AGENT);
+    config.headers.push((header::USER_AGENT, HeaderValue::from_static(USER_AGENT)));
+    config
+}
+
 impl KubeBackend {
     /// Lists the nodes, starts the watchers (and the election and the
     /// agent scraper when configured) and waits for the first list of
@@ -130,18 +145,20 @@ impl KubeBackend {
         cfg: KubeBackendConfig,
         fallback: impl FnOnce(&[Node]) -> TargetWorkload,
     ) -> Result<Self, KubeError> {
+        let config = with_user_agent(config);
         let client = Client::try_from(config.clone()).map_err(api_err("build a client"))?;
         // Evictions are not retried by the client: a 429 from a disruption
         // budget is an answer, handled by the caller.
         let mut no_retry = config;
         no_retry.default_retry = false;
         let no_retry_client = Client::try_from(no_retry).map_err(api_err("build a client"))?;
+        let names = ModelNames::new(cfg.gpu_models.clone());
         let node_api: Api<KNode> = Api::all(client.clone());
         let listed = node_api.list(&ListParams::default()).await.map_err(api_err("list nodes"))?;
         let mut nodes = Vec::new();
         let mut addresses = HashMap::new();
         for n in &listed.items {
-            match convert::node(n) {
+            match convert::node(n, &names) {
                 Ok(node) => {
                     if let Some(a) = convert::node_address(n) {
                         addresses.insert(node.name.clone(), a);
@@ -172,12 +189,13 @@ impl KubeBackend {
         let (health_tx, health_rx) = tokio::sync::mpsc::channel(1024);
         tasks.push(tokio::spawn(watch_nodes(
             node_api,
-            NodeTracker::new(&nodes),
+            NodeTracker::new(&nodes).with_names(names.clone()),
             tx.clone(),
             live.addresses.clone(),
             health_rx,
         )));
-        let tracker = PodTracker::new(&cfg.scheduler_name, live.index.clone(), live.binding.clone());
+        let tracker =
+            PodTracker::new(&cfg.scheduler_name, live.index.clone(), live.binding.clone()).with_names(names.clone());
         let reporter = (client.clone(), me.clone());
         tasks.push(tokio::spawn(watch_pods(pod_api, tracker, tx.clone(), synced_tx, reporter)));
         let pdb_api: Api<PodDisruptionBudget> = Api::all(client.clone());
@@ -233,6 +251,7 @@ impl KubeBackend {
             live,
             leadership,
             identity: me,
+            names,
             started: Instant::now(),
             requeued: Vec::new(),
             reported: HashMap::new(),
@@ -241,6 +260,11 @@ impl KubeBackend {
             stop,
             journal_at: (cfg.lease_namespace.clone(), cfg.journal_name.clone()),
         })
+    }
+
+    /// How it names GPU models (the extender names pods' models alike).
+    pub fn model_names(&self) -> ModelNames {
+        self.names.clone()
     }
 
     /// The API client.
@@ -267,8 +291,10 @@ impl KubeBackend {
 
     /// Binds the pod, in one call: the API server copies the Binding's
     /// annotations (the GPU indices chosen) onto the pod.
-    fn post_binding(&self, ns: &str, name: &str, uid: &str, node: &str, gpus: GpuSet) -> Result<(), kube::Error> {
-        self.rt.block_on(binding_call(self.client.clone(), ns, name, uid, node, gpus))
+    fn post_binding(&self, ns: &str, name: &str, uid: &str, node: &str, gpus: GpuSet) -> Result<(), CallError> {
+        let (c, ns, name, uid, node) =
+            (self.client.clone(), ns.to_string(), name.to_string(), uid.to_string(), node.to_string());
+        calls::run(&self.rt, async move { calls::bind(c, &ns, &name, &uid, &node, gpus).await })
     }
 
     fn pod_ref(&self, id: PodId) -> Option<crate::track::PodRef> {
@@ -276,41 +302,14 @@ impl KubeBackend {
     }
 }
 
+/// How long stopping waits for the lease to be handed over.
+const HANDOVER_DEADLINE: Duration = Duration::from_secs(5);
+
 impl Drop for KubeBackend {
     fn drop(&mut self) {
         for t in self.tasks.iter().chain(&self.elector) {
             t.abort();
         }
-    }
-}
-
-impl KubeBackend {
-    /// Why running pod `id` may not be moved live, if it may not.
-    fn why_not_movable(&self, id: PodId) -> Result<(), String> {
-        if !self.leadership.is_leader() {
-            return Err("this replica does not lead".into());
-        }
-        // Asked of every running pod before each plan: read in place.
-        let index = self.live.index.lock().unwrap_or_else(|p| p.into_inner());
-        let p = index.get(&id).ok_or("unknown pod")?;
-        let key = || format!("{}/{}", p.namespace, p.name);
-        match &p.owner {
-            Some((kind, _)) if kind == "ReplicaSet" || kind == "StatefulSet" => {}
-            Some((kind, name)) => {
-                return Err(format!(
-                    "pod {} belongs to {kind} {name}, which does not recreate an evicted pod as it was; not moved",
-                    key()
-                ));
-            }
-            None => return Err(format!("pod {} has no controller to recreate it; not moved", key())),
-        }
-        if !p.ours {
-            return Err(format!("pod {} names another scheduler, which would place its replacement; not moved", key()));
-        }
-        if let Some(b) = blocking_budget(&self.live.budgets, &p.namespace, &p.labels) {
-            return Err(format!("the disruption budget {b} allows no disruption of pod {} now", key()));
-        }
-        Ok(())
     }
 }
 
@@ -324,10 +323,13 @@ impl Backend for KubeBackend {
     }
 
     fn shutdown(&mut self) {
-        // Hand the lease over now rather than let it expire.
+        // Hand the lease over now rather than let it expire; never wait
+        // past the deadline, even if the runtime is going away.
         self.stop.notify_one();
-        if let Some(e) = self.elector.take() {
-            let _ = self.rt.block_on(async { tokio::time::timeout(Duration::from_secs(5), e).await });
+        if let Some(e) = self.elector.take()
+            && crate::wait::within(&self.rt, HANDOVER_DEADLINE, e).is_none()
+        {
+            tracing::warn!("the lease was not handed over within {HANDOVER_DEADLINE:?}; it expires instead");
         }
     }
 
@@ -378,13 +380,11 @@ impl Backend for KubeBackend {
     }
 
     fn bind(&mut self, id: PodId, at: Placement) -> Result<(), BackendError> {
-        self.bind_all(&[(id, at)])
-            .pop()
-            .unwrap_or_else(|| Err(BackendError { op: BackendOp::Bind, pod: id, reason: "not attempted".into() }))
+        self.bind_all(&[(id, at)]).pop().unwrap_or_else(|| Err(BackendError::new(BackendOp::Bind, id, "not attempted")))
     }
 
     fn bind_all(&mut self, binds: &[(PodId, Placement)]) -> Vec<Result<(), BackendError>> {
-        let fail = |id: PodId, reason: String| BackendError { op: BackendOp::Bind, pod: id, reason };
+        let fail = |id: PodId, reason: String| BackendError::new(BackendOp::Bind, id, reason);
         if !self.leadership.is_leader() {
             return binds.iter().map(|&(id, _)| Err(fail(id, "this replica does not lead".into()))).collect();
         }
@@ -403,23 +403,34 @@ impl Backend for KubeBackend {
                 binding.insert(p.uid.clone(), node.clone());
             }
         }
-        let calls = targets.iter().zip(binds).map(|(t, &(_, at))| {
-            let client = self.client.clone();
-            let t = t.as_ref().ok().map(|(p, n)| (p.clone(), n.clone()));
-            async move {
-                match t {
-                    Some((p, node)) => Some(binding_call(client, &p.namespace, &p.name, &p.uid, &node, at.gpus).await),
-                    None => None,
+        let calls: Vec<_> = targets
+            .iter()
+            .zip(binds)
+            .map(|(t, &(_, at))| {
+                let client = self.client.clone();
+                let t = t.as_ref().ok().map(|(p, n)| (p.clone(), n.clone()));
+                async move {
+                    match t {
+                        Some((p, node)) => {
+                            Some(calls::bind(client, &p.namespace, &p.name, &p.uid, &node, at.gpus).await)
+                        }
+                        None => None,
+                    }
                 }
-            }
-        });
+            })
+            .collect();
         // Concurrently (kube-scheduler binds asynchronously too), results
         // in order.
-        let results: Vec<Option<Result<(), kube::Error>>> =
-            self.rt.block_on(futures_util::stream::iter(calls).buffered(BIND_CONCURRENCY).collect());
+        let batch = futures_util::stream::iter(calls).buffered(calls::BIND_CONCURRENCY).collect::<Vec<_>>();
+        let results: Vec<Option<Result<(), CallError>>> =
+            match crate::wait::within(&self.rt, calls::CALL_DEADLINE, batch) {
+                Some(r) => r.into_iter().map(|r| r.map(|r| r.map_err(CallError::Api))).collect(),
+                None => binds.iter().map(|_| Some(Err(CallError::NoAnswer(calls::CALL_DEADLINE)))).collect(),
+            };
         let mut index = self.live.index.lock().unwrap_or_else(|e| e.into_inner());
         let mut binding = self.live.binding.lock().unwrap_or_else(|e| e.into_inner());
-        targets
+        let mut decided_elsewhere = Vec::new();
+        let out = targets
             .into_iter()
             .zip(results)
             .zip(binds)
@@ -428,23 +439,43 @@ impl Backend for KubeBackend {
                 match r {
                     Some(Ok(())) => {
                         if let Some(r) = index.get_mut(&id) {
-                            r.node = Some(node);
+                            r.node = Some(node.clone());
                             r.gpus = Some(at.gpus);
                         }
+                        self.rt.spawn(crate::report::event(
+                            self.client.clone(),
+                            crate::report::Happened {
+                                message: format!("Successfully assigned {}/{} to {node}", p.namespace, p.name),
+                                namespace: p.namespace,
+                                name: p.name,
+                                uid: Some(p.uid),
+                                type_: "Normal",
+                                reason: "Scheduled",
+                                reporter: self.identity.clone(),
+                            },
+                        ));
                         Ok(())
                     }
                     Some(Err(e)) => {
                         binding.remove(&p.uid);
-                        Err(fail(id, describe(&e)))
+                        if e.status() == Some(409) {
+                            decided_elsewhere.push((id, p));
+                        }
+                        Err(fail(id, e.to_string()))
                     }
                     None => Err(fail(id, "not attempted".into())),
                 }
             })
-            .collect()
+            .collect();
+        drop((index, binding));
+        for (id, p) in decided_elsewhere {
+            self.adopt_bound_elsewhere(id, &p);
+        }
+        out
     }
 
     fn evict(&mut self, id: PodId) -> Result<(), BackendError> {
-        let fail = |reason: String| BackendError { op: BackendOp::Evict, pod: id, reason };
+        let fail = |reason: String| BackendError::new(BackendOp::Evict, id, reason);
         if !self.leadership.is_leader() {
             return Err(fail("this replica does not lead".into()));
         }
@@ -457,17 +488,23 @@ impl Backend for KubeBackend {
             }
             return Err(fail(format!("refused by the disruption budget {b}: it allows no disruption now")));
         }
-        let api: Api<KPod> = Api::namespaced(self.no_retry_client.clone(), &p.namespace);
-        match self.rt.block_on(api.evict(&p.name, &EvictParams::default())) {
-            Ok(_) => Ok(()),
+        let (c, ns, name, uid) = (self.no_retry_client.clone(), p.namespace.clone(), p.name.clone(), p.uid.clone());
+        match calls::run(&self.rt, async move { calls::evict(c, &ns, &name, &uid).await }) {
+            Ok(()) => {
+                // The loop lets it go now (it is not queued again); its
+                // room stays held (`still_holds`) until the watch says it
+                // is gone.
+                self.requeued.push(ClusterEvent::Leaving { id });
+                Ok(())
+            }
             Err(e) => {
                 // It still runs: the loop, which took it off its node,
                 // hears so (a pod already gone is announced by its watch).
-                if let (Some(node), false) = (p.node.clone(), matches!(&e, kube::Error::Api(s) if s.code == 404)) {
+                if let (Some(node), false) = (p.node.clone(), e.status() == Some(404)) {
                     self.requeued.push(ClusterEvent::Deleted { id });
                     self.requeued.push(ClusterEvent::Running { id, pod: p.pod.clone(), node, gpus: p.gpus });
                 }
-                Err(fail(describe(&e)))
+                Err(fail(e.to_string()).retry_after(e.retry_after()))
             }
         }
     }
@@ -493,88 +530,17 @@ impl Backend for KubeBackend {
         Moves::Live
     }
 
+    fn still_holds(&self, id: PodId) -> bool {
+        // Evicted pods stay in the index, on their node, until they are
+        // gone (the tracker forgets them then).
+        self.live.index.lock().unwrap_or_else(|p| p.into_inner()).get(&id).is_some_and(|p| p.node.is_some())
+    }
+
     fn live(&self) -> Option<&dyn LiveBackend> {
         Some(self)
     }
 
     fn extender(&self) -> Option<&dyn ExtenderBackend> {
         Some(self)
-    }
-}
-
-impl ExtenderBackend for KubeBackend {
-    fn bind_named(&self, ns: &str, name: &str, uid: &str, node: &str, gpus: GpuSet) -> Result<(), Refusal> {
-        if !self.leadership.is_leader() {
-            return Err(Refusal::new("this replica does not lead"));
-        }
-        self.post_binding(ns, name, uid, node, gpus).map_err(|e| Refusal::new(describe(&e)))
-    }
-
-    fn pod_by_uid(&self, uid: &str) -> Option<Pod> {
-        let index = self.live.index.lock().unwrap_or_else(|p| p.into_inner());
-        index.values().find(|r| r.uid == uid).map(|r| r.pod.clone())
-    }
-}
-
-impl LiveBackend for KubeBackend {
-    fn movable(&self, id: PodId) -> Result<(), Refusal> {
-        self.why_not_movable(id).map_err(Refusal::new)
-    }
-
-    fn ready(&self, id: PodId) -> bool {
-        self.live.index.lock().unwrap_or_else(|p| p.into_inner()).get(&id).is_some_and(|p| p.ready)
-    }
-
-    fn journal(&self) -> Result<Box<dyn tessera_movement::journal::Journal + Send>, Refusal> {
-        let (ns, name) = &self.journal_at;
-        let j = crate::journal::ConfigMapJournal::open(self.client.clone(), ns, name, &self.identity, self.rt.clone())
-            .map_err(|e| Refusal::new(format!("ConfigMap {ns}/{name}: {e}")))?;
-        Ok(Box::new(j))
-    }
-}
-
-/// `POST pods/{name}/binding`, the chosen GPU indices as the Binding's
-/// annotations (which the API server sets on the pod).
-async fn binding_call(
-    client: Client,
-    ns: &str,
-    name: &str,
-    uid: &str,
-    node: &str,
-    gpus: GpuSet,
-) -> Result<(), kube::Error> {
-    let api: Api<KPod> = Api::namespaced(client, ns);
-    let annotations = (!gpus.is_empty())
-        .then(|| [(convert::GPU_INDEX_ANNOTATION.to_string(), convert::format_gpu_index(gpus))].into());
-    let binding = Binding {
-        metadata: ObjectMeta {
-            name: Some(name.to_string()),
-            namespace: Some(ns.to_string()),
-            uid: Some(uid.to_string()),
-            annotations,
-            ..ObjectMeta::default()
-        },
-        target: ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Node".into()),
-            name: Some(node.to_string()),
-            ..ObjectReference::default()
-        },
-    };
-    api.create_subresource::<Binding, serde_json::Value>("binding", name, &PostParams::default(), &binding)
-        .await
-        .map(|_| ())
-}
-
-/// Binds in flight at once in [`Backend::bind_all`].
-const BIND_CONCURRENCY: usize = 32;
-
-/// An API error, with what it means for Tessera.
-pub fn describe(e: &kube::Error) -> String {
-    match e {
-        kube::Error::Api(s) if s.code == 429 => format!("refused by a disruption budget (429): {}", s.message),
-        kube::Error::Api(s) if s.code == 409 => format!("conflict (409): {}", s.message),
-        kube::Error::Api(s) if s.code == 404 => format!("gone (404): {}", s.message),
-        other => other.to_string(),
     }
 }

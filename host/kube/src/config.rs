@@ -41,6 +41,10 @@ pub struct KubeBackendConfig {
     /// The ConfigMap (in the Lease's namespace) the leader journals
     /// rescheduling moves to; a new leader resumes the plan from it.
     pub journal_name: String,
+    /// GPU model names for GPU feature discovery's products, exact
+    /// product → name (`NVIDIA-A100-SXM4-80GB: A100-80GB`), before the
+    /// rule in `tessera_kube::models` (`NVIDIA-H100-80GB-HBM3` → `H100`).
+    pub gpu_models: std::collections::BTreeMap<String, String>,
 }
 
 impl Default for KubeBackendConfig {
@@ -59,6 +63,7 @@ impl Default for KubeBackendConfig {
             agent_interval_s: 10,
             sync_timeout_s: 60,
             journal_name: "tessera-movement-journal".into(),
+            gpu_models: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -92,6 +97,13 @@ impl KubeBackendConfig {
         }
         if self.journal_name.is_empty() {
             return bad("kube.journal_name", "must not be empty");
+        }
+        if let Some((p, _)) = self.gpu_models.iter().find(|(p, n)| p.trim().is_empty() || n.trim().is_empty()) {
+            return Err(ConfigError::Invalid {
+                path: origin.to_string(),
+                field: "kube.gpu_models",
+                message: format!("{p:?}: a product and its model name must not be empty"),
+            });
         }
         if self.agent_interval_s == 0 {
             return bad("kube.agent_interval_s", "must be at least 1");

@@ -6,6 +6,8 @@
 use k8s_openapi::api::core::v1::{Container, Node as KNode, Pod as KPod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use tessera_core::cluster::GpuSet;
+
+use crate::models::ModelNames;
 use tessera_core::model::{
     GPU_MILLI, Gpu, GpuHealth, LabelOp, LabelRequirement, Node, Pod, Resources, Taint, Tier, Toleration,
     device_memory_mib,
@@ -90,8 +92,10 @@ fn mib(v: f64) -> u64 {
     (v / (1024.0 * 1024.0)).ceil() as u64
 }
 
-/// A node as Tessera models it (id 0: the cluster assigns ids).
-pub fn node(n: &KNode) -> Result<Node, ConvertError> {
+/// A node as Tessera models it (id 0: the cluster assigns ids); its GPU
+/// model from the `tessera.io/gpu-model` label as written, else GPU feature
+/// discovery's product named by `names`.
+pub fn node(n: &KNode, names: &ModelNames) -> Result<Node, ConvertError> {
     let name = n.metadata.name.clone().unwrap_or_default();
     let bad = |message: String| ConvertError { kind: "node", name: name.clone(), message };
     let status = n.status.as_ref();
@@ -102,7 +106,7 @@ pub fn node(n: &KNode) -> Result<Node, ConvertError> {
     if gpus.fract() != 0.0 || gpus > 32.0 {
         return Err(bad(format!("{GPU_RESOURCE} = {gpus}: whole GPUs, at most 32 per node")));
     }
-    let model = label(MODEL_LABEL).or_else(|| label(GFD_PRODUCT_LABEL)).unwrap_or_default();
+    let model = label(MODEL_LABEL).or_else(|| label(GFD_PRODUCT_LABEL).map(|p| names.name(&p))).unwrap_or_default();
     let memory_mib = match label(GFD_MEMORY_LABEL) {
         Some(m) => m.parse().map_err(|_| bad(format!("{GFD_MEMORY_LABEL} = {m:?} is not MiB")))?,
         None => device_memory_mib(&model),
@@ -171,8 +175,11 @@ pub fn pod_key(p: &KPod) -> String {
 }
 
 /// A pod as Tessera models it: effective requests (the larger of the
-/// containers' sum and the largest init container, plus overhead).
-pub fn pod(p: &KPod) -> Result<Pod, ConvertError> {
+/// containers' sum and the largest init container, plus overhead); the
+/// models it accepts as `tessera.io/gpu-models` names them (every entry a
+/// name), else its node selector's (a GPU feature discovery product named
+/// by `names`).
+pub fn pod(p: &KPod, names: &ModelNames) -> Result<Pod, ConvertError> {
     let key = pod_key(p);
     let bad = |message: String| ConvertError { kind: "pod", name: key.clone(), message };
     let spec = p.spec.as_ref().ok_or_else(|| bad("no spec".into()))?;
@@ -216,14 +223,25 @@ pub fn pod(p: &KPod) -> Result<Pod, ConvertError> {
         }
         None => (gpus as u32, if gpus > 0.0 { GPU_MILLI } else { 0 }),
     };
-    let mut allowed_models: Vec<String> = ann(MODELS_ANNOTATION)
-        .map(|v| v.split(',').map(str::trim).filter(|m| !m.is_empty()).map(String::from).collect())
-        .unwrap_or_default();
+    let mut allowed_models: Vec<String> = Vec::new();
+    if let Some(v) = ann(MODELS_ANNOTATION) {
+        for m in v.split(',').map(str::trim) {
+            if m.is_empty() {
+                return Err(bad(format!(
+                    "{MODELS_ANNOTATION} = {v:?}: an empty model name (a comma-separated list of models)"
+                )));
+            }
+            allowed_models.push(m.to_string());
+        }
+    }
     if allowed_models.is_empty()
         && let Some(sel) = &spec.node_selector
-        && let Some(m) = sel.get(MODEL_LABEL).or_else(|| sel.get(GFD_PRODUCT_LABEL))
     {
-        allowed_models.push(m.clone());
+        if let Some(m) = sel.get(MODEL_LABEL) {
+            allowed_models.push(m.clone());
+        } else if let Some(product) = sel.get(GFD_PRODUCT_LABEL) {
+            allowed_models.push(names.name(product));
+        }
     }
     let tier = match ann(TIER_ANNOTATION).as_deref() {
         None | Some("soft") => Tier::Soft,

@@ -23,6 +23,7 @@ use tessera_server::control::ExtenderHandle;
 use tessera_server::extend::{ExtenderAnswer, ExtenderCall};
 
 use crate::convert;
+use crate::models::ModelNames;
 
 /// A list of API objects (`NodeList`), as far as the extender reads it.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -174,16 +175,18 @@ const SEEN: usize = 4096;
 struct Ext {
     handle: ExtenderHandle,
     seen: Arc<Mutex<Seen>>,
+    names: Arc<ModelNames>,
 }
 
-/// The extender's routes, answering through `handle`.
-pub fn routes(handle: ExtenderHandle) -> axum::Router {
+/// The extender's routes, answering through `handle`; pods' GPU models
+/// named by `names` (the backend's).
+pub fn routes(handle: ExtenderHandle, names: ModelNames) -> axum::Router {
     axum::Router::new()
         .route("/extender/filter", post(filter))
         .route("/extender/prioritize", post(prioritize))
         .route("/extender/bind", post(bind))
         .route("/extender/preempt", post(preempt))
-        .with_state(Ext { handle, seen: Arc::default() })
+        .with_state(Ext { handle, seen: Arc::default(), names: Arc::new(names) })
 }
 
 fn bad_request(message: String) -> Response {
@@ -198,7 +201,7 @@ impl Ext {
     /// The pod of the call, converted, and the candidate names.
     fn args(&self, a: &ExtenderArgs) -> Result<(Pod, Vec<String>), String> {
         let kpod = a.pod.as_ref().ok_or("no Pod in the arguments")?;
-        let pod = convert::pod(kpod).map_err(|e| e.to_string())?;
+        let pod = convert::pod(kpod, &self.names).map_err(|e| e.to_string())?;
         if let Some(uid) = &kpod.metadata.uid {
             let mut s = self.seen.lock().unwrap_or_else(|p| p.into_inner());
             if s.pods.insert(uid.clone(), pod.clone()).is_none() {
@@ -312,12 +315,12 @@ async fn preempt(State(x): State<Ext>, body: Bytes) -> Response {
         Ok(a) => a,
         Err(e) => return bad_request(e),
     };
-    let Some(preemptor) = a.pod.as_ref().and_then(|p| convert::pod(p).ok()) else {
+    let Some(preemptor) = a.pod.as_ref().and_then(|p| convert::pod(p, &x.names).ok()) else {
         return bad_request("no valid Pod in the arguments".into());
     };
     let mut out = ExtenderPreemptionResult::default();
     for (node, v) in a.node_name_to_victims.unwrap_or_default() {
-        let ok = v.pods.iter().all(|p| convert::pod(p).is_ok_and(|victim| may_preempt(&preemptor, &victim)));
+        let ok = v.pods.iter().all(|p| convert::pod(p, &x.names).is_ok_and(|victim| may_preempt(&preemptor, &victim)));
         if ok {
             let pods = v.pods.iter().filter_map(|p| p.metadata.uid.clone()).map(|uid| MetaPod { uid }).collect();
             out.node_name_to_meta_victims.insert(node, MetaVictims { pods, num_pdb_violations: v.num_pdb_violations });

@@ -6,16 +6,19 @@
 //! clusters that keep kube-scheduler, and the `TesseraPolicy` resource.
 
 pub mod backend;
+pub mod calls;
 pub mod config;
 pub mod convert;
 pub mod crd;
 pub mod extender;
 pub mod journal;
 pub mod leader;
+pub mod models;
 pub mod oci;
 pub mod policies;
 pub mod report;
 pub mod track;
+pub mod wait;
 
 pub use backend::{KubeBackend, KubeError};
 pub use config::KubeBackendConfig;

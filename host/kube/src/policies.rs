@@ -207,7 +207,7 @@ impl PolicyController {
                 let cm = api
                     .get(&k.name)
                     .await
-                    .map_err(|e| format!("ConfigMap {}: {}", k.name, crate::backend::describe(&e)))?;
+                    .map_err(|e| format!("ConfigMap {}: {}", k.name, crate::calls::describe(&e)))?;
                 cm.binary_data
                     .and_then(|mut d| d.remove(&k.key))
                     .map(|b| b.0)

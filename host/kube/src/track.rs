@@ -2,7 +2,8 @@
 //! kube-rs watcher events (no IO), so every transition is unit-tested:
 //! pods naming Tessera queued, pods already on a node adopted, a pod
 //! someone else bound re-adopted where it runs, terminal and deleted pods
-//! gone; nodes joining, changing (only real changes pass) and leaving. A
+//! gone (a terminating pod on a node stays until it is gone: its GPUs are
+//! held until then); nodes joining, changing (only real changes pass) and leaving. A
 //! re-list after a lost watch (`Init` … `InitDone`) turns everything not
 //! seen again into a deletion, so no pod or node is left behind.
 
@@ -16,6 +17,7 @@ use tessera_core::sched::PodId;
 use tessera_server::backend::ClusterEvent;
 
 use crate::convert::{self, ConvertError};
+use crate::models::ModelNames;
 
 /// A pod the loop knows, as the API names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +42,8 @@ pub struct PodRef {
     pub ready: bool,
     /// It names Tessera as its scheduler.
     pub ours: bool,
+    /// It is being deleted (it holds its room until it is gone).
+    pub terminating: bool,
 }
 
 /// The loop's id of the pod with API uid `uid`: the same on every replica
@@ -107,6 +111,8 @@ pub struct PodTracker {
     binding: Arc<Mutex<HashMap<String, String>>>,
     /// Pods that could not be taken, with why (the backend reports them).
     pub rejected: Vec<ConvertError>,
+    /// GPU model names (a pod's node selector on a GFD product).
+    names: ModelNames,
 }
 
 impl PodTracker {
@@ -119,7 +125,19 @@ impl PodTracker {
             index,
             binding,
             rejected: Vec::new(),
+            names: ModelNames::default(),
         }
+    }
+
+    /// With GPU model names other than the rule alone.
+    pub fn with_names(mut self, names: ModelNames) -> Self {
+        self.names = names;
+        self
+    }
+
+    /// How it names GPU models.
+    pub fn names(&self) -> &ModelNames {
+        &self.names
     }
 
     /// Folds one watch event; the cluster events it means, in order.
@@ -178,6 +196,7 @@ impl PodTracker {
             owner: convert::controller(p).map(|o| (o.kind.clone(), o.name.clone())),
             ready: is_ready(p),
             ours: p.spec.as_ref().and_then(|s| s.scheduler_name.as_deref()) == Some(self.scheduler.as_str()),
+            terminating: p.metadata.deletion_timestamp.is_some(),
         };
         index.insert(id, r);
         id
@@ -186,18 +205,28 @@ impl PodTracker {
     fn apply(&mut self, p: &KPod, out: &mut Vec<ClusterEvent>) {
         let Some(uid) = p.metadata.uid.clone() else { return };
         let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
-        if matches!(phase, Some("Succeeded" | "Failed")) || p.metadata.deletion_timestamp.is_some() {
+        let spec = p.spec.as_ref();
+        let node = spec.and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty());
+        // A finished pod holds nothing; a terminating one still holds its
+        // node's resources (the kubelet releases them when it is gone), so
+        // it stays until then; one that never ran just leaves the queue.
+        if matches!(phase, Some("Succeeded" | "Failed")) || (p.metadata.deletion_timestamp.is_some() && node.is_none())
+        {
             self.forget(&uid, out);
             return;
         }
-        let spec = p.spec.as_ref();
-        let node = spec.and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty());
+
         let ours = spec.and_then(|s| s.scheduler_name.as_deref()) == Some(self.scheduler.as_str());
         let known_node = self.by_uid.get(&uid).map(|t| t.node.clone());
         if let Some(t) = self.by_uid.get(&uid)
             && let Some(r) = self.index.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&t.id)
         {
             r.ready = is_ready(p);
+            if p.metadata.deletion_timestamp.is_some() && !std::mem::replace(&mut r.terminating, true) {
+                // Going for good: the loop stops counting on it, its room
+                // stays held until it is gone.
+                out.push(ClusterEvent::Leaving { id: t.id });
+            }
         }
         match (known_node, node) {
             // Already where the loop thinks it is, or still waiting.
@@ -219,7 +248,7 @@ impl PodTracker {
                 }
             }
             (None, Some(node)) => self.adopt(p, &uid, node, out),
-            (None, None) if ours => match convert::pod(p) {
+            (None, None) if ours => match convert::pod(p, &self.names) {
                 Ok(pod) => {
                     let id = self.track(p, &uid, &pod, None, None);
                     out.push(ClusterEvent::Submitted { id, pod });
@@ -231,7 +260,7 @@ impl PodTracker {
     }
 
     fn adopt(&mut self, p: &KPod, uid: &str, node: String, out: &mut Vec<ClusterEvent>) {
-        match convert::pod(p).and_then(|pod| Ok((pod, convert::gpu_index(p)?))) {
+        match convert::pod(p, &self.names).and_then(|pod| Ok((pod, convert::gpu_index(p)?))) {
             Ok((pod, gpus)) => {
                 let id = self.track(p, uid, &pod, Some(node.clone()), gpus);
                 out.push(ClusterEvent::Running { id, pod, node, gpus });
@@ -259,6 +288,8 @@ pub struct NodeTracker {
     relist: Relist,
     /// Nodes that could not be taken, with why.
     pub rejected: Vec<ConvertError>,
+    /// GPU model names (GFD products).
+    names: ModelNames,
 }
 
 impl NodeTracker {
@@ -266,6 +297,12 @@ impl NodeTracker {
     pub fn new(nodes: &[Node]) -> Self {
         let known: HashMap<String, Node> = nodes.iter().map(|n| (n.name.clone(), n.clone())).collect();
         Self { base: known.clone(), known, ..Self::default() }
+    }
+
+    /// With GPU model names other than the rule alone.
+    pub fn with_names(mut self, names: ModelNames) -> Self {
+        self.names = names;
+        self
     }
 
     /// Folds one watch event.
@@ -332,7 +369,7 @@ impl NodeTracker {
     }
 
     fn apply(&mut self, n: &KNode, out: &mut Vec<ClusterEvent>) {
-        match convert::node(n) {
+        match convert::node(n, &self.names) {
             Ok(mut node) => {
                 self.base.insert(node.name.clone(), node.clone());
                 self.overlay(&mut node);

@@ -5,7 +5,10 @@
 //! resourceVersion), JSON merge patch, delete, `pods/binding` (409 when
 //! already bound) and `pods/eviction` (429 when a PodDisruptionBudget
 //! allows no disruption). Enough of the API for kube-rs and kubectl, with
-//! knobs to drop every watch and to compact history.
+//! knobs to drop every watch and to compact history, and as strict as the
+//! real one where Tessera's bugs hid: RBAC from the shipped manifest
+//! (`rbac`), validation of every write (`schema`), a kubelet that refuses a
+//! GPU given twice and lets evicted pods terminate holding theirs (`pods`).
 //!
 //! Every object is kept as JSON; the server is generic over resources.
 
@@ -15,9 +18,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use axum::body::Bytes;
-use axum::extract::{Query, State};
-use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, watch};
@@ -26,10 +27,14 @@ use tokio::sync::{broadcast, watch};
 mod discovery;
 #[path = "apiserver/pods.rs"]
 mod pods;
+#[path = "apiserver/rbac.rs"]
+pub mod rbac;
+#[path = "apiserver/routes.rs"]
+mod routes;
+#[path = "apiserver/schema.rs"]
+mod schema;
 #[path = "apiserver/watching.rs"]
 mod watching;
-
-use discovery::{discovery_groups, discovery_resources};
 
 /// A resource the server serves.
 #[derive(Debug, Clone)]
@@ -127,12 +132,23 @@ pub struct Counters {
     pub evictions: u32,
     /// Evictions refused by a disruption budget (429).
     pub evictions_refused: u32,
+    /// Every eviction asked for (`ns/name`), when.
+    pub eviction_attempts: Vec<(String, std::time::Instant)>,
     /// Writes refused for a stale resourceVersion (409).
     pub conflicts: u32,
     /// Watches opened, per resource.
     pub watches: BTreeMap<String, u32>,
     /// Watches answered 410 Gone.
     pub gone: u32,
+    /// Requests RBAC refused (403), in the API server's words.
+    pub forbidden: Vec<String>,
+    /// Pods the kubelet refused (their GPUs were taken), with why.
+    pub kubelet_rejections: Vec<String>,
+    /// Writes refused as invalid (422, 404 for a missing namespace or
+    /// CRD), in the API server's words.
+    pub invalid: Vec<String>,
+    /// The `User-Agent`s requests came with (`-` for none).
+    pub user_agents: std::collections::BTreeSet<String>,
 }
 
 struct Inner {
@@ -146,6 +162,14 @@ struct Inner {
     /// Lease writes naming this holder fail with 503 (a partitioned
     /// replica).
     partitioned: Option<String>,
+    /// Pods (`ns/name`) another scheduler binds, to the node given, just
+    /// before the next binding of them arrives.
+    races: HashMap<String, String>,
+    /// How long an evicted pod terminates (holding its resources) before
+    /// it is gone.
+    termination_grace: std::time::Duration,
+    /// The `Retry-After` of a disruption budget's 429, seconds.
+    retry_after_s: u64,
 }
 
 /// The server's state.
@@ -236,8 +260,28 @@ fn labels_match(selector: &Value, labels: &Value) -> bool {
 }
 
 impl ApiServer {
-    /// Starts on an ephemeral loopback port.
+    /// Starts on an ephemeral loopback port with the shipped CRD and RBAC
+    /// (`deploy/kubernetes/crd.yaml`, `rbac.yaml`) applied: Tessera's
+    /// requests are the scheduler's service account's and are authorized
+    /// by it.
     pub async fn start() -> Self {
+        let srv = Self::start_empty().await;
+        for file in ["crd.yaml", "rbac.yaml"] {
+            let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kubernetes");
+            let text = std::fs::read_to_string(dir.join(file)).unwrap();
+            for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+                let object: Value = serde::Deserialize::deserialize(doc).unwrap();
+                if !object.is_null() {
+                    srv.put(object);
+                }
+            }
+        }
+        srv
+    }
+
+    /// Starts with nothing in it (a fresh cluster: only an administrator
+    /// may do anything).
+    pub async fn start_empty() -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (changes, _) = broadcast::channel(100_000);
@@ -250,12 +294,15 @@ impl ApiServer {
                 counters: Counters::default(),
                 uid: 0,
                 partitioned: None,
+                races: HashMap::new(),
+                termination_grace: std::time::Duration::from_millis(300),
+                retry_after_s: 10,
             })),
             changes,
             drop_watches: Arc::new(watch::channel(0).0),
             addr,
         };
-        let app = axum::Router::new().fallback(handle).with_state(server.clone());
+        let app = axum::Router::new().fallback(routes::handle).with_state(server.clone());
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         server
     }
@@ -265,17 +312,55 @@ impl ApiServer {
         format!("http://{}", self.addr)
     }
 
-    /// A kube-rs configuration for it.
+    /// A kube-rs configuration for it, as the scheduler's service account.
     pub fn config(&self) -> kube::Config {
-        kube::Config::new(self.url().parse().unwrap())
+        self.config_with(rbac::SCHEDULER_TOKEN)
+    }
+
+    /// A kube-rs configuration for it, as a cluster administrator.
+    pub fn admin_config(&self) -> kube::Config {
+        self.config_with(rbac::ADMIN_TOKEN)
+    }
+
+    fn config_with(&self, token: &str) -> kube::Config {
+        let mut config = kube::Config::new(self.url().parse().unwrap());
+        config.auth_info = serde_json::from_value(json!({ "token": token })).unwrap();
+        config
+    }
+
+    /// Says that RBAC refused nothing so far and the kubelet admitted
+    /// every pod bound (no GPU was given twice).
+    pub fn assert_sound(&self) {
+        let c = self.counters();
+        assert!(c.forbidden.is_empty(), "RBAC (deploy/kubernetes/rbac.yaml) refused: {:#?}", c.forbidden);
+        assert!(c.kubelet_rejections.is_empty(), "the kubelet refused: {:#?}", c.kubelet_rejections);
+        assert!(c.invalid.is_empty(), "writes refused as invalid: {:#?}", c.invalid);
+    }
+
+    /// Evicted pods terminate for `grace` (holding their GPUs) before they
+    /// are gone.
+    pub fn set_termination_grace(&self, grace: std::time::Duration) {
+        self.inner.lock().unwrap().termination_grace = grace;
+    }
+
+    /// The `Retry-After` a disruption budget's 429 carries.
+    pub fn set_retry_after(&self, seconds: u64) {
+        self.inner.lock().unwrap().retry_after_s = seconds;
+    }
+
+    /// Another scheduler binds `ns/name` to `node` just before the next
+    /// binding of that pod arrives (which then gets 409).
+    pub fn race_binding(&self, ns: &str, name: &str, node: &str) {
+        self.inner.lock().unwrap().races.insert(format!("{ns}/{name}"), node.to_string());
     }
 
     /// A kubeconfig file for kubectl.
     pub fn kubeconfig(&self, dir: &std::path::Path) -> std::path::PathBuf {
         let path = dir.join("kubeconfig");
         let text = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: t\n  cluster: {{server: {}}}\nusers:\n- name: t\n  user: {{}}\ncontexts:\n- name: t\n  context: {{cluster: t, user: t, namespace: default}}\ncurrent-context: t\n",
-            self.url()
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: t\n  cluster: {{server: {}}}\nusers:\n- name: t\n  user: {{token: {}}}\ncontexts:\n- name: t\n  context: {{cluster: t, user: t, namespace: default}}\ncurrent-context: t\n",
+            self.url(),
+            rbac::ADMIN_TOKEN
         );
         std::fs::write(&path, text).unwrap();
         path
@@ -353,6 +438,11 @@ impl ApiServer {
         };
         let name = object["metadata"]["name"].as_str().unwrap().to_string();
         let mut s = self.inner.lock().unwrap();
+        // The namespace exists (as the test's cluster would have it).
+        if kind.namespaced && !s.objects.contains_key(&("namespaces", String::new(), ns.clone())) {
+            let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+            self.store(&mut s, find_kind("", "v1", "namespaces").unwrap(), "", &ns, namespace);
+        }
         self.store(&mut s, kind, &ns, &name, object);
     }
 
@@ -418,124 +508,5 @@ impl ApiServer {
         s.history.push(c.clone());
         let _ = self.changes.send(c);
         Some(object)
-    }
-}
-
-async fn handle(
-    State(srv): State<ApiServer>,
-    method: Method,
-    uri: Uri,
-    Query(q): Query<HashMap<String, String>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let path = uri.path();
-    match path {
-        "/api" => return axum::Json(json!({"kind": "APIVersions", "versions": ["v1"]})).into_response(),
-        "/apis" => return discovery_groups(),
-        "/version" => {
-            return axum::Json(json!({"major": "1", "minor": "33", "gitVersion": "v1.33.0-tessera-test"}))
-                .into_response();
-        }
-        _ => {}
-    }
-    if let Some(list) = discovery_resources(path) {
-        return list;
-    }
-    let t = match parse(path) {
-        Ok(t) => t,
-        Err(r) => return r,
-    };
-    let body: Value = if body.is_empty() {
-        Value::Null
-    } else {
-        match serde_json::from_slice(&body) {
-            Ok(v) => v,
-            Err(e) => return status(400, "BadRequest", format!("not JSON: {e}")),
-        }
-    };
-    let ns = if t.kind.namespaced { t.namespace.clone() } else { Some(String::new()) };
-    if t.kind.plural == "leases" && matches!(method, Method::PUT | Method::POST) {
-        let cut = srv.inner.lock().unwrap().partitioned.clone();
-        if cut.is_some() && body["spec"]["holderIdentity"].as_str() == cut.as_deref() {
-            return status(503, "ServiceUnavailable", "this replica is cut off");
-        }
-    }
-    match (&method, &t.name, &t.sub) {
-        (&Method::GET, None, None) if q.get("watch").is_some_and(|w| w == "true" || w == "1") => {
-            srv.watch(t.kind, t.namespace.clone(), &q)
-        }
-        (&Method::GET, None, None) => srv.list_response(t.kind, t.namespace.as_deref()),
-        (&Method::GET, Some(name), None) => match srv.get(t.kind.plural, ns.as_deref().unwrap_or(""), name) {
-            Some(o) => axum::Json(o).into_response(),
-            None => status(404, "NotFound", format!("{} \"{name}\" not found", t.kind.plural)),
-        },
-        (&Method::POST, None, None) => {
-            let name = body["metadata"]["name"].as_str().unwrap_or_default().to_string();
-            let ns =
-                if t.kind.namespaced { t.namespace.clone().unwrap_or_else(|| "default".into()) } else { String::new() };
-            if q.contains_key("dryRun") {
-                return (StatusCode::CREATED, axum::Json(body)).into_response();
-            }
-            let mut s = srv.inner.lock().unwrap();
-            if s.objects.contains_key(&(t.kind.plural, ns.clone(), name.clone())) {
-                return status(409, "AlreadyExists", format!("{} \"{name}\" already exists", t.kind.plural));
-            }
-            let o = srv.store(&mut s, t.kind, &ns, &name, body);
-            (StatusCode::CREATED, axum::Json(o)).into_response()
-        }
-        (&Method::PUT, Some(name), None) => {
-            let ns = ns.unwrap_or_default();
-            let mut s = srv.inner.lock().unwrap();
-            let key = (t.kind.plural, ns.clone(), name.clone());
-            let Some(current) = s.objects.get(&key) else {
-                return status(404, "NotFound", format!("{} \"{name}\" not found", t.kind.plural));
-            };
-            let given = body["metadata"]["resourceVersion"].as_str();
-            if given.is_some_and(|g| Some(g) != current["metadata"]["resourceVersion"].as_str()) {
-                s.counters.conflicts += 1;
-                return status(
-                    409,
-                    "Conflict",
-                    format!(
-                        "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
-                        t.kind.plural
-                    ),
-                );
-            }
-            let o = srv.store(&mut s, t.kind, &ns, name, body);
-            axum::Json(o).into_response()
-        }
-        (&Method::PATCH, Some(name), None | Some(_)) if t.sub.as_deref().is_none_or(|s| s == "status") => {
-            let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-            if !(ct.starts_with("application/merge-patch+json")
-                || ct.starts_with("application/strategic-merge-patch+json"))
-            {
-                return status(415, "UnsupportedMediaType", format!("patch type {ct} is not supported here"));
-            }
-            let ns = ns.unwrap_or_default();
-            let mut s = srv.inner.lock().unwrap();
-            let Some(mut o) = s.objects.get(&(t.kind.plural, ns.clone(), name.clone())).cloned() else {
-                return status(404, "NotFound", format!("{} \"{name}\" not found", t.kind.plural));
-            };
-            merge_patch(&mut o, &body);
-            let o = srv.store(&mut s, t.kind, &ns, name, o);
-            axum::Json(o).into_response()
-        }
-        (&Method::DELETE, Some(name), None) => {
-            let ns = ns.unwrap_or_default();
-            let mut s = srv.inner.lock().unwrap();
-            match srv.remove(&mut s, t.kind, &ns, name) {
-                Some(o) => axum::Json(o).into_response(),
-                None => status(404, "NotFound", format!("{} \"{name}\" not found", t.kind.plural)),
-            }
-        }
-        (&Method::POST, Some(name), Some(sub)) if t.kind.plural == "pods" && sub == "binding" => {
-            srv.bind(&ns.unwrap_or_default(), name, &body)
-        }
-        (&Method::POST, Some(name), Some(sub)) if t.kind.plural == "pods" && sub == "eviction" => {
-            srv.evict(&ns.unwrap_or_default(), name)
-        }
-        _ => status(405, "MethodNotAllowed", format!("{method} {path} is not supported here")),
     }
 }

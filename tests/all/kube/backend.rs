@@ -82,6 +82,15 @@ fn binds_adopts_and_evicts_through_the_api_respecting_disruption_budgets() {
     let e = b.bind(train, Placement { node: 0, gpus: GpuSet(0b1) }).unwrap_err().to_string();
     assert!(e.contains("conflict (409)") && e.contains("already assigned"), "{e}");
     assert_eq!(srv.counters().binding_conflicts, 1);
+    // A 409 means someone decided first: the loop, which takes a refused
+    // bind as "still waiting", is told where the pod runs and on which
+    // GPUs, as the API says.
+    let ev: Vec<ClusterEvent> = b.events(0).into_iter().map(|(_, e)| e).collect();
+    assert!(
+        matches!(&ev[..], [ClusterEvent::Deleted { id }, ClusterEvent::Running { id: id2, node, gpus: Some(GpuSet(0b100)), .. }]
+            if *id == train && *id2 == train && node == "n2"),
+        "{ev:?}"
+    );
 
     // Evict while the budget's change to "no disruption" has not reached
     // the watch: the API server refuses (429) and the client does not retry;
@@ -129,11 +138,19 @@ fn binds_adopts_and_evicts_through_the_api_respecting_disruption_budgets() {
         std::thread::sleep(Duration::from_millis(20));
         b.events(0);
     }
-    assert!(srv.get("pods", "ml", "web-0").is_none());
+    // Evicted, it terminates holding its GPUs until it is gone: the loop
+    // lets it go at once (Leaving: not queued again, its room kept) and
+    // hears Deleted only when it is gone.
+    assert!(b.still_holds(web), "terminating: its room is held");
+    assert!(srv.get("pods", "ml", "web-0").unwrap()["metadata"]["deletionTimestamp"].is_string());
     let ev = events_until(&mut b, |e| e.contains(&ClusterEvent::Deleted { id: web }));
+    assert_eq!(ev.first(), Some(&ClusterEvent::Leaving { id: web }), "{ev:?}");
+    assert!(!b.still_holds(web));
+    assert!(srv.get("pods", "ml", "web-0").is_none());
     assert!(!ev.iter().any(|e| matches!(e, ClusterEvent::Submitted { .. })), "{ev:?}");
     assert_eq!(srv.counters().evictions, 1);
     rt.block_on(b.shutdown());
+    srv.assert_sound();
 }
 
 #[test]
@@ -172,6 +189,7 @@ fn watches_resume_after_a_drop_and_relist_after_410_gone() {
     assert!(srv.counters().gone >= 1, "{:?}", srv.counters());
     assert!(!ev.iter().any(|e| matches!(e, ClusterEvent::Submitted { .. })), "the others are not queued twice: {ev:?}");
     rt.block_on(b.shutdown());
+    srv.assert_sound();
 }
 
 #[test]
@@ -226,28 +244,30 @@ fn node_agents_are_scraped_for_telemetry_and_gpu_health() {
     });
     assert!(!ev.is_empty());
     rt.block_on(b.shutdown());
+    srv.assert_sound();
 }
 
 #[test]
 fn a_pass_binds_together_and_each_result_comes_back_in_order() {
     let rt = runtime();
     let srv = rt.block_on(ApiServer::start());
-    srv.put(node("n1", 8, "zone-a"));
-    srv.put(node("n2", 8, "zone-b"));
+    srv.put(node("n1", 16, "zone-a"));
+    srv.put(node("n2", 16, "zone-b"));
     for i in 0..30 {
         srv.put(pod("ml", &format!("p{i}"), "tessera", None, 1, "x"));
     }
     let mut b = rt.block_on(KubeBackend::connect(srv.config(), kube_config("solo", false), workload)).unwrap();
     let ev = events_until(&mut b, |e| e.len() >= 30);
     let ids: Vec<u64> = (0..30).map(|i| id_of(&ev, &format!("ml/p{i}"))).collect();
-    // p7 is bound behind Tessera's back first: its bind must fail alone.
+    // Room for all (the kubelet refuses a GPU given twice). p7 is bound
+    // behind Tessera's back first: its bind must fail alone.
     let mut p7 = srv.get("pods", "ml", "p7").unwrap();
     p7["spec"]["nodeName"] = serde_json::json!("n1");
     srv.put(p7);
     let binds: Vec<(u64, Placement)> = ids
         .iter()
         .enumerate()
-        .map(|(i, &id)| (id, Placement { node: (i % 2) as u32, gpus: GpuSet(1 << (i / 2 % 8)) }))
+        .map(|(i, &id)| (id, Placement { node: (i % 2) as u32, gpus: GpuSet(1 << (i / 2)) }))
         .collect();
     let results = b.bind_all(&binds);
     assert_eq!(results.len(), 30);
@@ -260,12 +280,13 @@ fn a_pass_binds_together_and_each_result_comes_back_in_order() {
         assert_eq!(p["spec"]["nodeName"], if i % 2 == 0 { "n1" } else { "n2" });
         assert_eq!(
             p["metadata"]["annotations"]["tessera.io/gpu-index"],
-            (i / 2 % 8).to_string(),
+            (i / 2).to_string(),
             "one call: the Binding's annotations"
         );
     }
     assert_eq!(srv.counters().bindings.len(), 29);
     rt.block_on(b.shutdown());
+    srv.assert_sound();
 }
 
 /// The eviction half of the scenario against a real cluster: a pod under
@@ -310,4 +331,31 @@ fn needs_cluster_eviction_honours_a_disruption_budget() {
     std::thread::sleep(Duration::from_secs(2));
     b.evict(id).unwrap();
     rt.block_on(b.shutdown());
+}
+
+/// Stopping the backend from the loop's thread has a deadline that holds
+/// whatever the async runtime is doing: here its only worker is stuck (a
+/// busy machine, or a runtime going away), so no timer of its fires and
+/// the elector cannot run. Stopping returns at its deadline all the same
+/// (it used to wait for the worker: forever, if the runtime was shutting
+/// down).
+#[test]
+fn stopping_returns_at_its_deadline_when_the_runtime_cannot_run() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let srv = rt.block_on(ApiServer::start());
+    srv.put(node("n1", 8, "zone-a"));
+    let mut b = rt.block_on(KubeBackend::connect(srv.config(), kube_config("stuck", true), workload)).unwrap();
+    let t0 = Instant::now();
+    while !b.active() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "never led");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    rt.spawn(async { std::thread::sleep(Duration::from_secs(20)) });
+    std::thread::sleep(Duration::from_millis(200));
+    let t0 = Instant::now();
+    Backend::shutdown(&mut b);
+    let took = t0.elapsed();
+    assert!(took < Duration::from_secs(8), "stopping waited {took:?}");
+    drop(b);
+    rt.shutdown_background();
 }

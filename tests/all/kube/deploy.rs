@@ -23,7 +23,7 @@ use crate::repo;
 
 fn manifest_files() -> Vec<PathBuf> {
     let mut files = Vec::new();
-    for dir in ["deploy/kubernetes", "deploy/chaos"] {
+    for dir in ["deploy/kubernetes", "deploy/kubernetes/samples", "deploy/chaos"] {
         for e in std::fs::read_dir(repo().join(dir)).unwrap() {
             let p = e.unwrap().path();
             if p.extension().is_some_and(|x| x == "yaml") {
@@ -147,9 +147,9 @@ fn the_crd_is_generated_from_the_rust_type_and_the_embedded_configurations_are_v
         "the rules ConfigMap must carry deploy/prometheus/rules.yaml"
     );
 
-    let policy = &documents(&repo().join("deploy/kubernetes/policy.yaml"))[0];
+    let policy = &documents(&repo().join("deploy/kubernetes/samples/policy.yaml"))[0];
     let p: tessera_kube::crd::TesseraPolicy = serde_json::from_value(policy.clone()).unwrap();
-    let doc = tessera_policy::PolicyDocument::parse(&p.spec.document, "deploy/kubernetes/policy.yaml").unwrap();
+    let doc = tessera_policy::PolicyDocument::parse(&p.spec.document, "deploy/kubernetes/samples/policy.yaml").unwrap();
     for c in &p.spec.components {
         c.source().unwrap();
         assert!(doc.plugins.iter().any(|e| e.name == c.plugin), "component for unknown plugin {}", c.plugin);
@@ -197,4 +197,78 @@ async fn kubectl_applies_every_manifest_with_a_client_dry_run() {
     assert_eq!(created, objects, "{stdout}\n{stderr}");
     assert!(stdout.contains("tesserapolicy.tessera.io/gpu-health created (dry run)"), "{stdout}");
     assert!(srv.list("deployments").is_empty(), "a dry run creates nothing");
+}
+
+/// `kubectl apply ARGS` against `srv` as an administrator: (success, what
+/// it printed).
+async fn apply(kubectl: &Path, srv: &ApiServer, dir: &Path, args: &[&str]) -> (bool, String) {
+    let mut cmd = tokio::process::Command::new(kubectl);
+    // No client-side schema (this server publishes no OpenAPI document):
+    // the server validates.
+    cmd.env("KUBECONFIG", srv.kubeconfig(dir)).env("HOME", dir).args(["apply", "--validate=false"]).args(args);
+    let out = tokio::time::timeout(std::time::Duration::from_secs(60), cmd.output()).await.unwrap().unwrap();
+    let text = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+/// The manifests as a new user applies them, to a cluster with nothing in
+/// it that validates every object as a real API server does (namespaces
+/// must exist, a custom resource needs its CRD and matches its schema,
+/// built-in kinds decode into their types, unknown fields refused):
+/// `kubectl apply -f deploy/kubernetes/ -f deploy/chaos/` in one go, files
+/// in name order, then the samples.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_manifests_apply_in_order_to_an_empty_cluster_that_validates_them() {
+    let Some(kubectl) = kubectl() else {
+        assert!(std::env::var_os("CI").is_none(), "CI installs kubectl (Debian's kubernetes-client)");
+        eprintln!("kubectl is not installed (Debian: kubernetes-client); skipped");
+        return;
+    };
+    let srv = ApiServer::start_empty().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (k, c, s) =
+        (repo().join("deploy/kubernetes"), repo().join("deploy/chaos"), repo().join("deploy/kubernetes/samples"));
+    let (ok, out) = apply(&kubectl, &srv, dir.path(), &["-f", k.to_str().unwrap(), "-f", c.to_str().unwrap()]).await;
+    assert!(ok, "first apply on an empty cluster:\n{out}");
+    let (ok, out) = apply(&kubectl, &srv, dir.path(), &["-f", s.to_str().unwrap()]).await;
+    assert!(ok, "the samples:\n{out}");
+    assert!(srv.get("deployments", "tessera-system", "tessera-scheduler").is_some());
+    let policy = srv.get("tesserapolicies", "tessera-system", "gpu-health").expect("the sample policy");
+    assert!(policy["spec"]["components"][0]["sha256"].is_string(), "{policy}");
+    // Applying again changes nothing and fails nothing.
+    let (ok, out) = apply(&kubectl, &srv, dir.path(), &["-f", k.to_str().unwrap(), "-f", c.to_str().unwrap()]).await;
+    assert!(ok, "second apply:\n{out}");
+
+    // What a real server refuses, this one refuses: an unquoted digest of
+    // zeros is YAML's integer 0, and a field the type does not have.
+    let mut bad = std::fs::read_to_string(s.join("policy.yaml")).unwrap();
+    bad = bad.replace("sha256: \"0000000000000000000000000000000000000000000000000000000000000000\"", "sha256: 0000");
+    let f = dir.path().join("bad-policy.yaml");
+    std::fs::write(&f, &bad).unwrap();
+    let (ok, out) = apply(&kubectl, &srv, dir.path(), &["-f", f.to_str().unwrap()]).await;
+    assert!(!ok && out.contains("must be of type string"), "{out}");
+    let f = dir.path().join("bad-namespace.yaml");
+    std::fs::write(&f, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x, namespace: nowhere}\ndata: {a: b}\n")
+        .unwrap();
+    let (ok, out) = apply(&kubectl, &srv, dir.path(), &["-f", f.to_str().unwrap()]).await;
+    assert!(!ok && out.contains("namespaces \"nowhere\" not found"), "{out}");
+    // A field the type does not have: refused under strict field
+    // validation (kubectl's default where the server publishes its
+    // schema), dropped otherwise.
+    let http = reqwest::Client::new();
+    let cm =
+        serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "datum": {"a": "b"}});
+    let url = format!("{}/api/v1/namespaces/tessera-system/configmaps", srv.url());
+    let post = |q: &'static str| {
+        http.post(format!("{url}?fieldValidation={q}"))
+            .bearer_auth(super::apiserver::rbac::ADMIN_TOKEN)
+            .json(&cm)
+            .send()
+    };
+    let r = post("Strict").await.unwrap();
+    assert_eq!(r.status(), 422);
+    let text = r.text().await.unwrap();
+    assert!(text.contains("unknown field") && text.contains("datum"), "{text}");
+    assert_eq!(post("Ignore").await.unwrap().status(), 201);
+    assert!(srv.get("configmaps", "tessera-system", "x").unwrap().get("datum").is_none(), "dropped");
 }

@@ -114,4 +114,5 @@ async fn filter_prioritize_bind_and_preempt_answer_in_the_extender_api_format() 
     assert_eq!(s, StatusCode::BAD_REQUEST);
     assert!(r["Error"].as_str().unwrap().contains("not ExtenderArgs"), "{r}");
     svc.stop().await;
+    srv.assert_sound();
 }

@@ -12,6 +12,7 @@ mod extender;
 mod journal;
 mod moves;
 mod policies;
+mod races;
 mod service;
 
 use serde_json::{Value, json};

@@ -184,6 +184,7 @@ async fn a_plan_moves_pods_by_eviction_and_steers_their_replacements_onto_the_he
     assert!(matches!(entries.last(), Some(Entry::Finished { .. })), "{entries:?}");
     rs.abort();
     a.stop().await;
+    srv.assert_sound();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -203,7 +204,7 @@ async fn a_new_leader_resumes_the_plan_its_predecessor_left_in_the_journal() {
         p
     })
     .unwrap();
-    let spec = tessera_kube::convert::pod(&gone).unwrap();
+    let spec = tessera_kube::convert::pod(&gone, &Default::default()).unwrap();
     let pod = tessera_kube::track::pod_id("uid-web-3");
     // Its model numbered the nodes otherwise: 7 is gpu-1, 9 is gpu-0.
     let mv = tessera_movement::PodMove {
@@ -284,6 +285,7 @@ async fn a_new_leader_resumes_the_plan_its_predecessor_left_in_the_journal() {
     );
     rs.abort();
     b.stop().await;
+    srv.assert_sound();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -350,4 +352,5 @@ async fn a_leader_cut_off_in_the_middle_of_a_move_hands_the_plan_to_the_next() {
     rs.abort();
     b.stop().await;
     a.stop().await;
+    srv.assert_sound();
 }

@@ -181,4 +181,5 @@ async fn policies_in_the_cluster_load_pinned_components_through_the_rollout_path
     until("the retry", || condition(&srv, "flaky").is_some_and(|c| c["status"] == "True")).await;
     assert_eq!(svc.shared.rollout.read().unwrap().candidate.as_deref(), Some("flaky"));
     svc.stop().await;
+    srv.assert_sound();
 }

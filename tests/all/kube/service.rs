@@ -89,8 +89,24 @@ async fn the_leader_binds_the_standby_follows_and_takes_over_without_a_double_bi
     assert_eq!(lease["spec"]["leaseTransitions"], 1, "{lease}");
     assert!(b.shared.status.read().unwrap().active);
     assert!(!a.shared.status.read().unwrap().active, "one leader");
+    // Each bind is told as kube-scheduler tells it: one `Scheduled` event
+    // per pod, from whichever replica bound it.
+    until("20 Scheduled events", Duration::from_secs(10), || {
+        srv.list("events").iter().filter(|e| e["reason"] == "Scheduled").count() == 20
+    })
+    .await;
+    for e in srv.list("events").iter().filter(|e| e["reason"] == "Scheduled") {
+        let (pod, node) = (e["involvedObject"]["name"].as_str().unwrap(), e["message"].as_str().unwrap());
+        let bound = srv.get("pods", "ml", pod).unwrap()["spec"]["nodeName"].as_str().unwrap().to_string();
+        assert_eq!(node, format!("Successfully assigned ml/{pod} to {bound}"), "{e}");
+        assert_eq!((e["type"].as_str(), e["count"].as_i64()), (Some("Normal"), Some(1)), "{e}");
+    }
+    // Every request said who sent it.
+    let agents = srv.counters().user_agents;
+    assert!(agents.iter().all(|a| a.starts_with("tessera/")), "{agents:?}");
     a.stop().await;
     b.stop().await;
+    srv.assert_sound();
 }
 
 /// The same scenario's first half against a real cluster: Tessera binds a
@@ -164,6 +180,18 @@ async fn a_pod_that_waits_says_why_on_its_condition_and_in_an_event() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(srv.list("events").len(), 2);
     svc.stop().await;
+    // Another replica (a new leader) says the same: the Events count up,
+    // as client-go's recorder aggregates; no new objects.
+    let mut cfg = replica("solo-2");
+    cfg.kube.leader_election = false;
+    let (server, listener) = tessera::serve::start_kube(cfg, srv.config()).await.unwrap();
+    let svc = Running::serve(server, listener).await;
+    until("the events counted twice", Duration::from_secs(20), || srv.list("events").iter().all(|e| e["count"] == 2))
+        .await;
+    assert_eq!(srv.list("events").len(), 2);
+    assert!(srv.list("events").iter().all(|e| e["reportingInstance"] == "solo-2"));
+    svc.stop().await;
+    srv.assert_sound();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -192,4 +220,5 @@ async fn a_leader_that_stops_hands_the_lease_over_at_once() {
     srv.put(pod("ml", "after", "tessera", None, 1, "train"));
     until("the pod bound by replica-b", Duration::from_secs(20), || srv.counters().bindings.len() == 1).await;
     b.stop().await;
+    srv.assert_sound();
 }

@@ -93,11 +93,7 @@ impl Backend for Scripted {
         let mut calls = self.calls.lock().unwrap();
         calls.binds.push((id, at));
         if id == self.refuse_bind && calls.binds.iter().filter(|(p, _)| *p == id).count() == 1 {
-            return Err(BackendError {
-                op: BackendOp::Bind,
-                pod: id,
-                reason: "503: the API server is unavailable".into(),
-            });
+            return Err(BackendError::new(BackendOp::Bind, id, "503: the API server is unavailable"));
         }
         Ok(())
     }

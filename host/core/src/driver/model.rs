@@ -47,6 +47,14 @@ pub enum ClusterEvent {
         /// to it are not counted in its free capacity).
         node: Node,
     },
+    /// The pod is going for good (evicted, being deleted; its controller,
+    /// if any, makes a new one): it is never queued again, and if it runs
+    /// it keeps its room, and is no preemption victim, until its
+    /// `Deleted` (a terminating pod's resources are held until it is gone).
+    Leaving {
+        /// The pod.
+        id: PodId,
+    },
     /// A running pod may (or may no longer) not be preempted: a
     /// disruption budget covering it allows no disruption now.
     Protected {
@@ -372,6 +380,14 @@ impl Model {
                 })
             }
             ClusterEvent::NodeUpsert { node } => self.upsert_node(node),
+            ClusterEvent::Leaving { id } => {
+                if self.placement(id).is_some() {
+                    self.protect(id, true);
+                } else {
+                    self.depart(id);
+                }
+                Ok(())
+            }
             ClusterEvent::Protected { id, protected } => {
                 self.protect(id, protected);
                 Ok(())

@@ -30,13 +30,29 @@ pub enum PlaceError {
 
 impl Scheduler {
     /// Whether running pod `id` may be chosen as a preemption victim: a
-    /// disruption budget that allows no disruption now protects it.
+    /// disruption budget that allows no disruption now protects it. When
+    /// the protection lifts (the budget was relaxed or deleted), parked
+    /// pods that may preempt it get another chance: nothing else about the
+    /// cluster changed, so nothing else would wake them.
     pub fn protect(&mut self, id: PodId, protected: bool) {
         if protected {
             self.protected.insert(id);
-        } else {
-            self.protected.remove(&id);
+            return;
         }
+        if !self.protected.remove(&id) {
+            return;
+        }
+        let Some(victim) = self.pods.get(&id).filter(|e| matches!(e.state, State::Running { .. })).map(|e| &e.pod)
+        else {
+            return;
+        };
+        let ready: Vec<PodId> = self
+            .parked
+            .iter()
+            .copied()
+            .filter(|p| self.pods.get(p).is_some_and(|e| crate::preempt::may_preempt(&e.pod, victim)))
+            .collect();
+        self.wake(ready);
     }
 
     /// A node joins: the placer is told, parked pods that fit on it get
@@ -202,6 +218,19 @@ mod tests {
         s.submit(4, Pod { priority: 100, ..pod("urgent-2", 1) }, 2).unwrap();
         let ev = s.schedule(&mut First, 2);
         assert!(ev.iter().all(|e| !matches!(e, crate::sched::Event::Preempted { pod: 4, .. })), "{ev:?}");
+        assert_eq!(s.parked(), 2, "urgent-2 waits, as batch-2 (the first preemption's victim) does");
+        // The budget is relaxed: the parked pod that may preempt batch-1
+        // tries again at once and preempts (nothing else changed that
+        // would wake it); batch-2 may not, and stays parked.
+        s.protect(1, false);
+        assert_eq!(s.parked(), 1);
+        let ev = s.schedule(&mut First, 3);
+        assert!(
+            matches!(ev.first(), Some(crate::sched::Event::Preempted { pod: 4, victims, .. }) if victims == &[1]),
+            "{ev:?}"
+        );
+        // Lifting a protection no pod had wakes nothing.
+        s.protect(99, false);
     }
 
     #[test]

@@ -53,6 +53,7 @@ pub(super) async fn watch_pods(
     (client, reporter): (Client, String),
 ) {
     let mut reported = 0;
+    let names = tracker.names().clone();
     // The GPU pods of the first list (every namespace watched, whatever
     // their scheduler): the target workload is learnt from them.
     let mut first_list: Option<Vec<Pod>> = Some(Vec::new());
@@ -61,7 +62,7 @@ pub(super) async fn watch_pods(
         match ev {
             Ok(ev) => {
                 if let (Some(shapes), watcher::Event::InitApply(p)) = (&mut first_list, &ev)
-                    && let Ok(pod) = convert::pod(p)
+                    && let Ok(pod) = convert::pod(p, &names)
                     && pod.gpu_count > 0
                 {
                     shapes.push(pod);

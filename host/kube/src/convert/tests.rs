@@ -56,7 +56,7 @@ fn quantities_parse_as_the_api_server_writes_them() {
 
 #[test]
 fn a_gpu_node_becomes_a_model_node() {
-    let n = node(&knode(h100_node())).unwrap();
+    let n = node(&knode(h100_node()), &ModelNames::default()).unwrap();
     assert_eq!((n.name.as_str(), n.zone.as_str(), n.gpu_model.as_str()), ("gpu-node-7", "us-east1-b", "H100"));
     assert_eq!(n.capacity, Resources { cpu_milli: 207_500, memory_mib: 2_011_675 });
     assert_eq!(n.free, n.capacity);
@@ -69,16 +69,16 @@ fn a_gpu_node_becomes_a_model_node() {
 
     let mut cordoned = h100_node();
     cordoned["spec"]["unschedulable"] = json!(true);
-    assert!(!node(&knode(cordoned)).unwrap().ready);
+    assert!(!node(&knode(cordoned), &ModelNames::default()).unwrap().ready);
     let mut not_ready = h100_node();
     not_ready["status"]["conditions"][1]["status"] = json!("Unknown");
-    assert!(!node(&knode(not_ready)).unwrap().ready);
+    assert!(!node(&knode(not_ready), &ModelNames::default()).unwrap().ready);
     let mut bad = h100_node();
     bad["metadata"]["annotations"]["tessera.io/gpu-health"] = json!("healthy,sick");
-    let e = node(&knode(bad)).unwrap_err().to_string();
+    let e = node(&knode(bad), &ModelNames::default()).unwrap_err().to_string();
     assert!(e.contains("gpu-node-7") && e.contains("sick"), "{e}");
     let cpu_only = json!({"metadata": {"name": "cpu-1"}, "status": {"allocatable": {"cpu": "4", "memory": "16Gi"}}});
-    let n = node(&knode(cpu_only)).unwrap();
+    let n = node(&knode(cpu_only), &ModelNames::default()).unwrap();
     assert_eq!((n.gpus.len(), n.gpu_model.as_str(), n.ready), (0, "", false));
 }
 
@@ -105,7 +105,7 @@ fn training_pod() -> serde_json::Value {
 
 #[test]
 fn pod_requests_follow_the_kubernetes_rules() {
-    let p = pod(&kpod(training_pod())).unwrap();
+    let p = pod(&kpod(training_pod()), &ModelNames::default()).unwrap();
     assert_eq!(p.name, "ml/trainer-0");
     assert_eq!(p.workload, "ml/trainer");
     // Containers sum to 3.5 CPUs; the init container's 8 is larger; plus
@@ -125,7 +125,7 @@ fn gpu_shares_tiers_and_indices_come_from_annotations() {
         }},
         "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}]}
     });
-    let p = pod(&kpod(v.clone())).unwrap();
+    let p = pod(&kpod(v.clone()), &ModelNames::default()).unwrap();
     assert_eq!((p.gpu_count, p.gpu_milli, p.tier), (1, 250, Tier::Opportunistic));
     assert_eq!(p.allowed_models, ["A10", "T4"]);
     assert_eq!(gpu_index(&kpod(v.clone())).unwrap(), Some(GpuSet(0b1000)));
@@ -136,16 +136,20 @@ fn gpu_shares_tiers_and_indices_come_from_annotations() {
         ("tessera.io/gpu-milli", "half", "not a whole number"),
         ("tessera.io/tier", "gold", "gold"),
         ("tessera.io/gpu-index", "0,x", "not a list of GPU indices"),
+        // Not "any model": a list with nothing in it is a mistake.
+        ("tessera.io/gpu-models", ",,", "an empty model name"),
+        ("tessera.io/gpu-models", "A100,,H100", "an empty model name"),
+        ("tessera.io/gpu-models", "", "an empty model name"),
     ] {
         v["metadata"]["annotations"][key] = json!(value);
         let p = kpod(v.clone());
-        let e = pod(&p).err().or_else(|| gpu_index(&p).err()).expect(key).to_string();
+        let e = pod(&p, &ModelNames::default()).err().or_else(|| gpu_index(&p).err()).expect(key).to_string();
         assert!(e.contains("web/infer") && e.contains(needle), "{key}: {e}");
         v["metadata"]["annotations"].as_object_mut().unwrap().remove(key);
     }
     let mut both = training_pod();
     both["metadata"]["annotations"] = json!({"tessera.io/gpu-milli": "500"});
-    let e = pod(&kpod(both)).unwrap_err().to_string();
+    let e = pod(&kpod(both), &ModelNames::default()).unwrap_err().to_string();
     assert!(e.contains("at once"), "{e}");
 }
 
@@ -156,7 +160,7 @@ fn taints_node_selectors_and_tolerations_keep_pods_where_kubernetes_would() {
         json!({"key": "spot", "effect": "PreferNoSchedule"}),
         json!({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}),
     ]);
-    let node = node(&knode(n)).unwrap();
+    let node = node(&knode(n), &ModelNames::default()).unwrap();
     assert_eq!(
         node.taints,
         [Taint { key: "nvidia.com/gpu".into(), value: "present".into(), effect: "NoSchedule".into() }],
@@ -164,41 +168,67 @@ fn taints_node_selectors_and_tolerations_keep_pods_where_kubernetes_would() {
     );
     assert_eq!(node.labels["nvidia.com/gpu.product"], "H100");
     // Without a toleration the GPU taint keeps the pod off.
-    let plain = pod(&kpod(training_pod())).unwrap();
+    let plain = pod(&kpod(training_pod()), &ModelNames::default()).unwrap();
     assert_eq!(plain.node_selector["nvidia.com/gpu.product"], "H100");
     assert!(!node.admits(&plain));
     assert_eq!(tessera_core::cluster::check(&node, &plain), Err(tessera_core::cluster::FilterReason::NodeConstraint));
     // What the ExtendedResourceToleration admission plugin adds.
     let mut p = training_pod();
     p["spec"]["tolerations"] = json!([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]);
-    let tolerant = pod(&kpod(p.clone())).unwrap();
+    let tolerant = pod(&kpod(p.clone()), &ModelNames::default()).unwrap();
     assert!(node.admits(&tolerant));
     // A selector the node's labels do not satisfy.
     p["spec"]["nodeSelector"] = json!({"nvidia.com/gpu.product": "A100"});
-    assert!(!node.admits(&pod(&kpod(p.clone())).unwrap()));
+    assert!(!node.admits(&pod(&kpod(p.clone()), &ModelNames::default()).unwrap()));
     // Equal needs the value; an empty key with Exists tolerates everything.
     p["spec"]["nodeSelector"] = json!({});
     p["spec"]["tolerations"] = json!([{"key": "nvidia.com/gpu", "operator": "Equal", "value": "absent"}]);
-    assert!(!node.admits(&pod(&kpod(p.clone())).unwrap()));
+    assert!(!node.admits(&pod(&kpod(p.clone()), &ModelNames::default()).unwrap()));
     p["spec"]["tolerations"] = json!([{"operator": "Exists"}]);
-    assert!(node.admits(&pod(&kpod(p.clone())).unwrap()));
+    assert!(node.admits(&pod(&kpod(p.clone()), &ModelNames::default()).unwrap()));
     // Required node affinity: one term whose expressions all hold.
     let term = |exprs: serde_json::Value| json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": exprs}]}}});
     p["spec"]["affinity"] = term(json!([
         {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["H100", "H200"]},
         {"key": "nvidia.com/gpu.memory", "operator": "Gt", "values": ["40000"]}
     ]));
-    let a = pod(&kpod(p.clone())).unwrap();
+    let a = pod(&kpod(p.clone()), &ModelNames::default()).unwrap();
     assert_eq!(a.node_affinity[0].len(), 2);
     assert!(node.admits(&a));
     p["spec"]["affinity"] =
         term(json!([{"key": "topology.kubernetes.io/zone", "operator": "NotIn", "values": ["us-east1-b"]}]));
-    assert!(!node.admits(&pod(&kpod(p.clone())).unwrap()));
+    assert!(!node.admits(&pod(&kpod(p.clone()), &ModelNames::default()).unwrap()));
     p["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
         {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-node-7"]}]}
     ]}}});
-    assert!(node.admits(&pod(&kpod(p.clone())).unwrap()), "matchFields on the node's name");
+    assert!(node.admits(&pod(&kpod(p.clone()), &ModelNames::default()).unwrap()), "matchFields on the node's name");
     p["spec"]["affinity"] = term(json!([{"key": "x", "operator": "Near", "values": ["y"]}]));
-    let e = pod(&kpod(p)).unwrap_err();
+    let e = pod(&kpod(p), &ModelNames::default()).unwrap_err();
     assert!(e.to_string().contains("ml/trainer-0") && e.to_string().contains("Near"), "{e}");
+}
+
+/// GPU feature discovery labels the product as the driver reports it; a
+/// pod names models as people do. The two meet: the product becomes the
+/// model name, by the configured alias first, and a pod's node selector on
+/// the product is named alike.
+#[test]
+fn gpu_feature_discovery_products_meet_the_models_pods_name() {
+    let mut n = h100_node();
+    n["metadata"]["labels"]["nvidia.com/gpu.product"] = json!("NVIDIA-H100-80GB-HBM3");
+    let gfd = node(&knode(n.clone()), &ModelNames::default()).unwrap();
+    assert_eq!(gfd.gpu_model, "H100");
+    let mut p = training_pod();
+    p["metadata"]["annotations"] = json!({"tessera.io/gpu-models": "A100, H100"});
+    p["spec"]["nodeSelector"] = json!({});
+    p["spec"]["tolerations"] = json!([{"key": "nvidia.com/gpu", "operator": "Exists"}]);
+    let want = pod(&kpod(p.clone()), &ModelNames::default()).unwrap();
+    assert!(gfd.admits(&want), "{:?} on {}", want.allowed_models, gfd.gpu_model);
+    p["metadata"]["annotations"] = json!({});
+    p["spec"]["nodeSelector"] = json!({"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"});
+    assert_eq!(pod(&kpod(p), &ModelNames::default()).unwrap().allowed_models, ["H100"]);
+    // An alias wins over the rule; the tessera.io/gpu-model label over both.
+    let names = ModelNames::new([("NVIDIA-H100-80GB-HBM3".to_string(), "H100-SXM".to_string())].into());
+    assert_eq!(node(&knode(n.clone()), &names).unwrap().gpu_model, "H100-SXM");
+    n["metadata"]["labels"]["tessera.io/gpu-model"] = json!("H100-80GB");
+    assert_eq!(node(&knode(n), &names).unwrap().gpu_model, "H100-80GB");
 }

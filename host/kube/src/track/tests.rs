@@ -103,7 +103,7 @@ fn knode(name: &str, ready: &str, gpus: &str) -> KNode {
 
 #[test]
 fn nodes_pass_only_real_changes() {
-    let first = convert::node(&knode("n1", "True", "8")).unwrap();
+    let first = convert::node(&knode("n1", "True", "8"), &Default::default()).unwrap();
     let mut t = NodeTracker::new(&[first]);
     assert!(t.on(Event::Apply(knode("n1", "True", "8"))).is_empty(), "a heartbeat changes nothing");
     let ev = t.on(Event::Apply(knode("n1", "False", "8")));
@@ -121,7 +121,7 @@ fn nodes_pass_only_real_changes() {
 #[test]
 fn agent_health_marks_gpus_until_it_recovers_and_survives_heartbeats() {
     use tessera_core::model::GpuHealth::{Degraded, Failed, Healthy};
-    let first = convert::node(&knode("n1", "True", "4")).unwrap();
+    let first = convert::node(&knode("n1", "True", "4"), &Default::default()).unwrap();
     let mut t = NodeTracker::new(&[first]);
     let ev = t.agent_health("n1", vec![Healthy, Failed, Healthy, Degraded]);
     assert!(

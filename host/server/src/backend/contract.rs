@@ -30,6 +30,9 @@ pub struct BackendError {
     pub pod: PodId,
     /// Why.
     pub reason: String,
+    /// How long the cluster asked not to try again (an API server's
+    /// `Retry-After`); the loop waits at least that long.
+    pub retry_after: Option<std::time::Duration>,
 }
 
 /// What a backend was asked to carry out.
@@ -65,6 +68,17 @@ impl std::fmt::Display for BackendOp {
 pub const JOURNAL_ERROR: &str = "BACKEND-JOURNAL";
 
 impl BackendError {
+    /// `op` of `pod` failed, for `reason`.
+    pub fn new(op: BackendOp, pod: PodId, reason: impl Into<String>) -> Self {
+        Self { op, pod, reason: reason.into(), retry_after: None }
+    }
+
+    /// The same, with the wait the cluster asked for.
+    pub fn retry_after(mut self, wait: Option<std::time::Duration>) -> Self {
+        self.retry_after = wait;
+        self
+    }
+
     /// Every code a backend error is counted under (with
     /// [`tessera_core::driver::EventError`]'s for events it reported).
     pub const CODES: [&'static str; 3] = ["BACKEND-BIND", "BACKEND-EVICT", JOURNAL_ERROR];
@@ -139,6 +153,16 @@ pub trait Backend: Send + 'static {
 
     /// How rescheduling moves are carried out.
     fn moves(&self) -> Moves;
+
+    /// Whether pod `id`, which the loop let go (an evicted preemption
+    /// victim), still holds its resources on its node (it is still
+    /// terminating). A preemptor is bound only once its victims hold
+    /// nothing, as kube-scheduler binds to a nominated node only when the
+    /// victims are gone. Default: no (evictions take effect at once).
+    fn still_holds(&self, id: PodId) -> bool {
+        let _ = id;
+        false
+    }
 
     /// Live moves' side of it, if its moves run live ([`Moves::Live`]).
     fn live(&self) -> Option<&dyn LiveBackend> {

@@ -1,7 +1,10 @@
 //! The loop's decisions carried out by the backend: the pass's binds
-//! together, preemptions as evictions then a bind; a pod whose bind the
-//! backend refused leaves the model's node and waits out a backoff
-//! (kube-scheduler's pod backoff) before it is queued again.
+//! together, preemptions as evictions then a bind once the victims have
+//! released their room (the preemptor holds it in the model meanwhile:
+//! kube-scheduler's nominated node); a pod whose bind the backend refused
+//! leaves the model's node and waits out a backoff (kube-scheduler's pod
+//! backoff, or longer if the cluster asked: `Retry-After`) before it is
+//! queued again.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -27,12 +30,28 @@ fn backoff(n: u32) -> Duration {
     Duration::from_secs((1u64 << n.saturating_sub(1).min(4)).min(10))
 }
 
+/// A preemptor placed in the model whose victims were evicted but still
+/// hold their room on the node: bound once they hold nothing.
+struct Nominated {
+    pod: PodId,
+    placement: Placement,
+    victims: Vec<PodId>,
+    since: Instant,
+}
+
+/// How long a preemptor waits for its victims to be gone before it gives
+/// the room up and is queued again (a victim's termination grace period is
+/// 30 s by default).
+const NOMINATION_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// Binds and evictions, and the pods waiting out a backoff.
 #[derive(Default)]
 pub(super) struct Binder {
     held: Vec<Held>,
     /// Refused binds per pod, for the backoff.
     failures: HashMap<PodId, u32>,
+    /// Preemptors waiting for their victims to be gone.
+    nominated: Vec<Nominated>,
 }
 
 impl Binder {
@@ -41,6 +60,7 @@ impl Binder {
     /// are forgotten.
     pub fn heard_of(&mut self, id: PodId, gone: bool) {
         self.held.retain(|h| h.id != id);
+        self.nominated.retain(|n| n.pod != id);
         if gone {
             self.failures.remove(&id);
         }
@@ -71,21 +91,58 @@ impl Binder {
                 }
             };
             let mut room = true;
+            let mut wait = None;
             for &v in victims {
                 if let Err(err) = env.backend.evict(v) {
                     tracing::warn!(backend = env.backend.name(), "{err}");
                     env.backend_error(BackendOp::Evict.code());
                     room = false;
+                    wait = wait.max(err.retry_after);
                 }
             }
             // A victim that could not be evicted still holds its room (the
             // backend announces it running again): the pod waits.
             if !room {
-                self.requeue(model, pod);
+                self.requeue(model, pod, wait);
+                continue;
+            }
+            if victims.iter().any(|&v| env.backend.still_holds(v)) {
+                self.nominated.push(Nominated { pod, placement, victims: victims.to_vec(), since: Instant::now() });
                 continue;
             }
             let result = env.backend.bind(pod, placement);
             self.after_bind(env, model, pod, result);
+        }
+    }
+
+    /// Binds the nominated preemptors whose victims are gone; one that
+    /// waited too long gives its room up and is queued again.
+    pub fn settle(&mut self, env: &mut Env<'_>, model: &mut Model) {
+        if self.nominated.is_empty() {
+            return;
+        }
+        for n in std::mem::take(&mut self.nominated) {
+            if n.victims.iter().all(|&v| !env.backend.still_holds(v)) {
+                let result = env.backend.bind(n.pod, n.placement);
+                self.after_bind(env, model, n.pod, result);
+            } else if n.since.elapsed() > NOMINATION_TIMEOUT {
+                tracing::warn!(
+                    backend = env.backend.name(),
+                    pod = n.pod,
+                    "the preemption's victims still hold their room after {NOMINATION_TIMEOUT:?}; queued again"
+                );
+                self.requeue(model, n.pod, None);
+            } else {
+                self.nominated.push(n);
+            }
+        }
+    }
+
+    /// This replica stops acting: nominated preemptors were never bound,
+    /// so they wait in the queue again (the next leader decides).
+    pub fn abandon(&mut self, model: &mut Model) {
+        for n in std::mem::take(&mut self.nominated) {
+            self.requeue(model, n.pod, Some(Duration::ZERO));
         }
     }
 
@@ -98,19 +155,25 @@ impl Binder {
             Err(err) => {
                 tracing::warn!(backend = env.backend.name(), "{err}");
                 env.backend_error(err.code());
-                self.requeue(model, pod);
+                self.requeue(model, pod, err.retry_after);
             }
         }
     }
 
     /// A decision the backend could not carry out: the pod leaves the
-    /// model's node and waits out a backoff before it is queued again (if
-    /// someone else bound it, the backend's events say where it runs).
-    fn requeue(&mut self, model: &mut Model, id: PodId) {
+    /// model's node and waits out a backoff, or at least what the cluster
+    /// asked (`at_least`), before it is queued again (if someone else bound
+    /// it, the backend's events say where it runs).
+    fn requeue(&mut self, model: &mut Model, id: PodId, at_least: Option<Duration>) {
         if let Some((pod, _)) = model.take(id) {
             let n = self.failures.entry(id).or_insert(0);
             *n += 1;
-            self.held.push(Held { id, pod, until: Instant::now() + backoff(*n) });
+            let wait = match at_least {
+                Some(Duration::ZERO) => Duration::ZERO,
+                Some(d) => d.max(backoff(*n)),
+                None => backoff(*n),
+            };
+            self.held.push(Held { id, pod, until: Instant::now() + wait });
         }
     }
 

@@ -229,6 +229,7 @@ impl World for Service {
             if std::mem::take(&mut self.leading) {
                 self.show_leading(false);
                 self.abandon_live(model);
+                self.binder.abandon(model);
             }
             return false;
         }
@@ -239,8 +240,10 @@ impl World for Service {
                 self.cycles.resumed(id);
             }
         }
-        // Replacements of moved pods take their held room before the pass.
+        // Replacements of moved pods take their held room before the pass;
+        // preemptors whose victims are gone are bound.
         self.live.steer(&mut env!(self), model, &mut self.binder);
+        self.binder.settle(&mut env!(self), model);
         self.pass_started = Some((SystemTime::now(), Instant::now()));
         true
     }

@@ -6,9 +6,14 @@ use serde_json::{Value, json};
 
 use super::{KINDS, status};
 
-pub(super) fn discovery_groups() -> Response {
-    let mut groups: Vec<(&str, &str)> =
-        KINDS.iter().filter(|k| !k.group.is_empty()).map(|k| (k.group, k.version)).collect();
+type Store = std::collections::BTreeMap<(&'static str, String, String), Value>;
+
+pub(super) fn discovery_groups(store: &Store) -> Response {
+    let mut groups: Vec<(&str, &str)> = KINDS
+        .iter()
+        .filter(|k| !k.group.is_empty() && super::schema::served(store, k))
+        .map(|k| (k.group, k.version))
+        .collect();
     groups.dedup();
     let groups: Vec<Value> = groups
         .into_iter()
@@ -20,7 +25,7 @@ pub(super) fn discovery_groups() -> Response {
     axum::Json(json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})).into_response()
 }
 
-pub(super) fn discovery_resources(path: &str) -> Option<Response> {
+pub(super) fn discovery_resources(store: &Store, path: &str) -> Option<Response> {
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
     let (group, version) = match segs.as_slice() {
         ["api", v] => ("", *v),
@@ -29,7 +34,7 @@ pub(super) fn discovery_resources(path: &str) -> Option<Response> {
     };
     let resources: Vec<Value> = KINDS
         .iter()
-        .filter(|k| k.group == group && k.version == version)
+        .filter(|k| k.group == group && k.version == version && super::schema::served(store, k))
         .flat_map(|k| {
             let main = json!({
                 "name": k.plural, "singularName": k.kind.to_lowercase(), "namespaced": k.namespaced, "kind": k.kind,

@@ -5,6 +5,7 @@ mod cache;
 mod containment;
 mod detector;
 mod kube;
+mod load;
 mod reload;
 mod scoring;
 mod serve;

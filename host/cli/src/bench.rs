@@ -6,6 +6,7 @@
 //! fixed cost of a call (entering the component, lowering the pod) is
 //! reported separately and does not flatter or penalise either side.
 
+use std::cell::{Cell, RefCell};
 use std::sync::RwLock;
 use std::time::Instant;
 
@@ -52,6 +53,17 @@ pub struct BenchResult {
     pub cold_load_ms: f64,
     /// Load with a precompiled-cache hit (deserialize, link, check), µs.
     pub cache_hit_load_us: f64,
+    /// Wasm calls made.
+    pub wasm_calls: u64,
+    /// Of them, calls that faulted (counted, never fatal: a bench reports).
+    pub wasm_faults: u64,
+    /// Of the faults, timeouts (the plugin used its deadline of CPU).
+    pub wasm_timeouts: u64,
+    /// Calls the host starved (past the deadline on the wall clock, under
+    /// it in CPU): host overload, not the plugin's fault.
+    pub host_starved_calls: u64,
+    /// Native calls that returned an error.
+    pub native_errors: u64,
 }
 
 /// A synthetic cluster: 8-GPU nodes in 3 zones with varied allocation.
@@ -130,11 +142,11 @@ pub fn run(opts: &BenchOptions) -> Result<BenchResult> {
     let hits: Vec<f64> = (0..9)
         .map(|_| {
             let t = Instant::now();
-            let (_, report) = cached_rt.load(&spec, artifact.bytes).expect("reload");
-            debug_assert_eq!(report.cache, tessera_wasm::CacheOutcome::Hit);
-            t.elapsed().as_secs_f64() * 1e6
+            let loaded = cached_rt.load(&spec, artifact.bytes);
+            debug_assert!(loaded.as_ref().is_ok_and(|(_, r)| r.cache == tessera_wasm::CacheOutcome::Hit));
+            loaded.map(|_| t.elapsed().as_secs_f64() * 1e6)
         })
-        .collect();
+        .collect::<Result<_, _>>()?;
     let cache_hit_load_us = median(hits);
     let _ = std::fs::remove_dir_all(&cache_dir);
 
@@ -144,9 +156,17 @@ pub fn run(opts: &BenchOptions) -> Result<BenchResult> {
     let feed = RwLock::new(NodeFeed::new());
     feed.write().unwrap().upsert_all(&nodes);
     let wit_pod = to_wit_pod(&pod);
+    // Faults are counted and reported, never fatal: a busy machine or a
+    // misbehaving plugin is a finding, not a crash.
+    let (calls, faults, timeouts) = (Cell::new(0u64), Cell::new(0u64), Cell::new(0u64));
+    let first_fault = RefCell::new(None::<String>);
     let score = |c: &[u32]| {
-        let out = version.score(&feed, &wit_pod, c).expect("wasm score");
-        assert_eq!(out.values.len(), c.len());
+        calls.set(calls.get() + 1);
+        if let Err(e) = version.score(&feed, &wit_pod, c) {
+            faults.set(faults.get() + 1);
+            timeouts.set(timeouts.get() + u64::from(matches!(e.kind, tessera_wasm::CallFault::Timeout { .. })));
+            first_fault.borrow_mut().get_or_insert_with(|| e.to_string());
+        }
     };
     score(&ids); // syncs the mirror
 
@@ -154,8 +174,11 @@ pub fn run(opts: &BenchOptions) -> Result<BenchResult> {
     native.apply(&nodes).map_err(anyhow::Error::msg)?;
     let sdk_pod = native::sdk_pod(&pod);
     let (mut values, mut hints) = (Vec::new(), Vec::new());
+    let native_errors = Cell::new(0u64);
     let mut nscore = |c: &[u32]| {
-        native.score(&sdk_pod, c, &mut values, &mut hints).expect("native score");
+        if native.score(&sdk_pod, c, &mut values, &mut hints).is_err() {
+            native_errors.set(native_errors.get() + 1);
+        }
         std::hint::black_box(&values);
     };
 
@@ -169,6 +192,10 @@ pub fn run(opts: &BenchOptions) -> Result<BenchResult> {
         samples[3].push(time_calls(iters_small, || nscore(&ids[..SMALL as usize])));
     }
     let [wasm_full, wasm_small, native_full, native_small] = samples.map(median);
+    if faults.get() == calls.get() {
+        // Nothing was measured: that is an error, not a figure.
+        bail!("every Wasm call faulted: {}", first_fault.borrow().clone().unwrap_or_default());
+    }
 
     let span = f64::from(opts.nodes - SMALL);
     let wasm_ns_per_node = ((wasm_full - wasm_small) / span).max(0.0);
@@ -183,6 +210,11 @@ pub fn run(opts: &BenchOptions) -> Result<BenchResult> {
         ratio: wasm_ns_per_node / native_ns_per_node,
         cold_load_ms,
         cache_hit_load_us,
+        wasm_calls: calls.get(),
+        wasm_faults: faults.get(),
+        wasm_timeouts: timeouts.get(),
+        host_starved_calls: version.starved_calls(),
+        native_errors: native_errors.get(),
     })
 }
 
@@ -199,6 +231,11 @@ impl BenchResult {
             ("wasm / native", format!("{:.2}", self.ratio)),
             ("cold load (compile) ms", format!("{:.1}", self.cold_load_ms)),
             ("cache-hit load µs", format!("{:.0}", self.cache_hit_load_us)),
+            ("wasm calls", self.wasm_calls.to_string()),
+            ("wasm faults", self.wasm_faults.to_string()),
+            ("wasm timeouts", self.wasm_timeouts.to_string()),
+            ("host-starved calls", self.host_starved_calls.to_string()),
+            ("native errors", self.native_errors.to_string()),
         ];
         rows.iter().map(|(k, v)| format!("{k:<24} {v:>12}\n")).collect()
     }

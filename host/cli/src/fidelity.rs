@@ -76,6 +76,8 @@ pub struct RunDeviation {
     pub unallocated_at_130: Option<f64>,
     /// Published unallocated GPUs at 130% arrival, %.
     pub published_unallocated_at_130: Option<f64>,
+    /// Plugin errors and faults seen (counted, never fatal).
+    pub plugin_errors: u64,
 }
 
 /// Seed-averaged curves compared: per workload and policy.
@@ -178,6 +180,7 @@ pub fn run(dir: &Path, only: &[String]) -> Result<FidelityReport> {
             frag_rate_mean_abs_dev: rm,
             unallocated_at_130: report.allocation_at(130).map(|a| 100.0 - a),
             published_unallocated_at_130: allo.get(&key).and_then(|s| s.get(&130)).map(|a| 100.0 - a),
+            plugin_errors: report.plugin_errors,
         });
     }
     let curves = sums
@@ -276,7 +279,8 @@ impl FidelityReport {
                 mean(&|r| r.published_unallocated_at_130.unwrap_or(f64::NAN)),
             ));
         }
-        s.push_str(&format!("{} runs in {:.1} s\n", self.runs.len(), self.wall_s));
+        let errors: u64 = self.runs.iter().map(|r| r.plugin_errors).sum();
+        s.push_str(&format!("{} runs in {:.1} s, {errors} plugin errors\n", self.runs.len(), self.wall_s));
         s
     }
 }

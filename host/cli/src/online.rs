@@ -57,7 +57,7 @@ pub struct OnlineOutcome {
 /// times, or the built-in workload as a Poisson stream at `inflate` × the
 /// GPU capacity.
 pub fn run(opts: &SimOptions, telemetry_interval_s: u64) -> Result<OnlineOutcome> {
-    let rt = Runtime::new(RuntimeConfig::default())?;
+    let rt = Runtime::new(RuntimeConfig { budget: tessera_wasm::CallBudget::REPLAY, ..RuntimeConfig::default() })?;
     let Inputs { nodes, trace_pods, rows, workload, .. } = load_inputs(opts)?;
     let total_gpus: u64 = nodes.iter().map(|n| n.gpus.len() as u64).sum();
     let arrivals = match &rows {

@@ -33,7 +33,7 @@ pub struct PlanOutcome {
 
 /// Simulates placement, then plans once with at most `max_moves` moves.
 pub fn run(opts: &SimOptions, max_moves: usize) -> Result<PlanOutcome> {
-    let rt = Runtime::new(RuntimeConfig::default())?;
+    let rt = Runtime::new(RuntimeConfig { budget: tessera_wasm::CallBudget::REPLAY, ..RuntimeConfig::default() })?;
     let Inputs { nodes, submissions, workload, .. } = load_inputs(opts)?;
     let mut doc = policy_document(&opts.policy, opts.seed)?;
     if let Some(t) = opts.tie_break {

@@ -53,6 +53,8 @@ pub struct QualityRun {
     pub migrations: u64,
     /// Pods placed.
     pub placed_pods: u64,
+    /// Plugin errors and faults seen (counted, never fatal).
+    pub plugin_errors: u64,
     /// With rescheduling: the same run with placement alone.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub placement_only_unallocated_at_130: Option<f64>,
@@ -130,6 +132,7 @@ pub fn run(opts: &QualityOptions) -> Result<QualityReport> {
             repacking_bound_unallocated: o.file.repacking_bound_allocation_pct.map(|b| (100.0 - b).max(0.0)),
             migrations: r.migrations,
             placed_pods: r.placed,
+            plugin_errors: r.plugin_errors,
             placement_only_unallocated_at_130: o.file.placement_only.as_ref().map(|f| f.unallocated_pct),
             workload,
             seed,
@@ -196,6 +199,7 @@ impl QualityReport {
                 placed
             );
         }
-        out + &format!("{} runs in {:.1} s\n", self.runs.len(), self.wall_s)
+        let errors: u64 = self.runs.iter().map(|r| r.plugin_errors).sum();
+        out + &format!("{} runs in {:.1} s, {errors} plugin errors\n", self.runs.len(), self.wall_s)
     }
 }

@@ -16,7 +16,7 @@ use tessera_policy::PolicyDocument;
 use tessera_resched::SimPlanner;
 
 use tessera_trace::{NodeRow, PodRow};
-use tessera_wasm::{Runtime, RuntimeConfig};
+use tessera_wasm::{CallBudget, Runtime, RuntimeConfig};
 
 use crate::load;
 
@@ -108,7 +108,13 @@ impl SimOptions {
 /// compiled once, into a cache removed afterwards); results in job order.
 pub fn run_parallel<J: Send, R: Send>(jobs: Vec<J>, run: impl Fn(&Runtime, J) -> R + Sync) -> Result<Vec<R>> {
     let cache = std::env::temp_dir().join(format!("tessera-runs-{}", std::process::id()));
-    let rt = Runtime::new(RuntimeConfig { cache_dir: Some(cache.clone()), ..RuntimeConfig::default() })?;
+    // What runs here must replay: plugin calls are bounded by fuel, never
+    // by a clock.
+    let rt = Runtime::new(RuntimeConfig {
+        cache_dir: Some(cache.clone()),
+        budget: CallBudget::REPLAY,
+        ..RuntimeConfig::default()
+    })?;
     let queue = std::sync::Mutex::new(jobs.into_iter().enumerate().collect::<Vec<_>>());
     let results = std::sync::Mutex::new(Vec::new());
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
@@ -329,7 +335,7 @@ pub fn inject_workload(doc: &mut PolicyDocument, workload: &TargetWorkload) {
 
 /// Runs the simulation with a runtime of its own.
 pub fn run(opts: &SimOptions) -> Result<SimOutcome> {
-    run_with(&Runtime::new(RuntimeConfig::default())?, opts)
+    run_with(&Runtime::new(RuntimeConfig { budget: CallBudget::REPLAY, ..RuntimeConfig::default() })?, opts)
 }
 
 /// Everything a run reads, loaded and checked before anything runs.

@@ -59,6 +59,9 @@ pub struct ThroughputResult {
     pub workers: usize,
     /// Decisions made on partial scores because `timeout_ms` ran out.
     pub deadline_hits: u64,
+    /// Plugin errors and faults seen (counted, never fatal: a bench
+    /// reports).
+    pub plugin_errors: u64,
 }
 
 #[derive(Default)]
@@ -67,6 +70,7 @@ struct Run {
     placed: usize,
     scored: u64,
     deadline_hits: u64,
+    plugin_errors: u64,
     wall_s: f64,
 }
 
@@ -96,6 +100,7 @@ impl<'p> Side<'p> {
             self.run.scored += self.candidates.len() as u64;
             let choice = self.placer.place(pod, &self.candidates);
             self.run.deadline_hits += u64::from(choice.deadline_hit);
+            self.run.plugin_errors += u64::from(choice.plugin_errors);
             if let Ok(at) = bind_choice(&mut self.cluster, pod, &self.candidates, &choice) {
                 self.placer.nodes_changed(&[self.cluster.node(at.node).expect("just bound")]);
                 self.run.placed += 1;
@@ -155,6 +160,7 @@ pub fn run(opts: &ThroughputOptions) -> Result<ThroughputResult> {
         native_pods_per_sec: opts.pods as f64 / n.wall_s,
         workers: opts.workers,
         deadline_hits: w.deadline_hits,
+        plugin_errors: w.plugin_errors,
     })
 }
 
@@ -173,6 +179,7 @@ impl ThroughputResult {
             ("nodes scored per pod", format!("{:.0}", self.nodes_scored_per_pod)),
             ("workers", self.workers.to_string()),
             ("deadline hits", self.deadline_hits.to_string()),
+            ("plugin errors", self.plugin_errors.to_string()),
         ];
         rows.iter().map(|(k, v)| format!("{k:<22} {v:>12}\n")).collect()
     }

@@ -80,10 +80,38 @@ fn plugin_bench_prints_the_documented_json() {
     let (ok, out, err) = tessera(&["plugin", "bench", "--nodes", "200", "--reps", "1", "--format", "json"]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-    for key in ["nodes", "wasm_ns_per_call", "wasm_ns_per_node", "native_ns_per_node", "ratio", "cache_hit_load_us"] {
+    for key in [
+        "nodes",
+        "wasm_ns_per_call",
+        "wasm_ns_per_node",
+        "native_ns_per_node",
+        "ratio",
+        "cache_hit_load_us",
+        "wasm_calls",
+        "wasm_faults",
+        "wasm_timeouts",
+        "host_starved_calls",
+        "native_errors",
+    ] {
         assert!(v.get(key).is_some_and(|x| x.is_number()), "{key} in {v}");
     }
     assert_eq!(v["nodes"], 200);
+}
+
+/// On a machine made busy, the benches report (faults and timeouts
+/// counted in the table and the JSON) and never panic: a call the host
+/// starves is not the plugin's timeout.
+#[test]
+fn benches_on_a_busy_machine_report_and_never_panic() {
+    let _busy = Contention::start();
+    let (ok, out, err) = tessera(&["plugin", "bench", "--nodes", "10000", "--reps", "1", "--format", "json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["wasm_timeouts"], 0, "{v}");
+    let (ok, out, err) = tessera(&["bench", "throughput", "--nodes", "200", "--pods", "300", "--format", "json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert!(v["plugin_errors"].is_number(), "{v}");
 }
 
 #[test]
@@ -493,4 +521,68 @@ fn plan_prints_a_dry_run_of_the_batches() {
     assert!(first.starts_with("step 0: reserve on node") && first.contains("evict pod"), "{first}");
     let (ok, table, _) = tessera(&["plan", "--node-count", "300", "--policy", "random", "--max-moves", "6"]);
     assert!(ok && table.contains("dry run, nothing acted on") && table.contains("batch 1:"), "{table}");
+}
+
+/// Busy threads on every core (twice over) until dropped.
+struct Contention(std::sync::Arc<std::sync::atomic::AtomicBool>, Vec<std::thread::JoinHandle<()>>);
+
+impl Contention {
+    fn start() -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let n = 2 * std::thread::available_parallelism().map_or(2, |n| n.get());
+        let threads = (0..n)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let mut x = 0u64;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1));
+                    }
+                })
+            })
+            .collect();
+        Self(stop, threads)
+    }
+}
+
+impl Drop for Contention {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in self.1.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The simulator replays byte for byte on a busy machine: plugin calls are
+/// bounded by fuel, not by a clock, so a 1 ms deadline that the wall
+/// clock would blow under contention changes nothing.
+#[test]
+fn a_replay_is_byte_identical_on_a_machine_made_busy() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("tight.yaml");
+    std::fs::write(
+        &policy,
+        concat!(
+            "name: tight\nplugins:\n",
+            "  - name: binpack\n    source: builtin:binpack\n    limits: { deadline_ms: 1 }\n",
+            "  - name: hybrid\n    source: builtin:hybrid-score\n    limits: { deadline_ms: 1 }\n",
+        ),
+    )
+    .unwrap();
+    let run = |name: &str| {
+        let out = dir.path().join(name);
+        let args = ["sim", "--online", "--node-count", "40", "--seed", "5", "--policy", policy.to_str().unwrap()];
+        let (ok, stdout, err) = tessera(&[&args[..], &["--out", out.to_str().unwrap()]].concat());
+        assert!(ok, "{stdout}\n{err}");
+        std::fs::read(out).unwrap()
+    };
+    let idle = run("idle.json");
+    let busy = {
+        let _busy = Contention::start();
+        run("busy.json")
+    };
+    assert!(idle == busy, "the busy machine's run differs from the idle one's");
+    let v: serde_json::Value = serde_json::from_slice(&idle).unwrap();
+    assert_eq!(v["report"]["plugin_errors"], 0, "{}", v["report"]);
 }

@@ -206,11 +206,14 @@ impl From<Digest> for String {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
-    /// Wall-clock deadline of one call, ms (1..=10000).
+    /// Deadline of one call, ms (1..=10000): of the plugin's own CPU time in
+    /// the service; in what must replay, `tessera_wasm::FUEL_PER_MS` × it of
+    /// fuel (no clock).
     pub deadline_ms: Bounded<1, 10_000>,
     /// Linear memory cap per instance, MiB (1..=4096).
     pub memory_mib: Bounded<1, 4096>,
-    /// Optional fuel per call (needs a runtime with fuel enabled).
+    /// Optional fuel per call (a replay meters fuel always; the service when
+    /// its runtime enables it): replaces the deadline's fuel in a replay.
     pub fuel: Option<Bounded<1, { u64::MAX }>>,
     /// Faults tolerated within `fault_window` calls before quarantine.
     pub fault_budget: Bounded<0, 1_000_000>,

@@ -251,10 +251,10 @@ impl Engine {
         let hot = nodes.iter().filter(|n| tessera_core::metrics::is_hot(n)).count();
         m.hotspot_ratio.set(hot as f64 / nodes.len().max(1) as f64);
         for member in svc.placer.policy.scorers().iter().chain(svc.placer.policy.detectors()) {
-            let q = member.slot.stats().quarantined;
-            m.plugin_quarantined
-                .get_or_create(&crate::metrics::PluginLabel { plugin: member.name.clone() })
-                .set(i64::from(q));
+            let st = member.slot.stats();
+            let plugin = crate::metrics::PluginLabel { plugin: member.name.clone() };
+            m.plugin_quarantined.get_or_create(&plugin).set(i64::from(st.quarantined));
+            m.plugin_host_starved.get_or_create(&plugin).set(st.host_starved as i64);
         }
         let mut status = svc.shared.status.write().unwrap_or_else(|p| p.into_inner());
         if status.backend.is_empty() {

@@ -127,6 +127,10 @@ pub struct Metrics {
     pub plugin_faults: Family<PluginCodeLabel, CounterWithExemplar<TraceLabel>>,
     /// Plugins quarantined now (1) or not (0).
     pub plugin_quarantined: Family<PluginLabel, Gauge>,
+    /// Calls of a plugin's current version that the host starved (past
+    /// the deadline on the wall clock with less than the deadline of CPU):
+    /// host overload, never counted as the plugin's fault.
+    pub plugin_host_starved: Family<PluginLabel, Gauge>,
     /// Pods queued per level.
     pub queue_depth: Family<LevelLabel, Gauge>,
     /// Pods parked as unschedulable.
@@ -192,6 +196,7 @@ impl Metrics {
             plugin_latency: Family::new_with_constructor(plugin_hist),
             plugin_faults: Family::default(),
             plugin_quarantined: Family::default(),
+            plugin_host_starved: Family::default(),
             queue_depth: Family::default(),
             parked: Gauge::default(),
             running: Gauge::default(),
@@ -237,6 +242,11 @@ impl Metrics {
             m.plugin_faults.clone(),
         );
         registry.register("plugin_quarantined", "1 while a plugin is quarantined", m.plugin_quarantined.clone());
+        registry.register(
+            "plugin_host_starved_calls",
+            "Calls of a plugin's current version the host starved (host overload, not the plugin's fault)",
+            m.plugin_host_starved.clone(),
+        );
         registry.register("queue_depth", "Pods queued per MLFQ level", m.queue_depth.clone());
         registry.register("pods_parked", "Pods parked as unschedulable", m.parked.clone());
         registry.register("pods_running", "Pods running", m.running.clone());
@@ -305,6 +315,7 @@ impl Metrics {
         for p in &doc.plugins {
             let plugin = PluginLabel { plugin: p.name.clone() };
             let _ = self.plugin_quarantined.get_or_create(&plugin);
+            let _ = self.plugin_host_starved.get_or_create(&plugin);
             if matches!(p.role, tessera_policy::Role::Scorer) {
                 let _ = self.plugin_latency.get_or_create(&plugin);
             }

@@ -184,12 +184,23 @@ pub enum CallFault {
     },
     /// A fresh instance could not be created.
     Instantiate(String),
+    /// The host starved the call past its wall-clock safety net while the
+    /// plugin used less than its deadline of CPU: host overload, not the
+    /// plugin's fault (not counted against its fault budget).
+    HostOverloaded {
+        /// The deadline.
+        deadline_ms: u64,
+        /// CPU time the plugin used.
+        cpu_ms: u64,
+        /// Wall time that passed.
+        wall_ms: u64,
+    },
 }
 
 impl CallFault {
     /// Every code [`CallFault::code`] gives, in declaration order (metrics
     /// create a series for each).
-    pub const CODES: [&'static str; 10] = [
+    pub const CODES: [&'static str; 11] = [
         "PLUGIN-TIMEOUT",
         "PLUGIN-MEMORY",
         "PLUGIN-FUEL",
@@ -200,11 +211,12 @@ impl CallFault {
         "PLUGIN-ERROR",
         "PLUGIN-QUARANTINED",
         "PLUGIN-INSTANTIATE",
+        "HOST-OVERLOADED",
     ];
 
     /// Whether this counts against the fault budget and replaces the instance.
     pub fn is_fault(&self) -> bool {
-        !matches!(self, CallFault::Guest(_) | CallFault::Quarantined { .. })
+        !matches!(self, CallFault::Guest(_) | CallFault::Quarantined { .. } | CallFault::HostOverloaded { .. })
     }
 
     /// Stable reason code.
@@ -220,6 +232,7 @@ impl CallFault {
             CallFault::Guest(_) => "PLUGIN-ERROR",
             CallFault::Quarantined { .. } => "PLUGIN-QUARANTINED",
             CallFault::Instantiate(_) => "PLUGIN-INSTANTIATE",
+            CallFault::HostOverloaded { .. } => "HOST-OVERLOADED",
         }
     }
 }
@@ -251,6 +264,10 @@ impl fmt::Display for CallFault {
                 write!(f, "quarantined after {faults} faults; reload it to release")
             }
             CallFault::Instantiate(msg) => write!(f, "could not be instantiated: {msg}"),
+            CallFault::HostOverloaded { deadline_ms, cpu_ms, wall_ms } => write!(
+                f,
+                "the host gave the call {cpu_ms} ms of CPU in {wall_ms} ms (its deadline is {deadline_ms} ms of CPU): host overload, not the plugin's fault"
+            ),
         }
     }
 }
@@ -272,6 +289,7 @@ mod tests {
             CallFault::Guest(String::new()),
             CallFault::Quarantined { faults: 3 },
             CallFault::Instantiate(String::new()),
+            CallFault::HostOverloaded { deadline_ms: 1, cpu_ms: 0, wall_ms: 10 },
         ];
         let codes: Vec<&str> = kinds.iter().map(CallFault::code).collect();
         assert_eq!(codes, CallFault::CODES);

@@ -60,6 +60,9 @@ pub(crate) struct HostState {
     /// Device memory in use per GPU of the nodes in the deltas being
     /// applied, by node id.
     pub(crate) gpu_memory: std::collections::HashMap<u32, Vec<u32>>,
+    /// When the call under way started (the service judges it by its CPU
+    /// time).
+    pub(crate) clock: crate::budget::CallClock,
 }
 
 /// A clock that never moves: plugins are not granted time by default.
@@ -117,6 +120,7 @@ impl HostState {
             stderr,
             zones: Arc::default(),
             gpu_memory: std::collections::HashMap::new(),
+            clock: crate::budget::CallClock::start(),
         }
     }
 

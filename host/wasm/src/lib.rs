@@ -20,6 +20,7 @@
 //! per candidate back.
 
 mod bindings;
+pub mod budget;
 mod cache;
 mod check;
 mod error;
@@ -30,6 +31,7 @@ mod policy;
 mod runtime;
 
 pub use bindings::types as wit;
+pub use budget::{CallBudget, FUEL_PER_MS};
 pub use cache::{ArtifactCache, CacheOutcome, content_key, sha256_hex};
 pub use check::{canned_frame, canned_nodes, canned_pods};
 pub use error::{CallError, CallFault, LoadError, WorldKind};

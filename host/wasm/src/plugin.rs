@@ -5,18 +5,23 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use tessera_policy::{Grants, Limits};
 use wasmtime::{Engine, Store, Trap};
 
 use crate::bindings::{detector, scorer, types as wit};
+use crate::budget::{self, CallBudget, CallClock, HostStarved};
 use crate::error::{CallError, CallFault, WorldKind};
 use crate::feed::NodeFeed;
 use crate::host::HostState;
 
 /// Largest error message a guest may return, in bytes.
 pub const MAX_GUEST_ERROR: usize = 4096;
+
+/// An epoch deadline no call reaches (replays: fuel decides).
+const NEVER: u64 = 1 << 40;
 
 /// What a plugin says about itself (`info`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,6 +76,10 @@ pub struct PluginVersion {
     pub(crate) engine: Engine,
     pub(crate) epoch_tick_ms: u64,
     pub(crate) fuel_enabled: bool,
+    pub(crate) budget: CallBudget,
+    /// Calls the host starved (ran past the deadline on the wall clock
+    /// with less than the deadline of CPU).
+    starved: Arc<AtomicU64>,
     pub(crate) limits: Limits,
     pub(crate) grants: Grants,
     pub(crate) config_json: String,
@@ -100,6 +109,7 @@ impl PluginVersion {
         engine: Engine,
         epoch_tick_ms: u64,
         fuel_enabled: bool,
+        budget: CallBudget,
         limits: Limits,
         grants: Grants,
         config_json: String,
@@ -120,6 +130,8 @@ impl PluginVersion {
             engine,
             epoch_tick_ms,
             fuel_enabled,
+            budget,
+            starved: Arc::default(),
             limits,
             grants,
             config_json,
@@ -159,6 +171,13 @@ impl PluginVersion {
         &self.limits
     }
 
+    /// Calls the host starved so far: past the deadline on the wall clock
+    /// with less than the deadline of CPU (host overload, not the
+    /// plugin's fault).
+    pub fn starved_calls(&self) -> u64 {
+        self.starved.load(Ordering::Relaxed)
+    }
+
     /// Instances created so far (the first, and each replacement).
     pub fn instances_created(&self) -> u64 {
         self.instances_created.load(Ordering::Relaxed)
@@ -168,14 +187,25 @@ impl PluginVersion {
         CallError { plugin: self.name.clone(), version: self.version.clone(), call, kind }
     }
 
-    /// Arms the deadline (and fuel) for the next guest call.
+    /// Arms the budget for the next guest call (see [`crate::budget`]).
     fn arm(&self, store: &mut Store<HostState>) {
-        let ticks = self.limits.deadline_ms.0.div_ceil(self.epoch_tick_ms).max(1);
-        store.set_epoch_deadline(ticks);
-        if self.fuel_enabled {
-            // A plugin without a fuel limit on a metering runtime runs
-            // unmetered in effect; `set_fuel` cannot fail when metering is on.
-            let _ = store.set_fuel(self.limits.fuel.map_or(u64::MAX, |f| f.0));
+        let deadline_ms = self.limits.deadline_ms.0;
+        match self.budget {
+            CallBudget::Fuel { per_ms } => {
+                // No clock: the epoch never interrupts; fuel decides.
+                store.set_epoch_deadline(NEVER);
+                let _ = store.set_fuel(self.limits.fuel.map_or(per_ms.saturating_mul(deadline_ms), |f| f.0));
+            }
+            CallBudget::CpuTime { .. } => {
+                store.set_epoch_deadline(deadline_ms.div_ceil(self.epoch_tick_ms).max(1));
+                if self.fuel_enabled {
+                    // A plugin without a fuel limit on a metering runtime
+                    // runs unmetered in effect; `set_fuel` cannot fail when
+                    // metering is on.
+                    let _ = store.set_fuel(self.limits.fuel.map_or(u64::MAX, |f| f.0));
+                }
+                store.data_mut().clock = CallClock::start();
+            }
         }
         store.data_mut().limiter.denied = None;
     }
@@ -187,8 +217,19 @@ impl PluginVersion {
                 requested_mib: (requested as u64).div_ceil(1 << 20),
             };
         }
+        if let Some(s) = error.downcast_ref::<HostStarved>() {
+            return CallFault::HostOverloaded {
+                deadline_ms: self.limits.deadline_ms.0,
+                cpu_ms: s.cpu_ms,
+                wall_ms: s.wall_ms,
+            };
+        }
+        let deadline_ms = self.limits.deadline_ms.0;
         match error.downcast_ref::<Trap>() {
-            Some(Trap::Interrupt) => CallFault::Timeout { deadline_ms: self.limits.deadline_ms.0 },
+            Some(Trap::Interrupt) => CallFault::Timeout { deadline_ms },
+            // A replay's deadline is its fuel: running out of it is the
+            // timeout the service would have seen.
+            Some(Trap::OutOfFuel) if self.limits.fuel.is_none() => CallFault::Timeout { deadline_ms },
             Some(Trap::OutOfFuel) => CallFault::FuelExhausted { fuel: self.limits.fuel.map_or(0, |f| f.0) },
             Some(trap) => CallFault::Trap { trap: trap.to_string(), guest_said: store.data().last_stderr_line() },
             None => CallFault::Trap {
@@ -205,7 +246,15 @@ impl PluginVersion {
         let cap = (self.limits.memory_mib.0 as usize) << 20;
         let mut store = Store::new(&self.engine, HostState::new(self.name.clone(), self.grants, cap, seed));
         store.limiter(|s| &mut s.limiter);
-        store.epoch_deadline_trap();
+        match self.budget {
+            CallBudget::Fuel { .. } => store.epoch_deadline_trap(),
+            CallBudget::CpuTime { wall_cap } => store.epoch_deadline_callback(budget::cpu_time_callback(
+                Duration::from_millis(self.limits.deadline_ms.0),
+                wall_cap,
+                Duration::from_millis(self.epoch_tick_ms),
+                self.starved.clone(),
+            )),
+        }
         self.arm(&mut store);
         let bound = match &self.pre {
             Pre::Scorer(pre) => pre.instantiate(&mut store).map(Bound::Scorer),
@@ -460,6 +509,9 @@ pub struct SlotStats {
     pub quarantined: bool,
     /// Versions loaded into this slot so far.
     pub versions: u64,
+    /// Calls of the current version the host starved (host overload, not
+    /// the plugin's fault).
+    pub host_starved: u64,
 }
 
 /// The current version of a plugin, swappable while calls are in flight.
@@ -504,6 +556,7 @@ impl PluginSlot {
             faults: w.faults_total,
             quarantined: w.quarantined.is_some(),
             versions: self.versions.load(Ordering::Relaxed),
+            host_starved: self.current().starved_calls(),
         }
     }
 

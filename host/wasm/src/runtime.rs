@@ -23,8 +23,12 @@ pub struct RuntimeConfig {
     pub cache_dir: Option<PathBuf>,
     /// Granularity of call deadlines.
     pub epoch_tick: Duration,
-    /// Enables fuel metering (~20% slower calls); needed for `limits.fuel`.
+    /// Enables fuel metering (~20% slower calls); needed for `limits.fuel`
+    /// in the service (a replay budget meters fuel anyway).
     pub fuel: bool,
+    /// How a call's time is bounded: the plugin's own CPU time (the
+    /// service) or fuel alone (what must replay). See [`crate::budget`].
+    pub budget: crate::budget::CallBudget,
     /// Most live instances across all plugins (pooling allocator slots).
     pub max_instances: u32,
     /// Largest memory cap any plugin may be given, MiB.
@@ -37,6 +41,7 @@ impl Default for RuntimeConfig {
             cache_dir: None,
             epoch_tick: Duration::from_millis(1),
             fuel: false,
+            budget: crate::budget::CallBudget::SERVICE,
             max_instances: 256,
             max_memory_mib: 1024,
         }
@@ -134,7 +139,7 @@ impl Runtime {
         let mut c = Config::new();
         c.wasm_component_model(true);
         c.epoch_interruption(true);
-        c.consume_fuel(config.fuel);
+        c.consume_fuel(config.fuel || config.budget.meters_fuel());
         // `TESSERA_PERFMAP=1` writes /tmp/perf-PID.map so `perf report` names
         // the functions of compiled plugins.
         if std::env::var_os("TESSERA_PERFMAP").is_some_and(|v| v == "1") {
@@ -267,7 +272,8 @@ impl Runtime {
             pre,
             self.engine.clone(),
             self.config.epoch_tick.as_millis().max(1) as u64,
-            self.config.fuel,
+            self.config.fuel || self.config.budget.meters_fuel(),
+            self.config.budget,
             spec.limits,
             spec.grants,
             spec.config_json.clone(),

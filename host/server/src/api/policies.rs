@@ -44,6 +44,9 @@ pub struct PluginView {
     pub quarantined: bool,
     /// Versions loaded into this slot so far.
     pub versions_loaded: u64,
+    /// Calls of the current version the host starved: host overload, not
+    /// the plugin's fault.
+    pub host_starved_calls: u64,
 }
 
 /// The running policy's plugins.
@@ -67,6 +70,7 @@ fn plugin_view(m: &tessera_wasm::Member) -> PluginView {
         faults: st.faults,
         quarantined: st.quarantined,
         versions_loaded: st.versions,
+        host_starved_calls: st.host_starved,
     }
 }
 

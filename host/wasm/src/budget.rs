@@ -1,0 +1,166 @@
+//! How long a plugin call may run: the rule that judges the plugin, not
+//! the machine.
+//!
+//! - **What must replay** (the simulator, the chaos twin, the quality and
+//!   fidelity benches): no clock at all. A call may execute
+//!   [`FUEL_PER_MS`] × `deadline_ms` units of fuel (wasmtime counts about
+//!   one per Wasm instruction), or the policy's `limits.fuel` when set.
+//!   The same call stops at the same instruction on every machine, idle
+//!   or loaded, so a replay is byte-identical.
+//! - **The service**: the policy's `deadline_ms` of the plugin's own CPU
+//!   time, the calling thread's, checked at every epoch tick past the
+//!   deadline. A call that ran past its deadline on the wall clock while
+//!   its CPU time stayed under it was starved by the host: it goes on, and
+//!   the starvation is counted as host overload, never as the plugin's
+//!   fault. A wall-clock safety net (`wall_cap` × the deadline) stops a
+//!   call the host starves for good; that too is host overload
+//!   ([`crate::CallFault::HostOverloaded`]), which neither counts against
+//!   the plugin's fault budget nor quarantines it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use wasmtime::{StoreContextMut, Trap, UpdateDeadline};
+
+use crate::host::HostState;
+
+/// Fuel per millisecond of deadline in replays: about what one core of a
+/// current server executes in a millisecond of compiled Wasm (2 × 10⁶
+/// instructions), so a plugin that meets its deadline in the service meets
+/// its budget in a replay.
+pub const FUEL_PER_MS: u64 = 2_000_000;
+
+/// How a call's time is bounded (engine-wide).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallBudget {
+    /// The plugin's own CPU time, with a wall-clock safety net of
+    /// `wall_cap` × the deadline (the service).
+    CpuTime {
+        /// The safety net, in deadlines.
+        wall_cap: u32,
+    },
+    /// Fuel only, `per_ms` × the deadline (replays: no clock).
+    Fuel {
+        /// Fuel per millisecond of deadline.
+        per_ms: u64,
+    },
+}
+
+impl CallBudget {
+    /// What the service runs with.
+    pub const SERVICE: Self = Self::CpuTime { wall_cap: 10 };
+    /// What must replay runs with.
+    pub const REPLAY: Self = Self::Fuel { per_ms: FUEL_PER_MS };
+
+    /// Whether the engine meters fuel.
+    pub fn meters_fuel(self) -> bool {
+        matches!(self, Self::Fuel { .. })
+    }
+}
+
+impl Default for CallBudget {
+    fn default() -> Self {
+        Self::SERVICE
+    }
+}
+
+/// A call's start, on the wall clock and on the calling thread's CPU
+/// clock (read again on the same thread: a call runs on the thread that
+/// armed it); whether the host has starved it so far.
+#[derive(Debug)]
+pub(crate) struct CallClock {
+    wall: Instant,
+    cpu: Duration,
+    starved: bool,
+}
+
+fn thread_cpu() -> Duration {
+    cpu_time::ThreadTime::try_now().map(|t| t.as_duration()).unwrap_or_default()
+}
+
+impl CallClock {
+    /// Starts now, on the calling thread.
+    pub(crate) fn start() -> Self {
+        Self { wall: Instant::now(), cpu: thread_cpu(), starved: false }
+    }
+}
+
+/// The host starved a call past the wall-clock safety net.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the host starved the call: {cpu_ms} ms of CPU in {wall_ms} ms")]
+pub(crate) struct HostStarved {
+    pub(crate) cpu_ms: u64,
+    pub(crate) wall_ms: u64,
+}
+
+/// What the service's epoch callback decides at a tick past the deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// The plugin used its deadline of CPU: a timeout.
+    Timeout,
+    /// The host starved it past the safety net.
+    Starved(HostStarved),
+    /// Not the plugin's fault yet: check again after this many ticks.
+    Continue(u64),
+}
+
+/// The rule, on its own (tested without a runtime).
+pub(crate) fn judge(cpu: Duration, wall: Duration, deadline: Duration, wall_cap: u32, tick: Duration) -> Verdict {
+    if cpu >= deadline {
+        return Verdict::Timeout;
+    }
+    if wall >= deadline.saturating_mul(wall_cap.max(1)) {
+        return Verdict::Starved(HostStarved { cpu_ms: cpu.as_millis() as u64, wall_ms: wall.as_millis() as u64 });
+    }
+    let left = deadline - cpu;
+    Verdict::Continue((left.as_nanos().div_ceil(tick.as_nanos().max(1)) as u64).max(1))
+}
+
+/// The service's epoch callback for one instance: judges the running call
+/// by its CPU time; counts the first extension of each call in `starved`.
+pub(crate) fn cpu_time_callback(
+    deadline: Duration,
+    wall_cap: u32,
+    tick: Duration,
+    starved: Arc<AtomicU64>,
+) -> impl FnMut(StoreContextMut<'_, HostState>) -> wasmtime::Result<UpdateDeadline> + Send + Sync + 'static {
+    move |mut ctx| {
+        let clock = &mut ctx.data_mut().clock;
+        let (cpu, wall) = (thread_cpu().saturating_sub(clock.cpu), clock.wall.elapsed());
+        match judge(cpu, wall, deadline, wall_cap, tick) {
+            Verdict::Timeout => Err(Trap::Interrupt.into()),
+            Verdict::Starved(s) => Err(s.into()),
+            Verdict::Continue(ticks) => {
+                // Starved, not merely a tick short of its deadline: the
+                // host took more than a tenth of it.
+                if wall > cpu + deadline / 10 && !std::mem::replace(&mut clock.starved, true) {
+                    starved.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(UpdateDeadline::Continue(ticks))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_is_judged_by_its_own_cpu_time_not_by_the_wall_clock() {
+        let ms = Duration::from_millis;
+        let (deadline, tick) = (ms(50), ms(1));
+        // Used its 50 ms of CPU: a timeout, however long the wall says.
+        assert_eq!(judge(ms(50), ms(50), deadline, 10, tick), Verdict::Timeout);
+        assert_eq!(judge(ms(60), ms(400), deadline, 10, tick), Verdict::Timeout);
+        // 50 ms on the wall but 5 ms of CPU: the host was busy; 45 ms left.
+        assert_eq!(judge(ms(5), ms(50), deadline, 10, tick), Verdict::Continue(45));
+        // Starved past the safety net (10 deadlines): host overload.
+        assert_eq!(
+            judge(ms(5), ms(500), deadline, 10, tick),
+            Verdict::Starved(HostStarved { cpu_ms: 5, wall_ms: 500 })
+        );
+        assert_eq!(judge(ms(49), ms(51), deadline, 10, ms(3)), Verdict::Continue(1));
+    }
+}

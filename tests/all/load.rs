@@ -1,0 +1,142 @@
+//! The sandbox under load: limits judge the plugin, not the machine. With
+//! busy threads on every core (started here), a well-behaved plugin meets
+//! its deadline of CPU however long the host keeps it waiting, a looping
+//! one is still stopped, and what must replay replays byte for byte
+//! (`host/cli/tests/cli.rs` runs the simulator so).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use tessera_core::{Pod, Resources};
+use tessera_plugins::{BINPACK, HOSTILE};
+use tessera_policy::Bounded;
+use tessera_wasm::{CallBudget, CallFault, PluginSpec, Runtime, RuntimeConfig};
+
+use crate::{cache_dir, cluster, load, member, policy};
+
+/// Busy threads on every core (twice over) until dropped.
+pub struct Contention {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Contention {
+    pub fn start() -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let n = 2 * std::thread::available_parallelism().map_or(2, |n| n.get());
+        let threads = (0..n)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let mut x = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1));
+                    }
+                })
+            })
+            .collect();
+        Self { stop, threads }
+    }
+}
+
+impl Drop for Contention {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn pod() -> Pod {
+    Pod {
+        name: "p".into(),
+        requests: Resources { cpu_milli: 1000, memory_mib: 512 },
+        gpu_count: 1,
+        gpu_milli: 1000,
+        ..Pod::default()
+    }
+}
+
+fn service_runtime() -> Runtime {
+    Runtime::new(RuntimeConfig { cache_dir: Some(cache_dir()), ..RuntimeConfig::default() }).unwrap()
+}
+
+/// A plugin that spins ~1 ms of CPU per call with a 5 ms deadline: on a
+/// machine this busy its calls often span more than 5 ms of wall time, and
+/// none is a fault, because it never uses 5 ms of CPU. The host's
+/// starvation is counted as such.
+#[test]
+fn a_well_behaved_plugin_under_contention_collects_no_faults() {
+    let rt = service_runtime();
+    let mut spec = PluginSpec::new("spinner");
+    spec.config_json = r#"{"mode": "spin", "spin": 200000}"#.into();
+    spec.limits.deadline_ms = Bounded(5);
+    let (spinner, _) = rt.load(&spec, HOSTILE.bytes).unwrap();
+    let nodes = cluster(8);
+    let p = policy(vec![member(load(&rt, BINPACK, "binpack", "null"), 1.0), member(spinner.clone(), 1.0)], &nodes);
+    let busy = Contention::start();
+    let t0 = Instant::now();
+    let (mut calls, mut slow) = (0, 0);
+    // Until the host has kept a few calls waiting past the deadline (what
+    // a wall-clock deadline would have counted as the plugin's timeouts).
+    while (slow < 3 || calls < 200) && calls < 5_000 {
+        let t = Instant::now();
+        let d = p.decide(&pod(), &(0..8).collect::<Vec<_>>());
+        assert!(d.errors.is_empty(), "a starved call counted as the plugin's fault: {:?}", d.errors);
+        slow += usize::from(t.elapsed() > Duration::from_millis(5));
+        calls += 1;
+    }
+    drop(busy);
+    eprintln!(
+        "{calls} decisions in {:?}; {slow} over 5 ms of wall time; starved calls {}",
+        t0.elapsed(),
+        spinner.starved_calls()
+    );
+    assert!(slow >= 3, "the contention never delayed a call past its deadline: the test proves nothing");
+}
+
+/// A looping plugin is still stopped under contention: a timeout once it
+/// used its deadline of CPU, or host overload if the host starved it past
+/// the safety net, within that net either way, and the rest of the policy
+/// decides.
+#[test]
+fn a_looping_plugin_under_contention_is_still_stopped() {
+    let rt = service_runtime();
+    let mut spec = PluginSpec::new("looper");
+    spec.config_json = r#"{"min_candidates": 5, "mode": "loop"}"#.into();
+    spec.limits.deadline_ms = Bounded(20);
+    let (looper, _) = rt.load(&spec, HOSTILE.bytes).unwrap();
+    let nodes = cluster(8);
+    let p = policy(vec![member(load(&rt, BINPACK, "binpack", "null"), 1.0), member(looper, 1.0)], &nodes);
+    let busy = Contention::start();
+    let t = Instant::now();
+    let d = p.decide(&pod(), &(0..8).collect::<Vec<_>>());
+    let took = t.elapsed();
+    drop(busy);
+    assert_eq!(d.errors.len(), 1, "{:?}", d.errors);
+    assert!(
+        matches!(d.errors[0].kind, CallFault::Timeout { deadline_ms: 20 } | CallFault::HostOverloaded { .. }),
+        "{}",
+        d.errors[0]
+    );
+    assert!(took < Duration::from_secs(2), "stopped after {took:?} (the safety net is 10 deadlines)");
+    assert!(d.chosen.is_some(), "binpack still decides");
+}
+
+/// What must replay has no clock: a looping plugin is stopped by fuel
+/// after the same work every time, as a timeout, with no wall-clock
+/// deadline at all.
+#[test]
+fn a_replay_stops_a_looping_plugin_by_fuel_as_a_timeout() {
+    let rt = Runtime::new(RuntimeConfig { budget: CallBudget::REPLAY, ..RuntimeConfig::default() }).unwrap();
+    let mut spec = PluginSpec::new("looper");
+    spec.config_json = r#"{"min_candidates": 5, "mode": "loop"}"#.into();
+    spec.limits.deadline_ms = Bounded(5);
+    let (looper, _) = rt.load(&spec, HOSTILE.bytes).unwrap();
+    let nodes = cluster(8);
+    let p = policy(vec![member(looper, 1.0)], &nodes);
+    let d = p.decide(&pod(), &(0..8).collect::<Vec<_>>());
+    assert!(matches!(d.errors[0].kind, CallFault::Timeout { deadline_ms: 5 }), "{}", d.errors[0]);
+}

@@ -96,9 +96,10 @@ fn placements(act: &SimActuator) -> BTreeMap<u64, Option<Placement>> {
 fn a_new_leader_resumes_the_plan_from_the_journal_in_the_cluster() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let srv = rt.block_on(ApiServer::start());
-    // One ConfigMap per crash point: more names than the scheduler's Role
-    // grants (it names one), so as an administrator.
-    let client = || rt.block_on(async { kube::Client::try_from(srv.admin_config()).unwrap() });
+    // As the scheduler's service account: its Role grants the one journal
+    // ConfigMap, so each crash point starts from a cluster without it.
+    let client = || rt.block_on(async { kube::Client::try_from(srv.config()).unwrap() });
+    let name = "tessera-movement-journal";
 
     // The uninterrupted run.
     let (mut act, plan, cluster) = scene();
@@ -111,11 +112,13 @@ fn a_new_leader_resumes_the_plan_from_the_journal_in_the_cluster() {
     assert!(writes > 10, "{writes} journal writes");
 
     for crash_after in [1, writes / 3, writes / 2, writes - 2] {
-        let name = format!("journal-{crash_after}");
+        if srv.get("configmaps", "tessera-system", name).is_some() {
+            srv.delete("configmaps", "tessera-system", name);
+        }
         // The old leader: dies after `crash_after` writes.
         let (mut act, plan, cluster) = scene();
         let mut old =
-            ConfigMapJournal::open(client(), "tessera-system", &name, "replica-a", rt.handle().clone()).unwrap();
+            ConfigMapJournal::open(client(), "tessera-system", name, "replica-a", rt.handle().clone()).unwrap();
         let now = {
             let mut dying = Dying { inner: &mut old, left: crash_after };
             match Executor::start(cfg(), &plan, tessera_movement::dag::build(&cluster, &plan), &mut dying) {
@@ -126,7 +129,7 @@ fn a_new_leader_resumes_the_plan_from_the_journal_in_the_cluster() {
         // The new leader: the same journal, read from the cluster; opening
         // it fences the old leader at once.
         let mut new =
-            ConfigMapJournal::open(client(), "tessera-system", &name, "replica-b", rt.handle().clone()).unwrap();
+            ConfigMapJournal::open(client(), "tessera-system", name, "replica-b", rt.handle().clone()).unwrap();
         let e = old.append(&Entry::Batch { number: 98, steps: vec![] }).unwrap_err().to_string();
         assert!(e.contains("another writer"), "{e}");
         if let Some(mut ex) = Executor::resume(cfg(), &mut new, &act, now).unwrap() {
@@ -135,7 +138,8 @@ fn a_new_leader_resumes_the_plan_from_the_journal_in_the_cluster() {
         }
         assert_eq!(placements(&act), expected, "crash after write {crash_after}");
     }
-    let cm = srv.get("configmaps", "tessera-system", &format!("journal-{}", writes / 2)).unwrap();
+    let cm = srv.get("configmaps", "tessera-system", name).unwrap();
     assert!(cm["data"]["00000000"].as_str().unwrap().starts_with("{\"Plan\""), "{cm}");
     assert_eq!(cm["metadata"]["annotations"]["tessera.io/journal-writer"], "replica-b");
+    srv.assert_sound();
 }

@@ -228,3 +228,70 @@ fn digest_pin_is_enforced() {
     spec.sha256 = Some(tessera_wasm::sha256_hex(BINPACK.bytes));
     rt.load(&spec, BINPACK.bytes).unwrap();
 }
+
+/// A plugin that writes a 200-byte line to stderr on every call is not
+/// trapped when its output passes the capture size: stderr keeps the last
+/// bytes and never refuses a write (it used to trap the write that
+/// overflowed 16 KiB, and the plugin was quarantined for talking).
+#[test]
+fn a_plugin_that_writes_to_stderr_on_every_call_is_never_faulted_for_it() {
+    let rt = runtime();
+    let mut spec = PluginSpec::new("chatty");
+    spec.config_json = r#"{"mode": "chatty"}"#.into();
+    spec.limits.deadline_ms = Bounded(2000);
+    let (chatty, _) = rt.load(&spec, HOSTILE.bytes).unwrap();
+    let nodes = cluster(8);
+    let m = member(chatty, 1.0);
+    let slot = m.slot.clone();
+    let p = policy(vec![m], &nodes);
+    for _ in 0..300 {
+        let d = p.decide(&pod(), &(0..8).collect::<Vec<_>>());
+        assert!(d.errors.is_empty(), "{:?}", d.errors);
+    }
+    let st = slot.stats();
+    assert_eq!((st.faults, st.quarantined), (0, false), "{st:?}");
+}
+
+/// A plugin whose `apply` refuses the node deltas loses its mirror: that
+/// is a fault (PLUGIN-APPLY), so a plugin that always refuses is
+/// quarantined instead of being re-created on every call forever.
+#[test]
+fn a_plugin_that_refuses_the_node_deltas_is_faulted_and_quarantined() {
+    let rt = runtime();
+    let mut spec = PluginSpec::new("refuser");
+    // The load check's apply passes; every later one refuses.
+    spec.config_json = r#"{"mode": "guest-error", "on": "apply", "after": 1}"#.into();
+    spec.limits.deadline_ms = Bounded(2000);
+    let (refuser, _) = rt.load(&spec, HOSTILE.bytes).unwrap();
+    let mut nodes = cluster(8);
+    let m = member(refuser, 1.0);
+    let slot = m.slot.clone();
+    let p = policy(vec![member(load(&rt, BINPACK, "binpack", "null"), 1.0), m], &nodes);
+    let mut codes = Vec::new();
+    for i in 0..20 {
+        // The cluster changes between decisions: each brings deltas to apply.
+        nodes[i % 8].free.cpu_milli -= 1;
+        p.upsert_nodes(&nodes[i % 8..=i % 8]);
+        let d = p.decide(&pod(), &(0..8).collect::<Vec<_>>());
+        assert!(d.chosen.is_some(), "binpack still decides");
+        codes.extend(d.errors.iter().map(|e| e.kind.code()));
+    }
+    assert!(codes.iter().take(3).all(|c| *c == "PLUGIN-APPLY"), "{codes:?}");
+    assert!(slot.stats().quarantined, "always refusing its mirror: {codes:?}");
+}
+
+/// What a plugin says of itself is bounded at load: a 64 KiB filter
+/// reason (copied into every decision, per rejected node: `tessera sim`
+/// took 32 s instead of 0.2 s) is refused, naming the plugin and the limit.
+#[test]
+fn a_plugin_that_declares_an_oversized_reason_is_refused_at_load() {
+    let rt = runtime();
+    let mut spec = PluginSpec::new("wordy");
+    spec.config_json = r#"{"reason_len": 65536}"#.into();
+    let e = rt.load(&spec, HOSTILE.bytes).unwrap_err().to_string();
+    assert!(e.contains("plugin wordy") && e.contains("reason codes"), "{e}");
+    assert!(e.contains("65536") && e.contains("64"), "{e}");
+    // A reason of ordinary length loads.
+    spec.config_json = r#"{"reason_len": 20}"#.into();
+    rt.load(&spec, HOSTILE.bytes).unwrap();
+}

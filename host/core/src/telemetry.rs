@@ -154,6 +154,42 @@ impl From<&str> for FindingKind {
     }
 }
 
+/// Most kinds of its own one detector may name; the rest are `other`.
+pub const MAX_OWN_KINDS: usize = 8;
+/// Longest name of a detector's own kind.
+pub const MAX_KIND_LEN: usize = 32;
+
+/// The kinds of their own the detectors have named, so that what they
+/// hand back cannot mint unbounded metric series or report rows: each
+/// detector keeps its first [`MAX_OWN_KINDS`] well-formed names (1 to
+/// [`MAX_KIND_LEN`] of `a-z`, `0-9`, `-`), in the order it first used
+/// them (the same on every replay); anything else is counted as `other`.
+#[derive(Debug, Clone, Default)]
+pub struct OwnKinds(std::collections::BTreeMap<String, std::collections::BTreeSet<String>>);
+
+impl OwnKinds {
+    /// The kind `detector` reported as `name`, bounded.
+    pub fn admit(&mut self, detector: &str, name: String) -> FindingKind {
+        let well_formed = !name.is_empty()
+            && name.len() <= MAX_KIND_LEN
+            && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        if !well_formed {
+            return FindingKind::Other("other".into());
+        }
+        let kind = FindingKind::from(name.as_str());
+        if !matches!(kind, FindingKind::Other(_)) {
+            return kind;
+        }
+        let seen = self.0.entry(detector.to_string()).or_default();
+        if seen.contains(&name) || seen.len() < MAX_OWN_KINDS {
+            seen.insert(name.clone());
+            FindingKind::Other(name)
+        } else {
+            FindingKind::Other("other".into())
+        }
+    }
+}
+
 impl From<String> for FindingKind {
     fn from(name: String) -> Self {
         FindingKind::from(name.as_str())
@@ -295,6 +331,27 @@ impl TelemetryModel {
         let hours = (t as f64 % day) / day * 24.0;
         let v = base * (1.0 - swing * ((hours - low_hour) / 24.0 * std::f64::consts::TAU).cos());
         v.max(0.0).round() as u32
+    }
+}
+
+#[cfg(test)]
+mod kind_tests {
+    use super::*;
+
+    #[test]
+    fn a_detector_cannot_mint_unbounded_kinds() {
+        let mut k = OwnKinds::default();
+        let names: Vec<String> = (0..1000).map(|i| k.admit("d", format!("kind-{i}")).as_str().to_string()).collect();
+        let distinct: std::collections::BTreeSet<&String> = names.iter().collect();
+        assert_eq!(distinct.len(), MAX_OWN_KINDS + 1, "eight of its own and `other`");
+        assert_eq!(names[3], "kind-3");
+        assert_eq!(names[500], "other");
+        assert_eq!(k.admit("d", "kind-3".into()).as_str(), "kind-3", "a known one stays");
+        assert_eq!(k.admit("e", "kind-999".into()).as_str(), "kind-999", "per detector");
+        assert_eq!(k.admit("d", "overload".into()), FindingKind::Overload);
+        for bad in ["", "Upper", "x".repeat(33).as_str(), "a b", "é"] {
+            assert_eq!(k.admit("f", bad.to_string()).as_str(), "other", "{bad:?}");
+        }
     }
 }
 

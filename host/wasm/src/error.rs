@@ -184,6 +184,11 @@ pub enum CallFault {
     },
     /// A fresh instance could not be created.
     Instantiate(String),
+    /// The plugin refused the node deltas (`apply` returned an error): its
+    /// mirror of the cluster is lost, so the instance is replaced; counted
+    /// as a fault, or a plugin that always refuses would be re-created on
+    /// every call and never quarantined.
+    MirrorRefused(String),
     /// The host starved the call past its wall-clock safety net while the
     /// plugin used less than its deadline of CPU: host overload, not the
     /// plugin's fault (not counted against its fault budget).
@@ -200,7 +205,7 @@ pub enum CallFault {
 impl CallFault {
     /// Every code [`CallFault::code`] gives, in declaration order (metrics
     /// create a series for each).
-    pub const CODES: [&'static str; 11] = [
+    pub const CODES: [&'static str; 12] = [
         "PLUGIN-TIMEOUT",
         "PLUGIN-MEMORY",
         "PLUGIN-FUEL",
@@ -211,6 +216,7 @@ impl CallFault {
         "PLUGIN-ERROR",
         "PLUGIN-QUARANTINED",
         "PLUGIN-INSTANTIATE",
+        "PLUGIN-APPLY",
         "HOST-OVERLOADED",
     ];
 
@@ -232,6 +238,7 @@ impl CallFault {
             CallFault::Guest(_) => "PLUGIN-ERROR",
             CallFault::Quarantined { .. } => "PLUGIN-QUARANTINED",
             CallFault::Instantiate(_) => "PLUGIN-INSTANTIATE",
+            CallFault::MirrorRefused(_) => "PLUGIN-APPLY",
             CallFault::HostOverloaded { .. } => "HOST-OVERLOADED",
         }
     }
@@ -264,6 +271,7 @@ impl fmt::Display for CallFault {
                 write!(f, "quarantined after {faults} faults; reload it to release")
             }
             CallFault::Instantiate(msg) => write!(f, "could not be instantiated: {msg}"),
+            CallFault::MirrorRefused(msg) => write!(f, "refused the node deltas (apply): {msg}"),
             CallFault::HostOverloaded { deadline_ms, cpu_ms, wall_ms } => write!(
                 f,
                 "the host gave the call {cpu_ms} ms of CPU in {wall_ms} ms (its deadline is {deadline_ms} ms of CPU): host overload, not the plugin's fault"
@@ -289,6 +297,7 @@ mod tests {
             CallFault::Guest(String::new()),
             CallFault::Quarantined { faults: 3 },
             CallFault::Instantiate(String::new()),
+            CallFault::MirrorRefused(String::new()),
             CallFault::HostOverloaded { deadline_ms: 1, cpu_ms: 0, wall_ms: 10 },
         ];
         let codes: Vec<&str> = kinds.iter().map(CallFault::code).collect();

@@ -9,7 +9,6 @@ use rand_chacha::ChaCha8Rng;
 use tessera_policy::Grants;
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use crate::bindings::host_iface::{self, LogLevel};
@@ -19,7 +18,7 @@ use crate::bindings::types;
 const LOG_LINES_PER_INSTANCE: u32 = 1000;
 /// Longest log line kept, in bytes.
 const LOG_LINE_MAX: usize = 1024;
-/// Guest stderr kept for fault reports, in bytes.
+/// Guest stderr kept for fault reports (the last bytes written), in bytes.
 const STDERR_CAPTURE: usize = 16 * 1024;
 
 /// Caps linear memory and tables; remembers a refused growth so the fault
@@ -54,7 +53,7 @@ pub(crate) struct HostState {
     rng: ChaCha8Rng,
     plugin: Arc<str>,
     log_budget: u32,
-    stderr: Option<MemoryOutputPipe>,
+    stderr: Option<crate::stderr::Tail>,
     /// Zone signals as of the instance's last sync with its feed.
     pub(crate) zones: Arc<crate::feed::ZoneSignals>,
     /// Device memory in use per GPU of the nodes in the deltas being
@@ -106,9 +105,9 @@ impl HostState {
             b.inherit_stdout().inherit_stderr();
             None
         } else {
-            let pipe = MemoryOutputPipe::new(STDERR_CAPTURE);
-            b.stderr(pipe.clone());
-            Some(pipe)
+            let tail = crate::stderr::Tail::new(STDERR_CAPTURE);
+            b.stderr(tail.clone());
+            Some(tail)
         };
         Self {
             wasi: b.build(),

@@ -29,6 +29,8 @@ mod host;
 mod plugin;
 mod policy;
 mod runtime;
+mod slot;
+mod stderr;
 
 pub use bindings::types as wit;
 pub use budget::{CallBudget, FUEL_PER_MS};
@@ -36,6 +38,9 @@ pub use cache::{ArtifactCache, CacheOutcome, content_key, sha256_hex};
 pub use check::{canned_frame, canned_nodes, canned_pods};
 pub use error::{CallError, CallFault, LoadError, WorldKind};
 pub use feed::{NodeFeed, to_wit_node, to_wit_pod};
-pub use plugin::{MAX_GUEST_ERROR, PluginInfo, PluginSlot, PluginVersion, ScoreOutput, SlotStats};
+pub use plugin::{
+    MAX_FILTER_REASONS, MAX_GUEST_ERROR, MAX_INFO_DESCRIPTION, MAX_INFO_NAME, PluginInfo, PluginVersion, ScoreOutput,
+};
 pub use policy::{Decision, Member, PluginOutcome, Policy, Rejection};
 pub use runtime::{LoadReport, PluginSpec, Runtime, RuntimeConfig};
+pub use slot::{PluginSlot, SlotStats};

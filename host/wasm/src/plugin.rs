@@ -2,12 +2,10 @@
 //! pool of live instances, and the slot that holds the current version of a
 //! plugin, swaps in new versions atomically and counts faults.
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use tessera_policy::{Grants, Limits};
 use wasmtime::{Engine, Store, Trap};
 
@@ -19,6 +17,13 @@ use crate::host::HostState;
 
 /// Largest error message a guest may return, in bytes.
 pub const MAX_GUEST_ERROR: usize = 4096;
+
+/// Longest name, version or filter reason code a plugin may declare, bytes.
+pub const MAX_INFO_NAME: usize = 64;
+/// Longest description a plugin may declare, bytes.
+pub const MAX_INFO_DESCRIPTION: usize = 1024;
+/// Most filter reasons a plugin may declare (a verdict is a `u8`).
+pub const MAX_FILTER_REASONS: usize = 64;
 
 /// An epoch deadline no call reaches (replays: fuel decides).
 const NEVER: u64 = 1 << 40;
@@ -341,7 +346,7 @@ impl PluginVersion {
                 Ok(())
             }
             // The mirror may be half-applied: do not reuse this instance.
-            Ok(Err(msg)) => Err((CallFault::Guest(format!("apply: {}", clip(msg))), false)),
+            Ok(Err(msg)) => Err((CallFault::MirrorRefused(clip(msg)), false)),
             Err(e) => Err((self.classify(&inst.store, e), false)),
         }
     }
@@ -446,6 +451,20 @@ impl PluginVersion {
             Bound::Detector(b) => b.tessera_policy_detection().call_info(&mut inst.store),
         };
         let info = info.map_err(|e| self.err("info", self.classify(&inst.store, e)))?;
+        // What the plugin says of itself is copied into every decision it
+        // filters (its reasons, per rejected node) and every report: bounded.
+        let sizes =
+            [info.name.len(), info.version.len(), info.filter_reasons.iter().map(String::len).max().unwrap_or(0)];
+        let oversized = |what, bytes, limit| Err(self.err("info", CallFault::OversizedOutput { what, bytes, limit }));
+        if let Some(&bytes) = sizes.iter().find(|&&b| b > MAX_INFO_NAME) {
+            return oversized("names or reason codes in its info", bytes, MAX_INFO_NAME);
+        }
+        if info.description.len() > MAX_INFO_DESCRIPTION {
+            return oversized("description in its info", info.description.len(), MAX_INFO_DESCRIPTION);
+        }
+        if info.filter_reasons.len() > MAX_FILTER_REASONS {
+            return oversized("filter reasons in its info", info.filter_reasons.len(), MAX_FILTER_REASONS);
+        }
         self.version = Arc::from(info.version.as_str());
         self.info = PluginInfo {
             name: info.name,
@@ -486,116 +505,4 @@ fn clip(msg: String) -> String {
         end -= 1;
     }
     format!("{}… ({} bytes, clipped)", &msg[..end], msg.len())
-}
-
-/// Fault accounting over a sliding window of calls.
-#[derive(Debug, Default)]
-struct FaultWindow {
-    calls: u64,
-    faults_total: u64,
-    /// Call numbers of recent faults.
-    recent: VecDeque<u64>,
-    quarantined: Option<u32>,
-}
-
-/// Counters of one plugin slot.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SlotStats {
-    /// Calls made (including failed ones).
-    pub calls: u64,
-    /// Faults counted (not guest errors).
-    pub faults: u64,
-    /// Whether the plugin is quarantined.
-    pub quarantined: bool,
-    /// Versions loaded into this slot so far.
-    pub versions: u64,
-    /// Calls of the current version the host starved (host overload, not
-    /// the plugin's fault).
-    pub host_starved: u64,
-}
-
-/// The current version of a plugin, swappable while calls are in flight.
-pub struct PluginSlot {
-    current: ArcSwap<PluginVersion>,
-    faults: Mutex<FaultWindow>,
-    versions: AtomicU64,
-}
-
-impl std::fmt::Debug for PluginSlot {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PluginSlot").field("current", &self.current.load()).finish_non_exhaustive()
-    }
-}
-
-impl PluginSlot {
-    /// A slot holding `version`.
-    pub fn new(version: Arc<PluginVersion>) -> Self {
-        Self { current: ArcSwap::new(version), faults: Mutex::default(), versions: AtomicU64::new(1) }
-    }
-
-    /// The version serving new calls.
-    pub fn current(&self) -> Arc<PluginVersion> {
-        self.current.load_full()
-    }
-
-    /// Swaps in a checked new version: calls already running finish on the
-    /// old one; the fault record and any quarantine start afresh.
-    pub fn swap(&self, version: Arc<PluginVersion>) -> Arc<PluginVersion> {
-        let old = self.current.swap(version);
-        *self.faults.lock().unwrap_or_else(|p| p.into_inner()) = FaultWindow::default();
-        self.versions.fetch_add(1, Ordering::Relaxed);
-        old.drain();
-        old
-    }
-
-    /// Counters.
-    pub fn stats(&self) -> SlotStats {
-        let w = self.faults.lock().unwrap_or_else(|p| p.into_inner());
-        SlotStats {
-            calls: w.calls,
-            faults: w.faults_total,
-            quarantined: w.quarantined.is_some(),
-            versions: self.versions.load(Ordering::Relaxed),
-            host_starved: self.current().starved_calls(),
-        }
-    }
-
-    /// Runs a call on the current version with fault accounting.
-    pub fn call<R>(&self, f: impl FnOnce(&Arc<PluginVersion>) -> Result<R, CallError>) -> Result<R, CallError> {
-        let version = self.current();
-        if let Some(faults) = self.faults.lock().unwrap_or_else(|p| p.into_inner()).quarantined {
-            return Err(CallError {
-                plugin: version.name.clone(),
-                version: version.version.clone(),
-                call: "any",
-                kind: CallFault::Quarantined { faults },
-            });
-        }
-        let result = f(&version);
-        let mut w = self.faults.lock().unwrap_or_else(|p| p.into_inner());
-        // A result from a version that was swapped out meanwhile does not
-        // count against the new one.
-        if !Arc::ptr_eq(&version, &self.current.load()) {
-            return result;
-        }
-        w.calls += 1;
-        if let Err(e) = &result
-            && e.is_fault()
-        {
-            w.faults_total += 1;
-            let now = w.calls;
-            w.recent.push_back(now);
-            let window = version.limits.fault_window.0;
-            while w.recent.front().is_some_and(|&c| c + window <= now) {
-                w.recent.pop_front();
-            }
-            let count = w.recent.len() as u32;
-            if u64::from(count) > version.limits.fault_budget.0 && w.quarantined.is_none() {
-                w.quarantined = Some(count);
-                tracing::error!(plugin = %version.name, version = %version.version, faults = count,
-                        "plugin quarantined: over its fault budget of {} in {window} calls", version.limits.fault_budget.0);
-            }
-        }
-        result
-    }
 }

@@ -9,7 +9,8 @@ use tessera_core::{Node, NodeId, Pod, score};
 
 use crate::error::{CallError, WorldKind};
 use crate::feed::{NodeFeed, to_wit_pod};
-use crate::plugin::{PluginSlot, PluginVersion};
+use crate::plugin::PluginVersion;
+use crate::slot::PluginSlot;
 
 /// One plugin of a running policy.
 #[derive(Debug, Clone)]
@@ -108,6 +109,8 @@ pub struct Policy {
     detectors: Vec<Member>,
     feed: Arc<RwLock<NodeFeed>>,
     workers: Option<Arc<rayon::ThreadPool>>,
+    /// The detectors' own finding kinds, bounded.
+    own_kinds: tessera_core::telemetry::OwnKinds,
 }
 
 impl Policy {
@@ -122,6 +125,7 @@ impl Policy {
             detectors,
             feed: Arc::new(RwLock::new(NodeFeed::new())),
             workers: None,
+            own_kinds: Default::default(),
         }
     }
 
@@ -377,6 +381,7 @@ impl tessera_core::framework::Placer for Policy {
             // A detector that faults or errs reports nothing this round;
             // its slot counts the fault.
             let Ok(findings) = m.slot.call(|v| v.observe(&wit_frame).and_then(|()| v.detect())) else { continue };
+            let own = &mut self.own_kinds;
             out.extend(findings.into_iter().map(|f| tessera_core::telemetry::Detection {
                 detector: m.name.clone(),
                 node: f.node,
@@ -385,10 +390,11 @@ impl tessera_core::framework::Placer for Policy {
                     FindingKind::MemoryPressure => Kind::MemoryPressure,
                     FindingKind::Fragmentation => Kind::Fragmentation,
                     FindingKind::LowLoad => Kind::LowLoad,
-                    FindingKind::Other(k) => Kind::Other(k),
+                    // Bounded: a detector cannot mint unbounded series.
+                    FindingKind::Other(k) => own.admit(&m.name, k),
                 },
                 severity: f.severity,
-                message: f.message,
+                message: clip_message(f.message),
             }));
         }
         out
@@ -397,4 +403,19 @@ impl tessera_core::framework::Placer for Policy {
     fn place(&mut self, pod: &Pod, candidates: &[NodeId]) -> tessera_core::framework::Choice {
         self.decide(pod, candidates).choice()
     }
+}
+
+/// Longest detection message kept, bytes (it goes into reports and traces).
+const MAX_FINDING_MESSAGE: usize = 512;
+
+fn clip_message(mut m: String) -> String {
+    if m.len() > MAX_FINDING_MESSAGE {
+        let mut at = MAX_FINDING_MESSAGE;
+        while !m.is_char_boundary(at) {
+            at -= 1;
+        }
+        m.truncate(at);
+        m.push('…');
+    }
+    m
 }

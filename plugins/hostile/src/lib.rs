@@ -1,5 +1,5 @@
 //! A hostile scorer. Configured by JSON:
-//! `{"mode": "loop|alloc|panic|spin|wrong-length|oversized|oversized-error|guest-error|none",
+//! `{"mode": "loop|alloc|panic|spin|chatty|wrong-length|oversized|oversized-error|guest-error|none",
 //!   "on": "score|filter|apply|configure", "after": N, "every": K}`.
 //! The misbehaviour fires on the chosen call once `after` such calls have
 //! succeeded, and then on every `every`-th call (default: every call);
@@ -23,6 +23,8 @@ pub struct Config {
     pub min_candidates: usize,
     /// Version reported by `info` (default 0.1.0).
     pub version: Option<String>,
+    /// Length of the filter reason `info` declares (default: `HOSTILE`).
+    pub reason_len: Option<usize>,
 }
 
 #[cfg(target_arch = "wasm32")]
@@ -68,6 +70,11 @@ mod component {
                 Some(format!("allocated {} bytes", std::hint::black_box(v).len()))
             }
             "panic" => panic!("hostile plugin panics on purpose"),
+            "chatty" => {
+                // One 200-byte line to stderr, then a normal answer.
+                eprintln!("hostile chatter {}", "x".repeat(185));
+                None
+            }
             "spin" => {
                 let mut x = 0u64;
                 for i in 0..cfg.spin {
@@ -88,7 +95,9 @@ mod component {
                 version: CFG.with_borrow(|c| c.version.clone()).unwrap_or_else(|| "0.1.0".into()),
                 description: "misbehaves on purpose".into(),
                 // Declared so that the host calls its filter at all.
-                filter_reasons: vec!["HOSTILE".into()],
+                filter_reasons: vec![
+                    CFG.with_borrow(|c| c.reason_len).map_or_else(|| "HOSTILE".into(), |n| "R".repeat(n)),
+                ],
             }
         }
 

@@ -78,7 +78,7 @@ fn a_well_behaved_plugin_under_contention_collects_no_faults() {
     let p = policy(vec![member(load(&rt, BINPACK, "binpack", "null"), 1.0), member(spinner.clone(), 1.0)], &nodes);
     let busy = Contention::start();
     let t0 = Instant::now();
-    let (mut calls, mut slow) = (0, 0);
+    let (mut calls, mut slow, mut starved_seen) = (0, 0, 0);
     // Until the host has kept a few calls waiting past the deadline (what
     // a wall-clock deadline would have counted as the plugin's timeouts).
     while (slow < 3 || calls < 200) && calls < 5_000 {
@@ -86,6 +86,7 @@ fn a_well_behaved_plugin_under_contention_collects_no_faults() {
         let d = p.decide(&pod(), &(0..8).collect::<Vec<_>>());
         assert!(d.errors.is_empty(), "a starved call counted as the plugin's fault: {:?}", d.errors);
         slow += usize::from(t.elapsed() > Duration::from_millis(5));
+        starved_seen += d.host_starved;
         calls += 1;
     }
     drop(busy);
@@ -95,6 +96,9 @@ fn a_well_behaved_plugin_under_contention_collects_no_faults() {
         spinner.starved_calls()
     );
     assert!(slow >= 3, "the contention never delayed a call past its deadline: the test proves nothing");
+    // Each decision says how many of its calls the host starved (its span
+    // carries it as `tessera.host.starved_calls`).
+    assert!(starved_seen >= spinner.starved_calls(), "{starved_seen} < {}", spinner.starved_calls());
 }
 
 /// A looping plugin is still stopped under contention: a timeout once it

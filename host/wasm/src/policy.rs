@@ -78,6 +78,10 @@ pub struct Decision {
     pub filter_elapsed: std::time::Duration,
     /// How long the whole decision took.
     pub elapsed: std::time::Duration,
+    /// Plugin calls of this decision the host starved (past their deadline
+    /// on the wall clock with less than it of CPU): host overload, not
+    /// the plugins' fault; the decision's span says so.
+    pub host_starved: u64,
 }
 
 impl Decision {
@@ -127,6 +131,11 @@ impl Policy {
             workers: None,
             own_kinds: Default::default(),
         }
+    }
+
+    /// Calls the host starved so far, over the scorers' current versions.
+    fn starved_calls(&self) -> u64 {
+        self.scorers.iter().map(|m| m.slot.current().starved_calls()).sum()
     }
 
     /// Calls the plugins of one decision on `n` worker threads, each plugin
@@ -254,6 +263,7 @@ impl Policy {
         let late = || self.timeout.is_some_and(|t| started.elapsed() >= t);
         let wit_pod = to_wit_pod(pod);
         let mut d = Decision::default();
+        let starved_before = self.starved_calls();
 
         // Filter: a candidate must pass every plugin that answers. A plugin
         // that declares no filter reasons cannot reject (any other verdict
@@ -286,6 +296,7 @@ impl Policy {
         d.filter_elapsed = started.elapsed();
         if d.feasible.is_empty() {
             d.elapsed = d.filter_elapsed;
+            d.host_starved = self.starved_calls().saturating_sub(starved_before);
             return d;
         }
 
@@ -337,6 +348,7 @@ impl Policy {
             d.gpu_hint = hints.and_then(|(_, h)| h.get(i).copied()).filter(|&g| g != u8::MAX);
         }
         d.elapsed = started.elapsed();
+        d.host_starved = self.starved_calls().saturating_sub(starved_before);
         d
     }
 }

@@ -211,6 +211,10 @@ impl Explain<'_> {
         if !victims.is_empty() {
             attrs.push(KeyValue::new("tessera.victims", victims.len() as i64));
         }
+        if let Some(n) = d.map(|d| d.host_starved).filter(|&n| n > 0) {
+            // Host overload, not the plugins' fault (their calls went on).
+            attrs.push(KeyValue::new("tessera.host.starved_calls", n as i64));
+        }
         let root = observe::start(&tracer, "tessera.schedule.pod", &Context::new(), start, attrs, Vec::new());
         let filter_end = policy_start + d.map_or(Duration::ZERO, |d| d.filter_elapsed);
         observe::child(

@@ -16,7 +16,8 @@ mod rollout;
 mod views;
 
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
-use axum::middleware::Next;
+use axum::handler::Handler as _;
+use axum::middleware::{Next, from_fn_with_state};
 use axum::response::Response;
 use axum::routing::get;
 
@@ -25,6 +26,9 @@ pub use error::{ApiError, Code};
 pub use openapi::document as openapi_document;
 pub use policies::{MAX_COMPONENT_BYTES, MAX_POLICY_BYTES, PluginLoaded, PluginView, PolicyInfo};
 pub use views::OPENMETRICS;
+
+/// Component uploads buffered at once (each up to [`MAX_COMPONENT_BYTES`]).
+pub const MAX_UPLOADS_AT_ONCE: usize = 2;
 
 /// The router over `state`.
 pub fn router(state: AppState) -> axum::Router {
@@ -40,11 +44,15 @@ pub fn router(state: AppState) -> axum::Router {
         .route("/v1/plans/{id}", get(views::plan))
         .route(
             "/v1/plugins",
-            get(policies::plugins).post(policies::load_plugin).layer(DefaultBodyLimit::max(MAX_COMPONENT_BYTES)),
+            get(policies::plugins)
+                .post(policies::load_plugin.layer(from_fn_with_state(state.clone(), token_first)))
+                .layer(DefaultBodyLimit::max(MAX_COMPONENT_BYTES)),
         )
         .route(
             "/v1/policies",
-            get(policies::policy).post(policies::swap_policy).layer(DefaultBodyLimit::max(MAX_POLICY_BYTES)),
+            get(policies::policy)
+                .post(policies::swap_policy.layer(from_fn_with_state(state.clone(), token_first)))
+                .layer(DefaultBodyLimit::max(MAX_POLICY_BYTES)),
         )
         .route("/v1/attribution", get(views::attribution))
         .route("/v1/snapshot", get(views::snapshot))
@@ -52,8 +60,30 @@ pub fn router(state: AppState) -> axum::Router {
         .merge(chaos::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(axum::middleware::from_fn_with_state(state.clone(), count_requests))
+        .layer(from_fn_with_state(state.clone(), count_requests))
         .with_state(state)
+}
+
+/// The uploads (a component, a policy document) show their token before
+/// a byte of their body is read: an anonymous upload is refused from its
+/// headers, so it cannot make the service buffer it (the handlers check
+/// again).
+async fn token_first(State(s): State<AppState>, req: Request, next: Next) -> Response {
+    use axum::response::IntoResponse as _;
+    if let Err(e) = app::authorize(&s, req.headers()) {
+        return e.into_response();
+    }
+    // Components are buffered whole (up to MAX_COMPONENT_BYTES): only so
+    // many at once, whoever sends them.
+    static UPLOADS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_UPLOADS_AT_ONCE);
+    if *req.method() == axum::http::Method::POST && req.uri().path() == "/v1/plugins" {
+        let Ok(_slot) = UPLOADS.try_acquire() else {
+            let busy = ApiError::new(Code::ApiBusy, format!("{MAX_UPLOADS_AT_ONCE} uploads are under way; try again"));
+            return busy.into_response();
+        };
+        return next.run(req).await;
+    }
+    next.run(req).await
 }
 
 async fn count_requests(State(s): State<AppState>, req: Request, next: Next) -> Response {

@@ -262,3 +262,51 @@ async fn twin_of_the_live_cluster(snap: &Value, running: usize) {
         assert!(r.outcome.submitted as usize >= 200 + running, "the live pods arrive too: {r:?}");
     }
 }
+
+/// Sends a request's head over raw TCP, `sent` bytes of its body, then
+/// waits up to `wait` for the first line of the answer.
+async fn head_only(svc: &Running, head: &str, sent: usize, wait: Duration) -> (Option<String>, tokio::net::TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(svc.addr).await.unwrap();
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(&vec![0u8; sent]).await.unwrap();
+    let mut buf = [0u8; 256];
+    let line = match tokio::time::timeout(wait, s.read(&mut buf)).await {
+        Ok(Ok(n)) if n > 0 => String::from_utf8_lossy(&buf[..n]).lines().next().map(str::to_string),
+        _ => None,
+    };
+    (line, s)
+}
+
+/// The token comes before the body: an anonymous 60 MB upload is refused
+/// from its headers, without the service waiting for (or buffering) a
+/// byte of the body; components are buffered only so many at once, and
+/// the OpenAPI document lists the 403 every mutating endpoint may answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_token_is_checked_before_the_body_is_read() {
+    let svc = Running::start(config(None)).await;
+    let upload = |token: &str| {
+        let auth = if token.is_empty() { String::new() } else { format!("Authorization: Bearer {token}\r\n") };
+        format!(
+            "POST /v1/plugins?name=binpack HTTP/1.1\r\nHost: t\r\nContent-Type: application/wasm\r\n{auth}Content-Length: 60000000\r\n\r\n"
+        )
+    };
+    // No body at all follows: an answer can only come from the headers.
+    let (line, c1) = head_only(&svc, &upload(""), 0, Duration::from_secs(5)).await;
+    assert!(line.as_deref().is_some_and(|l| l.contains(" 401 ")), "{line:?}");
+    let (line, c2) = head_only(&svc, &upload("wrong-token-0123456789"), 0, Duration::from_secs(5)).await;
+    assert!(line.as_deref().is_some_and(|l| l.contains(" 401 ")), "{line:?}");
+    // Two authorised uploads stall mid-body: a third is told to come back.
+    let (a, ca) = head_only(&svc, &upload(TOKEN), 1024, Duration::from_millis(300)).await;
+    let (b, cb) = head_only(&svc, &upload(TOKEN), 1024, Duration::from_millis(300)).await;
+    assert!(a.is_none() && b.is_none(), "they are being read: {a:?} {b:?}");
+    let (c, cc) = head_only(&svc, &upload(TOKEN), 0, Duration::from_secs(5)).await;
+    assert!(c.as_deref().is_some_and(|l| l.contains(" 503 ")), "{c:?}");
+    drop((c1, c2, ca, cb, cc));
+
+    let doc: Value = reqwest::get(svc.url("/openapi.json")).await.unwrap().json().await.unwrap();
+    for (path, method) in [("/v1/plugins", "post"), ("/v1/policies", "post")] {
+        assert!(doc["paths"][path][method]["responses"]["403"].is_object(), "{path} {method}: no 403 documented");
+    }
+    svc.stop().await;
+}

@@ -36,6 +36,8 @@ pub enum Code {
     ApiTokenNotConfigured,
     /// The loop is starting, stopping, or did not answer.
     ApiNotReady,
+    /// As many uploads as the service buffers at once are under way.
+    ApiBusy,
     /// A failure of the service itself.
     ApiInternal,
     /// No decision about the pod is held.
@@ -90,7 +92,7 @@ impl Code {
             Code::ApiMethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Code::ApiUnauthorized => StatusCode::UNAUTHORIZED,
             Code::ApiTokenNotConfigured => StatusCode::FORBIDDEN,
-            Code::ApiNotReady => StatusCode::SERVICE_UNAVAILABLE,
+            Code::ApiNotReady | Code::ApiBusy => StatusCode::SERVICE_UNAVAILABLE,
             Code::ApiInternal => StatusCode::INTERNAL_SERVER_ERROR,
             Code::PluginRejected | Code::PolicyLoadFailed => StatusCode::UNPROCESSABLE_ENTITY,
             Code::PluginGone

@@ -15,6 +15,24 @@ impl Modify for BearerAuth {
             "bearer",
             SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
         );
+        // Every operation that needs the token may also answer 403: the
+        // service has none configured (its mutating endpoints are off).
+        let forbidden = utoipa::openapi::ResponseBuilder::new()
+            .description("No api_token is configured: mutating endpoints are disabled")
+            .content(
+                "application/json",
+                utoipa::openapi::ContentBuilder::new()
+                    .schema(Some(utoipa::openapi::Ref::from_schema_name("ApiError")))
+                    .build(),
+            )
+            .build();
+        for item in doc.paths.paths.values_mut() {
+            for op in [&mut item.post, &mut item.put, &mut item.patch, &mut item.delete].into_iter().flatten() {
+                if op.security.as_ref().is_some_and(|s| !s.is_empty()) {
+                    op.responses.responses.entry("403".into()).or_insert_with(|| forbidden.clone().into());
+                }
+            }
+        }
     }
 }
 

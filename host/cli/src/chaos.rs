@@ -280,7 +280,7 @@ pub fn run_with(path: &Path, shard: Option<Shard>, o: &Overrides) -> Result<(Cam
             pair += 1;
         }
     }
-    let runs = crate::sim::run_parallel(jobs, |rt, job| run_one(rt, &c, &inputs, &job))?
+    let runs = crate::replay::run_parallel(jobs, |rt, job| run_one(rt, &c, &inputs, &job))?
         .into_iter()
         .collect::<Result<Vec<Run>>>()?;
     Ok((c, runs))

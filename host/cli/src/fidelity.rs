@@ -144,7 +144,7 @@ pub fn run(dir: &Path, only: &[String]) -> Result<FidelityReport> {
         bail!("{}: no (workload, policy, seed) with published results, pod list and arrival order", dir.display());
     }
     let started = Instant::now();
-    let results = crate::sim::run_parallel(jobs, |rt, (workload, published, ours, seed, pods, order)| {
+    let results = crate::replay::run_parallel(jobs, |rt, (workload, published, ours, seed, pods, order)| {
         let opts = SimOptions::published(nodes.clone(), pods, order, seed, ours.to_string());
         let outcome = crate::sim::run_with(rt, &opts);
         (workload, published, ours, seed, outcome)

@@ -13,6 +13,7 @@ pub mod online;
 pub mod plan;
 pub mod plot;
 pub mod quality;
+pub mod replay;
 pub mod report;
 pub mod serve;
 pub mod sim;

@@ -11,7 +11,6 @@ use tessera_core::sim::online::run_online_with;
 use tessera_core::synthetic;
 use tessera_core::telemetry::TelemetryConfig;
 use tessera_movement::simulated::{Executing, ExecutionTotals};
-use tessera_wasm::{Runtime, RuntimeConfig};
 
 use crate::load;
 use crate::sim::describe;
@@ -57,7 +56,7 @@ pub struct OnlineOutcome {
 /// times, or the built-in workload as a Poisson stream at `inflate` × the
 /// GPU capacity.
 pub fn run(opts: &SimOptions, telemetry_interval_s: u64) -> Result<OnlineOutcome> {
-    let rt = Runtime::new(RuntimeConfig { budget: tessera_wasm::CallBudget::REPLAY, ..RuntimeConfig::default() })?;
+    let rt = crate::replay::runtime(None)?;
     let Inputs { nodes, trace_pods, rows, workload, .. } = load_inputs(opts)?;
     let total_gpus: u64 = nodes.iter().map(|n| n.gpus.len() as u64).sum();
     let arrivals = match &rows {

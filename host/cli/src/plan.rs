@@ -11,7 +11,6 @@ use tessera_core::model::GPU_MILLI;
 use tessera_core::sim::Simulator;
 use tessera_movement::{PodMove, dag, exec};
 use tessera_resched::Plan;
-use tessera_wasm::{Runtime, RuntimeConfig};
 
 use crate::load;
 use crate::sim::{Inputs, SimOptions, inject_workload, load_inputs, policy_document};
@@ -33,7 +32,7 @@ pub struct PlanOutcome {
 
 /// Simulates placement, then plans once with at most `max_moves` moves.
 pub fn run(opts: &SimOptions, max_moves: usize) -> Result<PlanOutcome> {
-    let rt = Runtime::new(RuntimeConfig { budget: tessera_wasm::CallBudget::REPLAY, ..RuntimeConfig::default() })?;
+    let rt = crate::replay::runtime(None)?;
     let Inputs { nodes, submissions, workload, .. } = load_inputs(opts)?;
     let mut doc = policy_document(&opts.policy, opts.seed)?;
     if let Some(t) = opts.tie_break {

@@ -108,7 +108,7 @@ pub fn run(opts: &QualityOptions) -> Result<QualityReport> {
     let nodes = dir.join("openb_node_list_gpu_node.csv");
     let jobs = jobs(dir, &opts.workloads)?;
     let started = Instant::now();
-    let results = crate::sim::run_parallel(jobs, |rt, (workload, seed, pods, order)| {
+    let results = crate::replay::run_parallel(jobs, |rt, (workload, seed, pods, order)| {
         let sim = SimOptions {
             reschedule: opts.reschedule,
             reschedule_every: opts.reschedule_every,

@@ -16,7 +16,7 @@ use tessera_policy::PolicyDocument;
 use tessera_resched::SimPlanner;
 
 use tessera_trace::{NodeRow, PodRow};
-use tessera_wasm::{CallBudget, Runtime, RuntimeConfig};
+use tessera_wasm::Runtime;
 
 use crate::load;
 
@@ -102,37 +102,6 @@ impl SimOptions {
             bound: false,
         }
     }
-}
-
-/// Runs `jobs` on every core, all sharing one runtime (each plugin is
-/// compiled once, into a cache removed afterwards); results in job order.
-pub fn run_parallel<J: Send, R: Send>(jobs: Vec<J>, run: impl Fn(&Runtime, J) -> R + Sync) -> Result<Vec<R>> {
-    let cache = std::env::temp_dir().join(format!("tessera-runs-{}", std::process::id()));
-    // What runs here must replay: plugin calls are bounded by fuel, never
-    // by a clock.
-    let rt = Runtime::new(RuntimeConfig {
-        cache_dir: Some(cache.clone()),
-        budget: CallBudget::REPLAY,
-        ..RuntimeConfig::default()
-    })?;
-    let queue = std::sync::Mutex::new(jobs.into_iter().enumerate().collect::<Vec<_>>());
-    let results = std::sync::Mutex::new(Vec::new());
-    let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
-    std::thread::scope(|s| {
-        for _ in 0..workers {
-            s.spawn(|| {
-                loop {
-                    let Some((i, job)) = queue.lock().unwrap_or_else(|p| p.into_inner()).pop() else { break };
-                    let r = run(&rt, job);
-                    results.lock().unwrap_or_else(|p| p.into_inner()).push((i, r));
-                }
-            });
-        }
-    });
-    let _ = std::fs::remove_dir_all(&cache);
-    let mut results = results.into_inner().unwrap_or_else(|p| p.into_inner());
-    results.sort_by_key(|r| r.0);
-    Ok(results.into_iter().map(|(_, r)| r).collect())
 }
 
 /// What `run.json` holds: inputs and the report (no timings, so equal
@@ -335,7 +304,7 @@ pub fn inject_workload(doc: &mut PolicyDocument, workload: &TargetWorkload) {
 
 /// Runs the simulation with a runtime of its own.
 pub fn run(opts: &SimOptions) -> Result<SimOutcome> {
-    run_with(&Runtime::new(RuntimeConfig { budget: CallBudget::REPLAY, ..RuntimeConfig::default() })?, opts)
+    run_with(&crate::replay::runtime(None)?, opts)
 }
 
 /// Everything a run reads, loaded and checked before anything runs.

@@ -74,10 +74,9 @@ async fn token_first(State(s): State<AppState>, req: Request, next: Next) -> Res
         return e.into_response();
     }
     // Components are buffered whole (up to MAX_COMPONENT_BYTES): only so
-    // many at once, whoever sends them.
-    static UPLOADS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_UPLOADS_AT_ONCE);
+    // many at once per service, whoever sends them.
     if *req.method() == axum::http::Method::POST && req.uri().path() == "/v1/plugins" {
-        let Ok(_slot) = UPLOADS.try_acquire() else {
+        let Ok(_slot) = s.uploads.clone().try_acquire_owned() else {
             let busy = ApiError::new(Code::ApiBusy, format!("{MAX_UPLOADS_AT_ONCE} uploads are under way; try again"));
             return busy.into_response();
         };

@@ -194,6 +194,7 @@ impl Server {
             seed: self.cfg.sim.seed,
             rollout: self.cfg.rollout,
             chaos: self.chaos.clone(),
+            uploads: Arc::new(tokio::sync::Semaphore::new(crate::api::MAX_UPLOADS_AT_ONCE)),
         })
     }
 

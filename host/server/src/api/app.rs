@@ -28,6 +28,9 @@ pub struct AppState {
     pub rollout: RolloutConfig,
     /// Wakes the campaign scheduler (none: no campaign is scheduled).
     pub chaos: Option<Arc<tokio::sync::Notify>>,
+    /// Slots of the component uploads buffered at once
+    /// ([`super::MAX_UPLOADS_AT_ONCE`]).
+    pub uploads: Arc<tokio::sync::Semaphore>,
 }
 
 /// Checks the bearer token in constant time.

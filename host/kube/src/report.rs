@@ -77,11 +77,7 @@ pub struct Happened {
 /// every replica, so that a repeat counts up on one object (as the
 /// event recorders of client-go aggregate) instead of adding another.
 pub fn event_name(h: &Happened) -> String {
-    let mut x: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in h.uid.as_deref().unwrap_or(&h.name).bytes().chain(*b"/").chain(h.reason.bytes()) {
-        x ^= u64::from(b);
-        x = x.wrapping_mul(0x0100_0000_01b3);
-    }
+    let x = crate::track::fnv1a(h.uid.as_deref().unwrap_or(&h.name).bytes().chain(*b"/").chain(h.reason.bytes()));
     format!("{}.{x:016x}", h.name)
 }
 

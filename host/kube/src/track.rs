@@ -50,12 +50,13 @@ pub struct PodRef {
 /// (a new leader resumes a movement journal another one wrote). FNV-1a of
 /// the uid, 62 bits (the loop keeps ids above for its own stand-ins).
 pub fn pod_id(uid: &str) -> PodId {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in uid.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    (h & ID_MASK).max(1)
+    (fnv1a(uid.bytes()) & ID_MASK).max(1)
+}
+
+/// FNV-1a, 64 bits, of `bytes`: a stable name from API fields, the same on
+/// every replica and every run.
+pub fn fnv1a(bytes: impl IntoIterator<Item = u8>) -> u64 {
+    bytes.into_iter().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }
 
 const ID_MASK: PodId = (1 << 62) - 1;

@@ -185,37 +185,45 @@ fn default_interval() -> u64 {
 /// A campaign that cannot be run.
 #[derive(Debug, thiserror::Error)]
 pub enum CampaignError {
-    /// The file could not be read.
-    #[error("{path}: {source}")]
-    Read {
-        /// File.
-        path: String,
-        /// Cause.
-        source: std::io::Error,
-    },
-    /// Not a campaign (with line and column).
-    #[error("{path}: {message}")]
+    /// The file could not be read (missing, not a regular file, too
+    /// large, not UTF-8).
+    #[error(transparent)]
+    Read(#[from] tessera_input::FileError),
+    /// Not a campaign.
+    #[error("{path}:{line}:{column}: {message}")]
     Parse {
         /// File.
         path: String,
-        /// What serde said.
+        /// 1-based line (0 if unknown).
+        line: usize,
+        /// 1-based column (0 if unknown).
+        column: usize,
+        /// What is wrong, led by the field.
         message: String,
     },
     /// A value out of range.
-    #[error("{path}: `{field}` {message}")]
+    #[error("{path}:{line}:{column}: `{field}` {message}")]
     Invalid {
         /// File.
         path: String,
+        /// 1-based line (0 if unknown).
+        line: usize,
+        /// 1-based column (0 if unknown).
+        column: usize,
         /// Where.
         field: String,
         /// What.
         message: String,
     },
     /// A fault that cannot be used.
-    #[error("{path}: scenario `{scenario}`: {source}")]
+    #[error("{path}:{line}:{column}: scenario `{scenario}`: {source}")]
     Fault {
         /// File.
         path: String,
+        /// 1-based line (0 if unknown).
+        line: usize,
+        /// 1-based column (0 if unknown).
+        column: usize,
         /// Scenario.
         scenario: String,
         /// Cause.
@@ -224,12 +232,11 @@ pub enum CampaignError {
 }
 
 impl Campaign {
-    /// Reads and validates a campaign file; relative paths in it are read
-    /// from its directory.
+    /// Reads and validates a campaign file (a regular file of at most
+    /// 1 MiB); relative paths in it are read from its directory.
     pub fn load(path: &Path) -> Result<Self, CampaignError> {
         let shown = path.display().to_string();
-        let text =
-            std::fs::read_to_string(path).map_err(|source| CampaignError::Read { path: shown.clone(), source })?;
+        let text = tessera_input::file::read_to_string(path, tessera_input::Limit::CAMPAIGN)?;
         let mut c = Self::parse(&text, &shown)?;
         c.base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         Ok(c)
@@ -237,9 +244,13 @@ impl Campaign {
 
     /// Parses and validates `text` (from `origin`).
     pub fn parse(text: &str, origin: &str) -> Result<Self, CampaignError> {
-        let c: Self = serde_yaml_ng::from_str(text)
-            .map_err(|e| CampaignError::Parse { path: origin.to_string(), message: e.to_string() })?;
-        c.validate(origin)?;
+        let (c, located) = tessera_input::yaml::parse::<Self>(text).map_err(|e| CampaignError::Parse {
+            path: origin.to_string(),
+            line: e.at.line,
+            column: e.at.column,
+            message: if e.path.is_empty() { e.reason } else { format!("{}: {}", e.path, e.reason) },
+        })?;
+        c.validate(origin, &located)?;
         Ok(c)
     }
 
@@ -263,10 +274,18 @@ impl Campaign {
         self.scenarios.len() * self.seeds.len() * 2
     }
 
-    /// Checks every range and name.
-    pub fn validate(&self, origin: &str) -> Result<(), CampaignError> {
+    /// Checks every range and name; errors are placed at the field's line
+    /// and column in the document `located` describes.
+    pub fn validate(&self, origin: &str, located: &tessera_input::Located) -> Result<(), CampaignError> {
         let bad = |field: &str, message: &str| {
-            Err(CampaignError::Invalid { path: origin.into(), field: field.into(), message: message.into() })
+            let at = located.at(field);
+            Err(CampaignError::Invalid {
+                path: origin.into(),
+                line: at.line,
+                column: at.column,
+                field: field.into(),
+                message: message.into(),
+            })
         };
         if self.name.trim().is_empty() {
             return bad("name", "must not be empty");
@@ -306,19 +325,23 @@ impl Campaign {
         if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
             return bad("scenarios", &format!("name `{}` is used twice", w[0]));
         }
-        for s in &self.scenarios {
-            for f in &s.faults {
+        for (si, s) in self.scenarios.iter().enumerate() {
+            for (fi, f) in s.faults.iter().enumerate() {
+                let at = format!("scenarios[{si}].faults[{fi}]");
                 if f.kind == crate::FaultKind::ActuatorErrors && self.max_migrations_pct == 0.0 {
                     return bad(
-                        &format!("scenarios.{}", s.name),
-                        "has actuator-errors but the twin does not reschedule: set max_migrations_pct above 0",
+                        &format!("{at}.kind"),
+                        &format!(
+                            "(scenario `{}`) is actuator-errors but the twin does not reschedule: set max_migrations_pct above 0",
+                            s.name
+                        ),
                     );
                 }
                 if let crate::fault::Start::BeforePeak { history_s, .. } = f.start
                     && history_s / self.telemetry_interval_s.max(1) < crate::forecast::MIN_HISTORY as u64
                 {
                     return bad(
-                        &format!("scenarios.{}.start.before-peak.history_s", s.name),
+                        &format!("{at}.start.before-peak.history_s"),
                         &format!(
                             "must span at least {} telemetry intervals ({} s)",
                             crate::forecast::MIN_HISTORY,
@@ -326,10 +349,15 @@ impl Campaign {
                         ),
                     );
                 }
-                f.validate().map_err(|source| CampaignError::Fault {
-                    path: origin.into(),
-                    scenario: s.name.clone(),
-                    source,
+                f.validate().map_err(|source| {
+                    let m = located.at(&at);
+                    CampaignError::Fault {
+                        path: origin.into(),
+                        line: m.line,
+                        column: m.column,
+                        scenario: s.name.clone(),
+                        source,
+                    }
                 })?;
             }
         }
@@ -405,5 +433,27 @@ gates:
             let e = Campaign::parse(&text, "c.yaml").unwrap_err().to_string();
             assert!(e.contains(needle) && e.contains("c.yaml"), "{needle}: {e}");
         }
+    }
+
+    #[test]
+    fn errors_give_the_line_and_column_of_the_field() {
+        let e = Campaign::parse(&GOOD.replace("seeds: [1, 2]", "seeds: []"), "c.yaml").unwrap_err().to_string();
+        assert!(e.starts_with("c.yaml:7:1: `seeds`"), "{e}");
+        let e = Campaign::parse(&GOOD.replace("load: 0.9", "load: 9"), "c.yaml").unwrap_err().to_string();
+        assert!(e.starts_with("c.yaml:4:"), "{e}");
+        let e = Campaign::parse(&GOOD.replace("kind: node-crash", "kind: actuator-errors"), "c.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("c.yaml:11:10: `scenarios[0].faults[0].kind`"), "{e}");
+        let e =
+            Campaign::parse(&GOOD.replace("candidate:", "colour: blue\ncandidate:"), "c.yaml").unwrap_err().to_string();
+        assert!(e.starts_with("c.yaml:5:1: colour: unknown field `colour`"), "{e}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_campaign_that_never_ends_is_refused_before_it_is_read() {
+        let e = Campaign::load(Path::new("/dev/zero")).unwrap_err().to_string();
+        assert_eq!(e, "/dev/zero: is a character device, not a regular file");
     }
 }

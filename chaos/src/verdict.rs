@@ -150,6 +150,9 @@ pub fn judge(campaign: &Campaign, runs: Vec<Run>, wall_s: f64) -> Report {
             gates.push(w);
         }
     }
+    if let Some(g) = exercised(campaign, &runs) {
+        gates.insert(1.min(gates.len()), g);
+    }
     let failing: Vec<String> = gates.iter().filter(|g| !g.pass).map(|g| g.name.clone()).collect();
     Report {
         campaign: campaign.name.clone(),
@@ -161,6 +164,40 @@ pub fn judge(campaign: &Campaign, runs: Vec<Run>, wall_s: f64) -> Report {
         runs,
         wall_s,
     }
+}
+
+/// The gate every campaign with faults holds: no fault may strike an idle
+/// twin (one scheduled after the workload ended tests nothing, and a
+/// verdict that counted it as passed would promote on no evidence). Its
+/// values are the faults that did not strike, per side, at the scenario
+/// with the most.
+fn exercised(campaign: &Campaign, runs: &[Run]) -> Option<GateResult> {
+    if campaign.scenarios.iter().all(|s| s.faults.is_empty()) {
+        return None;
+    }
+    let idle = |s: &str, side| {
+        runs.iter()
+            .filter(|r| r.scenario == s && r.side == side)
+            .map(|r| r.outcome.faults.iter().filter(|f| !f.exercised).count() as f64)
+            .sum::<f64>()
+    };
+    let worst = campaign
+        .scenarios
+        .iter()
+        .filter(|s| !s.faults.is_empty())
+        .map(|s| (s.name.clone(), idle(&s.name, Side::Candidate), idle(&s.name, Side::Baseline)))
+        .max_by(|a, b| (a.1 + a.2).total_cmp(&(b.1 + b.2)))?;
+    let (scenario, candidate, baseline) = worst;
+    let margin = -(candidate + baseline);
+    Some(GateResult {
+        name: "faults_exercised".into(),
+        scenario,
+        candidate,
+        baseline,
+        threshold: 0.0,
+        margin,
+        pass: margin >= 0.0,
+    })
 }
 
 fn num(v: f64) -> String {

@@ -57,6 +57,11 @@ pub struct FaultReport {
     pub unrecovered: u64,
     /// Extra pods a load spike brought.
     pub extra_arrivals: u64,
+    /// Whether it struck a twin with pods in it (running or waiting) at its
+    /// start or while it lasted: a fault scheduled after the workload ended
+    /// tests nothing, and the verdict counts it (`faults_exercised`).
+    #[serde(default)]
+    pub exercised: bool,
 }
 
 /// The outcome of one run.

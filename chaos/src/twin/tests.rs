@@ -247,3 +247,51 @@ fn adaptive_weights_are_chosen_every_interval_in_the_twin_too() {
     let f = run(nodes, &workload, arr, &[], &mut fixed, None, &cfg());
     assert!(fixed.weights.is_empty() && f.bandit.is_empty());
 }
+
+#[test]
+fn a_fault_after_the_workload_ended_is_not_exercised_and_blocks_the_verdict() {
+    let during = fault(FaultKind::NodeCrash, 20_000, 3_600, 1.0, Target::One);
+    // Far past the last departure: the twin is empty when it strikes.
+    let after = fault(FaultKind::NodeCrash, 100_000_000, 3_600, 1.0, Target::One);
+    let o = go(&[during.clone(), after], &mut Simple::default());
+    balanced(&o);
+    assert!(o.faults[0].exercised, "{:?}", o.faults[0]);
+    assert!(!o.faults[1].exercised, "{:?}", o.faults[1]);
+
+    let text = "name: t\ncluster: {builtin: {nodes: 5}}\nworkload: {builtin: {pods: 5, load: 1}}\ncandidate: a\nbaseline: b\nseeds: [1]\nscenarios:\n  - {name: late, faults: [{kind: node-crash, start: {at: 100000000}, duration_s: 60}]}\n";
+    let campaign = crate::Campaign::parse(text, "t.yaml").unwrap();
+    let side = |side| crate::verdict::Run {
+        scenario: "late".into(),
+        seed: 1,
+        side,
+        outcome: o.clone(),
+        forecasts: Vec::new(),
+        wall_s: 0.0,
+    };
+    let r = crate::verdict::judge(
+        &campaign,
+        vec![side(crate::verdict::Side::Candidate), side(crate::verdict::Side::Baseline)],
+        0.0,
+    );
+    assert_eq!(r.verdict, crate::verdict::Verdict::Block, "{:?}", r.gates);
+    assert_eq!(r.failing, ["faults_exercised"]);
+    let g = r.gates.iter().find(|g| g.name == "faults_exercised").unwrap();
+    assert_eq!((g.candidate, g.baseline), (1.0, 1.0));
+
+    // Every fault struck: the gate passes.
+    let o = go(&[during], &mut Simple::default());
+    let side = |side| crate::verdict::Run {
+        scenario: "late".into(),
+        seed: 1,
+        side,
+        outcome: o.clone(),
+        forecasts: Vec::new(),
+        wall_s: 0.0,
+    };
+    let r = crate::verdict::judge(
+        &campaign,
+        vec![side(crate::verdict::Side::Candidate), side(crate::verdict::Side::Baseline)],
+        0.0,
+    );
+    assert_eq!(r.verdict, crate::verdict::Verdict::Promote, "{:?}", r.gates);
+}

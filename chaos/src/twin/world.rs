@@ -104,6 +104,7 @@ impl<'a, P: Placer> Twin<'a, P> {
                 recovery_s: 0,
                 unrecovered: 0,
                 extra_arrivals: e,
+                exercised: false,
             })
             .collect();
         Self {
@@ -205,6 +206,9 @@ impl<'a, P: Placer> Twin<'a, P> {
 
     fn fault_start(&mut self, fi: usize, t: u64, model: &mut Model) {
         self.active.insert(fi);
+        if model.running().next().is_some() || model.waiting().next().is_some() {
+            self.reports[fi].exercised = true;
+        }
         let f = &self.faults[fi];
         // Pods taken off their nodes go back to their controllers, which
         // resubmit them at once.
@@ -359,6 +363,9 @@ impl<P: Placer> World for Twin<'_, P> {
             match ev {
                 Ev::Arrive(i) => {
                     model.submit(i as PodId, self.arrivals[i].pod.clone(), t).expect("arrival indices are unique");
+                    for &fi in &self.active {
+                        self.reports[fi].exercised = true;
+                    }
                 }
                 Ev::Leave(i) => {
                     let id = i as PodId;

@@ -65,7 +65,7 @@ fn load_inputs(c: &Campaign, o: &Overrides) -> Result<Inputs> {
         (None, ClusterSpec::Builtin { nodes }) => synthetic::cluster(*nodes, CLUSTER_SEED),
         (None, ClusterSpec::Snapshot(p)) => {
             let p = c.resolve(p);
-            let text = std::fs::read_to_string(&p).with_context(|| format!("cannot read {}", p.display()))?;
+            let text = tessera_input::file::read_to_string(&p, tessera_input::Limit::SNAPSHOT)?;
             let snap: tessera_core::snapshot::Snapshot = serde_json::from_str(&text)
                 .with_context(|| format!("{}: not a snapshot (GET /v1/snapshot)", p.display()))?;
             snap.validate().with_context(|| format!("{}", p.display()))?;
@@ -87,7 +87,7 @@ fn load_inputs(c: &Campaign, o: &Overrides) -> Result<Inputs> {
         }
         WorkloadSpec::Trace { pods, load } => {
             let p = c.resolve(pods);
-            let f = std::fs::File::open(&p).with_context(|| format!("cannot open {}", p.display()))?;
+            let f = tessera_input::file::open(&p, tessera_input::Limit::TRACE)?;
             let rows = tessera_trace::read_pods(std::io::BufReader::new(f), &p.display().to_string())?;
             let shapes: Vec<Pod> = rows.iter().map(pod_of).collect();
             let per_seed = match load {
@@ -306,7 +306,7 @@ pub fn merge(path: &Path, shards: &[std::path::PathBuf]) -> Result<Report> {
     let mut runs: Vec<Run> = Vec::new();
     let mut wall_s: f64 = 0.0;
     for f in shards {
-        let text = std::fs::read_to_string(f).with_context(|| format!("cannot read {}", f.display()))?;
+        let text = tessera_input::file::read_to_string(f, tessera_input::Limit::SNAPSHOT)?;
         let s: ShardRuns =
             serde_json::from_str(&text).with_context(|| format!("{}: not a shard's runs", f.display()))?;
         anyhow::ensure!(s.campaign == c.name, "{}: runs of campaign {}, not {}", f.display(), s.campaign, c.name);

@@ -60,10 +60,10 @@ pub fn check_file(rt: &Runtime, path: &Path, config_json: &str) -> CheckReport {
         cache: None,
         canned: Vec::new(),
     };
-    let bytes = match std::fs::read(path) {
+    let bytes = match tessera_input::file::read(path, tessera_input::Limit::COMPONENT) {
         Ok(b) => b,
         Err(e) => {
-            r.error = Some(format!("cannot read {}: {e}", path.display()));
+            r.error = Some(format!("cannot read {e}"));
             return r;
         }
     };

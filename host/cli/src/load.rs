@@ -16,10 +16,10 @@ pub fn component_bytes(plugin: &str, source: &Source) -> Result<Vec<u8>, LoadErr
                 known: tessera_plugins::ALL.iter().map(|a| a.name.to_string()).collect(),
             })
         }
-        Source::File(path) => std::fs::read(path).map_err(|source| {
-            tessera_wasm::LoadError::Read { plugin: plugin.to_string(), path: path.display().to_string(), source }
-                .into()
-        }),
+        // Bounded: a regular file of at most 64 MiB. Its content is never
+        // echoed: the runtime checks the magic before parsing.
+        Source::File(path) => tessera_input::file::read(path, tessera_input::Limit::COMPONENT)
+            .map_err(|e| tessera_wasm::LoadError::Read { plugin: plugin.to_string(), source: e }.into()),
     }
 }
 

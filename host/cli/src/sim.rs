@@ -208,8 +208,15 @@ pub fn pod_of(row: &PodRow) -> Pod {
     }
 }
 
-fn open(path: &Path) -> Result<std::fs::File> {
-    std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))
+/// A trace file, bounded: a regular file of at most 512 MiB whose lines
+/// are at most 64 KiB (a FIFO or `/dev/zero` is refused before reading).
+fn open(path: &Path) -> Result<tessera_input::file::Bounded> {
+    Ok(tessera_input::file::open(path, tessera_input::Limit::TRACE)?)
+}
+
+/// A whole trace file as text, bounded like [`open`].
+pub fn read_trace_text(path: &Path) -> Result<String> {
+    Ok(tessera_input::file::read_to_string(path, tessera_input::Limit::TRACE)?)
 }
 
 /// Submission order from an arrival-order file: row indices; repeats are
@@ -261,7 +268,7 @@ pub fn policy_document(policy: &str, seed: u64) -> Result<PolicyDocument> {
             );
         }
         let mut d = PolicyDocument::load(path)?;
-        d.resolve_paths(path);
+        d.resolve_paths(path)?;
         d
     };
     doc.seed = seed;
@@ -346,7 +353,7 @@ pub fn load_inputs(opts: &SimOptions) -> Result<Inputs> {
     };
     let submissions: Vec<Pod> = match (&opts.order, &rows) {
         (Some(order), Some(rows)) => {
-            let text = std::fs::read_to_string(order).with_context(|| format!("cannot read {}", order.display()))?;
+            let text = read_trace_text(order)?;
             ordered(rows, &tessera_trace::read_order(&text, &order.display().to_string(), rows.len())?)
         }
         (Some(_), None) => bail!("--order needs a pod list file (--pods FILE)"),

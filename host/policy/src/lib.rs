@@ -29,7 +29,7 @@ pub mod movement;
 pub mod rescheduling;
 mod validate;
 
-pub use validate::{Bounded, Weight};
+pub use validate::{Bounded, MAX_PLUGINS, MAX_WEIGHT, Weight};
 
 /// A policy document.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -250,14 +250,10 @@ pub struct Grants {
 /// A rejected document.
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
-    /// The file could not be read.
-    #[error("{file}: {source}")]
-    Read {
-        /// File.
-        file: String,
-        /// Cause.
-        source: std::io::Error,
-    },
+    /// The file could not be read (missing, not a regular file, too large,
+    /// not UTF-8).
+    #[error(transparent)]
+    Read(#[from] tessera_input::FileError),
     /// The document is invalid.
     #[error("{file}:{line}:{column}: {reason}")]
     Invalid {
@@ -267,39 +263,71 @@ pub enum PolicyError {
         line: usize,
         /// 1-based column (0 if unknown).
         column: usize,
-        /// Why.
+        /// Why, led by the field at fault (`plugins[1].limits.deadline_ms:
+        /// …`).
         reason: String,
     },
 }
 
+impl PolicyError {
+    pub(crate) fn at(file: &str, e: tessera_input::YamlError) -> Self {
+        let reason = if e.path.is_empty() { e.reason } else { format!("{}: {}", e.path, e.reason) };
+        PolicyError::Invalid { file: file.into(), line: e.at.line, column: e.at.column, reason }
+    }
+}
+
 impl PolicyDocument {
-    /// Reads and validates a policy file.
+    /// Reads and validates a policy file (a regular file of at most 1 MiB).
     pub fn load(path: &Path) -> Result<Self, PolicyError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| PolicyError::Read { file: path.display().to_string(), source })?;
+        let text = tessera_input::file::read_to_string(path, tessera_input::Limit::POLICY)?;
         Self::parse(&text, &path.display().to_string())
     }
 
     /// Parses and validates a document; `file` names it in errors.
     pub fn parse(text: &str, file: &str) -> Result<Self, PolicyError> {
-        let doc: PolicyDocument = serde_yaml_ng::from_str(text).map_err(|e| {
-            let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
-            PolicyError::Invalid { file: file.into(), line, column, reason: validate::clean(&e.to_string()) }
-        })?;
-        validate::semantics(&doc, text, file)?;
+        let (doc, located) =
+            tessera_input::yaml::parse::<PolicyDocument>(text).map_err(|e| PolicyError::at(file, e))?;
+        validate::semantics(&doc, &located).map_err(|e| PolicyError::at(file, e))?;
         Ok(doc)
     }
 
-    /// Resolves file sources relative to the directory of the policy file.
-    pub fn resolve_paths(&mut self, policy_file: &Path) {
-        let base = policy_file.parent().unwrap_or(Path::new("."));
+    /// Resolves file sources inside `root` (relative ones are taken from
+    /// it): a source that leads out of it — `..`, an absolute path
+    /// elsewhere, a symbolic link — is refused, naming the plugin. A policy
+    /// file's root is its own directory; a document posted to the service
+    /// has the service's `sources_dir`, and none when it sets none.
+    pub fn resolve_sources(&mut self, root: Option<&Path>) -> Result<(), PolicyError> {
         for p in &mut self.plugins {
-            if let Source::File(f) = &mut p.source
-                && f.is_relative()
-            {
-                *f = base.join(&*f);
-            }
+            let Source::File(f) = &mut p.source else { continue };
+            let refuse = |reason: String| PolicyError::Invalid {
+                file: "policy".into(),
+                line: 0,
+                column: 0,
+                reason: format!("plugin {}: {reason}", p.name),
+            };
+            let Some(root) = root else {
+                return Err(refuse(format!(
+                    "source {}: this document may name only `builtin:` sources (no directory for file sources is set)",
+                    f.display()
+                )));
+            };
+            *f = tessera_input::file::inside(root, f).map_err(|e| refuse(format!("source {e}")))?;
         }
+        Ok(())
+    }
+
+    /// [`Self::resolve_sources`] inside the directory of the policy file.
+    pub fn resolve_paths(&mut self, policy_file: &Path) -> Result<(), PolicyError> {
+        let base = match policy_file.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        self.resolve_sources(Some(base)).map_err(|e| match e {
+            PolicyError::Invalid { reason, .. } => {
+                PolicyError::Invalid { file: policy_file.display().to_string(), line: 0, column: 0, reason }
+            }
+            other => other,
+        })
     }
 
     /// The plugin-specific configuration of `entry` as the JSON text the

@@ -44,6 +44,10 @@ impl Default for CostWeights {
     }
 }
 
+/// Largest coefficient of the cost model: sums of a plan's moves stay
+/// finite (a plain "finite" check let `1e308` through to an infinite sum).
+pub const MAX_COEFFICIENT: f64 = 1e9;
+
 impl CostWeights {
     /// Checks ranges; the message names the field.
     pub fn validate(&self) -> Result<(), String> {
@@ -55,12 +59,12 @@ impl CostWeights {
             ("s_per_host_gib", self.s_per_host_gib),
             ("s_per_device_gib", self.s_per_device_gib),
         ] {
-            if !v.is_finite() || v < 0.0 {
-                return Err(format!("{name} must be a finite number ≥ 0, not {v}"));
+            if !(0.0..=MAX_COEFFICIENT).contains(&v) {
+                return Err(format!("{name} must be within 0..={MAX_COEFFICIENT}, not {v}"));
             }
         }
-        if !self.min_net_gain.is_finite() {
-            return Err("min_net_gain must be finite".into());
+        if !(-MAX_COEFFICIENT..=MAX_COEFFICIENT).contains(&self.min_net_gain) {
+            return Err(format!("min_net_gain must be within ±{MAX_COEFFICIENT}, not {}", self.min_net_gain));
         }
         Ok(())
     }
@@ -217,8 +221,11 @@ impl PlannerConfig {
         for (name, v) in
             [("load_balance", w.load_balance), ("fragment_merge", w.fragment_merge), ("co_location", w.co_location)]
         {
-            if !v.is_finite() || v < 0.0 {
-                return Err(format!("strategy_weights.{name} must be a finite number ≥ 0, not {v}"));
+            if !crate::validate::weight_ok(v) {
+                return Err(format!(
+                    "strategy_weights.{name} must be within 0..={}, not {v}",
+                    crate::validate::MAX_WEIGHT
+                ));
             }
         }
         for (name, v) in [("load_threshold", self.load_threshold), ("low_load_threshold", self.low_load_threshold)] {

@@ -1,3 +1,5 @@
+use std::path::Path;
+
 use super::*;
 
 const GOOD: &str = r#"
@@ -61,11 +63,10 @@ fn out_of_range_limit_is_reported_with_its_line() {
 #[test]
 fn negative_weight_and_bad_digest_and_bad_source() {
     let (_, _, r) = invalid(&GOOD.replace("weight: 2", "weight: -1"));
-    assert!(r.contains("must be finite and >= 0"), "{r}");
+    assert!(r.contains("weight -1 must be within 0..=1000000"), "{r}");
     let (line, _, r) = invalid(&GOOD.replace("sha256:0011", "sha256:zz11"));
-    // The YAML parser locates a value rejected by its type at the entry
-    // that holds it (the `spread` plugin).
-    assert_eq!(line, 10);
+    // At the field itself, not at the entry that holds it.
+    assert_eq!(line, 12);
     assert!(r.contains("not a SHA-256 digest"), "{r}");
     let (_, _, r) = invalid(&GOOD.replace("builtin:binpack", "https://evil/x.wasm"));
     assert!(r.contains("only `builtin:NAME` and file paths"), "{r}");
@@ -95,16 +96,95 @@ fn semantic_checks() {
 }
 
 #[test]
-fn file_errors_name_the_file_and_paths_resolve_relative_to_it() {
+fn file_errors_name_the_file_and_sources_resolve_inside_its_directory() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("nope.yaml");
     let e = PolicyDocument::load(&missing).unwrap_err().to_string();
     assert!(e.contains("nope.yaml"), "{e}");
     let file = dir.path().join("p.yaml");
     std::fs::write(&file, GOOD).unwrap();
+    std::fs::create_dir(dir.path().join("plugins")).unwrap();
+    std::fs::write(dir.path().join("plugins/topology-spread.wasm"), b"\0asm").unwrap();
     let mut doc = PolicyDocument::load(&file).unwrap();
-    doc.resolve_paths(&file);
-    assert_eq!(doc.plugins[1].source, Source::File(dir.path().join("plugins/topology-spread.wasm")));
+    doc.resolve_paths(&file).unwrap();
+    let want = dir.path().canonicalize().unwrap().join("plugins/topology-spread.wasm");
+    assert_eq!(doc.plugins[1].source, Source::File(want));
+
+    // Out of the policy's directory: refused, naming the plugin, and the
+    // file is never read (its content cannot show up in the error).
+    std::fs::write(dir.path().join("secret"), "root:x:0:0").unwrap();
+    let inner = dir.path().join("inner");
+    std::fs::create_dir(&inner).unwrap();
+    for source in ["../secret", dir.path().join("secret").to_str().unwrap()] {
+        let f = inner.join("p.yaml");
+        std::fs::write(&f, format!("name: x\nplugins:\n  - name: sneaky\n    source: {source}\n")).unwrap();
+        let mut doc = PolicyDocument::load(&f).unwrap();
+        let e = doc.resolve_paths(&f).unwrap_err().to_string();
+        assert!(e.contains("plugin sneaky: source") && e.contains("outside"), "{e}");
+        assert!(!e.contains("root:x"), "{e}");
+    }
+    // A document with no directory (posted to the service without a
+    // `sources_dir`) names only built-in plugins.
+    let mut doc = PolicyDocument::parse(GOOD, "request body").unwrap();
+    let e = doc.resolve_sources(None).unwrap_err().to_string();
+    assert!(e.contains("plugin spread") && e.contains("only `builtin:`"), "{e}");
+}
+
+#[cfg(unix)]
+#[test]
+fn a_policy_that_never_ends_is_refused_before_it_is_read() {
+    let e = PolicyDocument::load(Path::new("/dev/zero")).unwrap_err().to_string();
+    assert_eq!(e, "/dev/zero: is a character device, not a regular file");
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("big.yaml");
+    std::fs::write(&big, "#".repeat((1 << 20) + 1)).unwrap();
+    let e = PolicyDocument::load(&big).unwrap_err().to_string();
+    assert!(e.contains("larger than 1 MiB (the most a policy document may be)"), "{e}");
+}
+
+#[test]
+fn errors_name_the_field_at_its_line() {
+    // `timeout_ms` was reported at 1:1 and `deadline_ms` not named.
+    let (line, col, r) = invalid("name: x\ntimeout_ms: 0\nplugins:\n  - name: a\n    source: builtin:a\n");
+    assert_eq!((line, col), (2, 1), "{r}");
+    assert_eq!(r, "timeout_ms: 0 is out of range 1..=60000");
+    let (line, _, r) = invalid(&GOOD.replace("deadline_ms: 20", "deadline_ms: 0"));
+    assert_eq!(line, 8);
+    assert_eq!(r, "plugins[0].limits.deadline_ms: 0 is out of range 1..=10000");
+    // Flow-style duplicates were placed at 0:0.
+    let (line, col, r) = invalid(&GOOD.replace("{ deadline_ms: 20,", "{ deadline_ms: 20, deadline_ms: 30,"));
+    assert_eq!((line, col), (8, 32), "{r}");
+    assert!(r.contains("plugins[0].limits.deadline_ms: duplicate key"), "{r}");
+    // A `name:` inside `config` is not the plugin's.
+    let text = "name: x\nplugins:\n  - config:\n      name: inner\n    source: builtin:a\n    name: Bad\n";
+    let (line, _, r) = invalid(text);
+    assert_eq!(line, 6, "{r}");
+    // A 10 MB bad number is not echoed whole.
+    let long = "9".repeat(10 << 20);
+    let (_, _, r) = invalid(&GOOD.replace("weight: 2", &format!("weight: x{long}")));
+    assert!(r.len() < 300 && r.starts_with("plugins[0].weight: invalid type"), "{} bytes", r.len());
+}
+
+#[test]
+fn a_byte_order_mark_and_deep_nesting() {
+    let doc = PolicyDocument::parse(&format!("\u{feff}{}", GOOD.trim_start()), "p.yaml").unwrap();
+    assert_eq!(doc.name, "default");
+    let deep = format!("{GOOD}x: {}{}\n", "[".repeat(100_000), "]".repeat(100_000));
+    let (line, _, r) = invalid(&deep);
+    assert_eq!(line, GOOD.lines().count() + 1);
+    assert!(r.ends_with("nested deeper than 64 levels"), "{r}");
+}
+
+#[test]
+fn weights_are_bounded_so_totals_stay_finite() {
+    let (line, _, r) = invalid(&GOOD.replace("weight: 2", "weight: 1e308"));
+    assert_eq!(line, 7);
+    assert!(r.contains("within 0..=1000000"), "{r}");
+    let bad = format!("{GOOD}adaptive:\n  weight_sets: [[1, 1], [1e308, 1]]\n");
+    let (_, _, r) = invalid(&bad);
+    assert!(r.starts_with("adaptive.weight_sets[1]:"), "{r}");
+    let bad = format!("{GOOD}rescheduling:\n  cost: {{ alpha: 1e308 }}\n");
+    assert!(invalid(&bad).2.contains("rescheduling.cost.alpha"));
 }
 
 #[test]
@@ -119,7 +199,7 @@ fn scheduling_and_adaptive_sections_are_typed_and_checked() {
     assert_eq!(doc.adaptive.unwrap().weight_sets.len(), 2);
     let bad = format!("{GOOD}adaptive:\n  weight_sets: [[1, 1, 1]]\n");
     let e = PolicyDocument::parse(&bad, "p.yaml").unwrap_err().to_string();
-    assert!(e.contains("weight set 0 has 3 weights, the policy has 2 scorers"), "{e}");
+    assert!(e.contains("adaptive.weight_sets[0]: has 3 weights, the policy has 2 scorers"), "{e}");
     let bad = format!("{GOOD}scheduling:\n  sampling: {{ percentage: 0 }}\n");
     assert!(PolicyDocument::parse(&bad, "p.yaml").unwrap_err().to_string().contains("1..=100"));
     let bad = format!("{GOOD}scheduling:\n  queue: {{ levels: 2, speed: 9 }}\n");
@@ -146,7 +226,7 @@ fn movement_section_is_typed_and_checked() {
     let bad = format!("{GOOD}movement:\n  concurrency_limit: 0\n");
     let (line, _, reason) = invalid(&bad);
     assert!(reason.contains("concurrency_limit must be at least 1"), "{reason}");
-    assert_eq!(line, GOOD.lines().count() + 1);
+    assert_eq!(line, GOOD.lines().count() + 2, "at the field, not at `movement:`");
     let bad = format!("{GOOD}movement:\n  budgets: [{{ workload: web }}]\n");
     assert!(invalid(&bad).2.contains("set max_unavailable or min_available"));
     let bad = format!("{GOOD}movement:\n  batch_size: 3\n  speed: 3\n");
@@ -167,7 +247,7 @@ fn rescheduling_section_is_typed_and_checked() {
     let bad = format!("{GOOD}rescheduling:\n  strategy_weights: {{ load_balance: -1 }}\n");
     let (line, _, reason) = invalid(&bad);
     assert!(reason.contains("strategy_weights.load_balance"), "{reason}");
-    assert_eq!(line, GOOD.lines().count() + 1);
+    assert_eq!(line, GOOD.lines().count() + 2, "at the field, not at `rescheduling:`");
     assert!(invalid(&format!("{GOOD}rescheduling:\n  cost: {{ beta: -2 }}\n")).2.contains("cost.beta"));
     assert!(invalid(&format!("{GOOD}rescheduling:\n  load_threshold: 1.5\n")).2.contains("load_threshold"));
     assert!(invalid(&format!("{GOOD}rescheduling:\n  defrag: 1\n")).2.contains("unknown field `defrag`"));

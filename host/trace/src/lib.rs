@@ -167,6 +167,19 @@ impl<'a> Table<'a> {
         }
     }
 
+    /// A time column: at most [`MAX_TIME_S`].
+    fn time(&self, record: &csv::StringRecord, line: u64, name: &str) -> Result<Option<u64>, TraceError> {
+        let v = self.optional_u64(record, line, name)?;
+        if let Some(v) = v.filter(|&v| v > MAX_TIME_S) {
+            return Err(self.error(
+                line,
+                self.index(name),
+                format!("{v} s is past the latest time a trace may give ({MAX_TIME_S} s; times are seconds)"),
+            ));
+        }
+        Ok(v)
+    }
+
     fn optional_str(&self, record: &csv::StringRecord, name: &str) -> Option<String> {
         self.get(record, name).filter(|(_, v)| !v.is_empty()).map(|(_, v)| v.to_string())
     }
@@ -182,6 +195,13 @@ fn csv_reader(reader: impl Read) -> csv::Reader<impl Read> {
 
 fn csv_error(file: &str, e: &csv::Error) -> TraceError {
     let line = e.position().map_or(0, |p| p.line());
+    if let csv::ErrorKind::Io(io) = e.kind()
+        && let Some(fe) = tessera_input::FileError::inside_io(io)
+    {
+        // A cap of the bounded reader: too large, or a line too long.
+        let (reason, at) = fe.reason();
+        return TraceError { file: file.into(), line: at.unwrap_or(line), column: None, reason };
+    }
     let reason = match e.kind() {
         csv::ErrorKind::UnequalLengths { expected_len, len, .. } => {
             format!("row has {len} fields, the header has {expected_len}")
@@ -238,6 +258,17 @@ pub fn read_nodes(reader: impl Read, file: &str) -> Result<Vec<NodeRow>, TraceEr
     Ok(rows)
 }
 
+/// Latest time a trace may give, seconds: Unix time for the next thousand
+/// years (times are seconds; milliseconds would be past it, and refused).
+pub const MAX_TIME_S: u64 = 33_000_000_000;
+
+/// Longest span of a pod list's times (first creation to last creation or
+/// deletion), seconds: four years, past any published cluster trace
+/// (Alibaba openb spans 149 days, Philly 3 months). The online loop samples
+/// telemetry at every interval of the span, so a lone far-future time
+/// would otherwise mean billions of idle intervals.
+pub const MAX_SPAN_S: u64 = 4 * 366 * 86_400;
+
 /// Reads a pod list (`name,cpu_milli,memory_mib,num_gpu,gpu_milli` and the
 /// optional `gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time`).
 pub fn read_pods(reader: impl Read, file: &str) -> Result<Vec<PodRow>, TraceError> {
@@ -250,6 +281,7 @@ pub fn read_pods(reader: impl Read, file: &str) -> Result<Vec<PodRow>, TraceErro
         &["gpu_spec", "qos", "pod_phase", "creation_time", "deletion_time", "scheduled_time"],
     )?;
     let mut rows = Vec::new();
+    let mut lines = Vec::new();
     let mut seen = HashSet::new();
     for record in rdr.records() {
         let record = record.map_err(|e| csv_error(file, &e))?;
@@ -298,15 +330,45 @@ pub fn read_pods(reader: impl Read, file: &str) -> Result<Vec<PodRow>, TraceErro
             gpu_spec,
             qos: t.optional_str(&record, "qos"),
             phase: t.optional_str(&record, "pod_phase"),
-            creation_time: t.optional_u64(&record, line, "creation_time")?,
-            deletion_time: t.optional_u64(&record, line, "deletion_time")?,
-            scheduled_time: t.optional_u64(&record, line, "scheduled_time")?,
+            creation_time: t.time(&record, line, "creation_time")?,
+            deletion_time: t.time(&record, line, "deletion_time")?,
+            scheduled_time: t.time(&record, line, "scheduled_time")?,
         });
+        lines.push(line);
     }
+    check_span(&t, &rows, &lines)?;
     if rows.is_empty() {
         return Err(TraceError { file: file.into(), line: 0, column: None, reason: "no pods".into() });
     }
     Ok(rows)
+}
+
+/// Refuses a pod list whose times span more than [`MAX_SPAN_S`], at the
+/// row that stretches it.
+fn check_span(t: &Table<'_>, rows: &[PodRow], lines: &[u64]) -> Result<(), TraceError> {
+    let Some(first) = rows.iter().filter_map(|r| r.creation_time).min() else { return Ok(()) };
+    let times = |r: &PodRow| {
+        [
+            r.creation_time.map(|c| ("creation_time", c)),
+            r.deletion_time.filter(|&d| d > 0).map(|d| ("deletion_time", d)),
+        ]
+    };
+    for (r, &line) in rows.iter().zip(lines) {
+        for (col, v) in times(r).into_iter().flatten() {
+            if v.saturating_sub(first) > MAX_SPAN_S {
+                return Err(t.error(
+                    line,
+                    t.index(col),
+                    format!(
+                        "{v} s is {} days after the first creation ({first} s); a trace may span at most {} days",
+                        (v - first) / 86_400,
+                        MAX_SPAN_S / 86_400
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Reads an arrival order: one 0-based pod row index per line, each below

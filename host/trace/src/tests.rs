@@ -110,3 +110,37 @@ fn shared_openb_trace_loads() {
         assert!(first.iter().enumerate().all(|(i, &v)| i as u32 == v), "{w}: the first N arrivals are a permutation");
     }
 }
+
+#[test]
+fn far_future_and_overlong_times_are_refused_at_their_row() {
+    let head = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time,deletion_time\n";
+    let ok = format!("{head}a,1000,1024,0,0,100,200\n");
+    assert_eq!(read_pods(ok.as_bytes(), "p.csv").unwrap().len(), 1);
+    // u64::MAX and 10^12 s: refused, naming the column.
+    let max = format!("{head}a,1000,1024,0,0,100,200\nb,1000,1024,0,0,{},\n", u64::MAX);
+    let e = read_pods(max.as_bytes(), "p.csv").unwrap_err().to_string();
+    assert!(e.starts_with("p.csv:3:6 (creation_time): 18446744073709551615 s is past the latest time"), "{e}");
+    // 10^12 s alone is within the u64 range and past MAX_TIME_S.
+    let far = format!("{head}a,1000,1024,0,0,100,1000000000000\n");
+    let e = read_pods(far.as_bytes(), "p.csv").unwrap_err().to_string();
+    assert!(e.starts_with("p.csv:2:7 (deletion_time):"), "{e}");
+    // Unix times are fine; one row years after the rest is not.
+    let unix = format!("{head}a,1000,1024,0,0,1700000000,1700003600\nb,1000,1024,0,0,1700000100,\n");
+    assert_eq!(read_pods(unix.as_bytes(), "p.csv").unwrap().len(), 2);
+    let late = format!("{head}a,1000,1024,0,0,1700000000,\nb,1000,1024,0,0,1900000000,\n");
+    let e = read_pods(late.as_bytes(), "p.csv").unwrap_err().to_string();
+    assert!(e.starts_with("p.csv:3:6 (creation_time):") && e.contains("at most 1464 days"), "{e}");
+}
+
+#[test]
+fn a_line_past_the_cap_is_refused_with_its_number() {
+    let dir = std::env::temp_dir().join(format!("tessera-trace-line-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("p.csv");
+    let long = "x".repeat(70 << 10);
+    std::fs::write(&f, format!("name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1,1,0,0\n{long},1,1,0,0\n")).unwrap();
+    let r = tessera_input::file::open(&f, tessera_input::Limit::TRACE).unwrap();
+    let e = read_pods(r, "p.csv").unwrap_err().to_string();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(e, "p.csv:3: a line longer than 65536 bytes");
+}

@@ -10,14 +10,12 @@ pub enum LoadError {
     #[error("plugin runtime: {0}")]
     Runtime(String),
     /// The component file could not be read.
-    #[error("plugin {plugin}: cannot read {path}: {source}")]
+    #[error("plugin {plugin}: cannot read {source}")]
     Read {
         /// Plugin name.
         plugin: String,
-        /// File.
-        path: String,
-        /// Cause.
-        source: std::io::Error,
+        /// Why (names the file).
+        source: tessera_input::FileError,
     },
     /// The digest pinned in the policy does not match the component.
     #[error("plugin {plugin}: digest sha256:{actual} does not match the pinned sha256:{expected}")]

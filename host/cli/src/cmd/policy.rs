@@ -23,8 +23,10 @@ pub enum PolicyCmd {
 pub fn run(cmd: PolicyCmd) -> Result<ExitCode> {
     let PolicyCmd::Check { file } = cmd;
     let mut doc = PolicyDocument::load(&file)?;
-    doc.resolve_paths(&file);
-    let rt = Runtime::new(RuntimeConfig::default())?;
+    doc.resolve_paths(&file)?;
+    // Fuel metered, so a document with `limits.fuel` checks (replays meter
+    // fuel always; the service when `fuel_metering` is set).
+    let rt = Runtime::new(RuntimeConfig { fuel: true, ..RuntimeConfig::default() })?;
     let policy = load::load_policy(&rt, &doc).with_context(|| format!("policy {}", file.display()))?;
     println!("policy {} is valid", policy.name());
     for m in policy.scorers().iter().chain(policy.detectors()) {

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use tessera_core::{Pod, Resources};
-use tessera_plugins::{BINPACK, HOSTILE, NOT_A_POLICY, OVERLOAD};
+use tessera_plugins::{BINPACK, HOSTILE, NOT_A_POLICY, OVERLOAD, WRONG_SIGNATURE};
 use tessera_policy::{Bounded, Role};
 use tessera_wasm::{CallFault, Decision, LoadError, PluginSpec, Runtime, RuntimeConfig};
 
@@ -199,6 +199,24 @@ fn components_of_another_world_are_rejected_by_name() {
 
     let err = rt.load(&PluginSpec::new("junk"), b"\0asm not really").unwrap_err();
     assert!(matches!(err, LoadError::Compile { .. }), "{err}");
+}
+
+#[test]
+fn a_wrong_score_signature_is_refused_naming_score_not_configure() {
+    let err = runtime().load(&PluginSpec::new("forged"), WRONG_SIGNATURE.bytes).unwrap_err().to_string();
+    assert!(err.starts_with("plugin forged:"), "{err}");
+    assert!(err.contains("score"), "{err}");
+    assert!(!err.contains("configure"), "{err}");
+}
+
+#[test]
+fn bytes_that_are_not_webassembly_are_refused_without_echoing_them() {
+    let err = runtime().load(&PluginSpec::new("passwd"), b"root:x:0:0:root:/root:/bin/bash\n").unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("not WebAssembly (no \\0asm magic)"), "{text}");
+    for leak in ["root", "0x72", "114"] {
+        assert!(!text.replace("plugin passwd", "").contains(leak), "{leak}: {text}");
+    }
 }
 
 #[test]

@@ -71,3 +71,42 @@ fn rebalance_detector_reports_fragmentation_and_low_load() {
     let found: Vec<(u32, String)> = v.detect().unwrap().iter().map(|f| (f.node, format!("{:?}", f.kind))).collect();
     assert_eq!(found, [(1, "FindingKind::Fragmentation".to_string()), (2, "FindingKind::LowLoad".to_string())]);
 }
+
+/// A detector minting a new finding kind per node per round, with 4 KiB
+/// messages, through the whole online loop: the report keeps at most its
+/// first few kinds and an `other` bucket, and stays small.
+#[test]
+fn a_detector_minting_kinds_leaves_reports_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("minting.yaml");
+    std::fs::write(
+        &policy,
+        "name: minting\nplugins:\n  - name: binpack\n    source: builtin:binpack\n  - name: minting\n    source: builtin:hostile-detector\n    role: detector\n",
+    )
+    .unwrap();
+    let opts = tessera::sim::SimOptions {
+        nodes: tessera::sim::Input::Builtin,
+        node_count: 40,
+        pods: tessera::sim::Input::Builtin,
+        order: None,
+        seed: 3,
+        policy: policy.display().to_string(),
+        time_replay: false,
+        inflate: 1.0,
+        tie_break: None,
+        reschedule: None,
+        reschedule_every: 0,
+        actuator: Default::default(),
+        bound: false,
+    };
+    let out = tessera::online::run(&opts, 300).unwrap();
+    let kinds = &out.file.report.anomalies;
+    let own = kinds.keys().filter(|k| k.starts_with('k')).count();
+    assert_eq!(own, tessera_core::telemetry::MAX_OWN_KINDS, "{kinds:?}");
+    assert!(kinds.get("other").is_some_and(|&n| n > 1000), "the rest are counted as other: {kinds:?}");
+    let json = serde_json::to_string(&out.file).unwrap();
+    assert!(json.len() < 100_000, "{} bytes", json.len());
+    // And the run replays exactly.
+    let again = serde_json::to_string(&tessera::online::run(&opts, 300).unwrap().file).unwrap();
+    assert_eq!(json, again);
+}

@@ -29,6 +29,7 @@ mod host;
 mod plugin;
 mod policy;
 mod runtime;
+mod signature;
 mod slot;
 mod stderr;
 

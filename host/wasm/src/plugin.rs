@@ -244,8 +244,8 @@ impl PluginVersion {
         }
     }
 
-    /// A fresh, configured instance.
-    fn instantiate(&self) -> Result<Instance, CallFault> {
+    /// A store with this plugin's limits and budget, armed.
+    fn store(&self) -> Store<HostState> {
         let n = self.instances_created.fetch_add(1, Ordering::Relaxed);
         let seed = self.seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let cap = (self.limits.memory_mib.0 as usize) << 20;
@@ -261,11 +261,22 @@ impl PluginVersion {
             )),
         }
         self.arm(&mut store);
+        store
+    }
+
+    /// A fresh, configured instance.
+    fn instantiate(&self) -> Result<Instance, CallFault> {
+        let mut store = self.store();
         let bound = match &self.pre {
             Pre::Scorer(pre) => pre.instantiate(&mut store).map(Bound::Scorer),
             Pre::Detector(pre) => pre.instantiate(&mut store).map(Bound::Detector),
         };
         let bound = bound.map_err(|e| match self.classify(&store, e) {
+            CallFault::Trap { trap, .. } if trap.contains("type mismatch") => {
+                // wasmtime does not say which export: find it.
+                let wrong = crate::signature::mismatched(self, self.store());
+                CallFault::Instantiate(format!("{trap}; exports not of the contract's type: {}", wrong.join(", ")))
+            }
             CallFault::Trap { trap, .. } => CallFault::Instantiate(trap),
             other => other,
         })?;
@@ -444,7 +455,12 @@ impl PluginVersion {
 
     /// Calls `info` on a fresh instance (used once at load).
     pub(crate) fn fetch_info(&mut self) -> Result<(), CallError> {
-        let mut inst = self.instantiate().map_err(|k| self.err("configure", k))?;
+        // A component whose exports do not type-check against the world
+        // fails here, before `configure`: say so, not "configure".
+        let mut inst = self.instantiate().map_err(|k| {
+            let call = if matches!(k, CallFault::Instantiate(_)) { "instantiate" } else { "configure" };
+            self.err(call, k)
+        })?;
         self.arm(&mut inst.store);
         let info = match &inst.bound {
             Bound::Scorer(b) => b.tessera_policy_scoring().call_info(&mut inst.store),

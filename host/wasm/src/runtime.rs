@@ -217,7 +217,25 @@ impl Runtime {
         if spec.limits.fuel.is_some() && !self.config.fuel {
             return Err(LoadError::Limits {
                 plugin,
-                reason: "limits.fuel is set but the runtime runs without fuel metering".into(),
+                reason: "limits.fuel is set but this runtime does not meter fuel (in the service, set \
+                         `fuel_metering: true` in its configuration)"
+                    .into(),
+            });
+        }
+        // Bytes from a file or a request: checked here, before any parser
+        // sees them, so an error never echoes what they hold (wasmtime's
+        // would show the first bytes of, say, /etc/passwd).
+        let cap = tessera_input::Limit::COMPONENT.max_bytes;
+        if wasm.len() as u64 > cap {
+            return Err(LoadError::Compile {
+                plugin,
+                reason: format!("{} bytes; a component may be at most {}", wasm.len(), tessera_input::file::Size(cap)),
+            });
+        }
+        if !wasm.starts_with(b"\0asm") {
+            return Err(LoadError::Compile {
+                plugin,
+                reason: "not WebAssembly (no \\0asm magic): build the plugin for wasm32-wasip2".into(),
             });
         }
         let t0 = Instant::now();

@@ -49,7 +49,7 @@ pub fn config(opts: &ServeOptions, env: impl Fn(&str) -> Option<String>) -> Resu
     let (serve, kube) = match &opts.config {
         Some(path) => {
             let shown = path.display().to_string();
-            let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {shown}"))?;
+            let text = tessera_input::file::read_to_string(path, tessera_input::Limit::CONFIG)?;
             let kube = KubeBackendConfig::from_serve_yaml(&text, &shown)?;
             // Decoded: the raw section has served its purpose.
             let serve = ServeConfig { kube: Default::default(), ..ServeConfig::parse(&text, &shown)? };
@@ -93,7 +93,12 @@ impl CliLoader {
     /// A loader with a runtime of its own; documents it loads get
     /// `workload` as the `fgd` plugin's target workload.
     pub fn new(workload: TargetWorkload, cache_dir: Option<PathBuf>) -> Result<Self> {
-        Ok(Self { rt: Runtime::new(RuntimeConfig { cache_dir, ..RuntimeConfig::default() })?, workload })
+        Self::with_runtime(workload, RuntimeConfig { cache_dir, ..RuntimeConfig::default() })
+    }
+
+    /// A loader on a runtime configured as `config` says.
+    pub fn with_runtime(workload: TargetWorkload, config: RuntimeConfig) -> Result<Self> {
+        Ok(Self { rt: Runtime::new(config)?, workload })
     }
 }
 
@@ -194,7 +199,10 @@ pub async fn start_on(
     backend: Box<dyn Backend>,
     doc: PolicyDocument,
 ) -> Result<(Server, tokio::net::TcpListener)> {
-    let loader = Arc::new(CliLoader::new(backend.workload().clone(), cfg.cache_dir.clone())?);
+    let loader = Arc::new(CliLoader::with_runtime(
+        backend.workload().clone(),
+        RuntimeConfig { cache_dir: cfg.cache_dir.clone(), fuel: cfg.fuel_metering, ..RuntimeConfig::default() },
+    )?);
     let listener =
         tokio::net::TcpListener::bind(cfg.listen).await.with_context(|| format!("cannot listen on {}", cfg.listen))?;
     let server = Server::start(cfg, backend, doc, loader, Some(Arc::new(CliCampaigns)))?;

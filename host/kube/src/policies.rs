@@ -179,6 +179,21 @@ impl PolicyController {
             entry.source = Source::File(path);
             entry.sha256 = Some(want);
         }
+        // A file source no component replaced would be read from the
+        // scheduler's own file system: refused, as a posted document's is.
+        if let Some(e) = doc
+            .plugins
+            .iter()
+            .find(|e| matches!(&e.source, Source::File(_)) && !p.spec.components.iter().any(|c| c.plugin == e.name))
+        {
+            return Err(refuse(
+                "InvalidDocument",
+                format!(
+                    "plugin {} names the file {}: a TesseraPolicy's components come from spec.components (or use builtin:)",
+                    e.name, e.source
+                ),
+            ));
+        }
         let name = doc.name.clone();
         let handed = match p.spec.rollout {
             RolloutMode::Candidate => self.policies.set_candidate(doc).await,

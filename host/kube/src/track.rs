@@ -53,11 +53,9 @@ pub fn pod_id(uid: &str) -> PodId {
     (fnv1a(uid.bytes()) & ID_MASK).max(1)
 }
 
-/// FNV-1a, 64 bits, of `bytes`: a stable name from API fields, the same on
-/// every replica and every run.
-pub fn fnv1a(bytes: impl IntoIterator<Item = u8>) -> u64 {
-    bytes.into_iter().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
-}
+/// FNV-1a, 64 bits: a stable name from API fields, the same on every
+/// replica and every run.
+pub use tessera_core::hash::fnv1a;
 
 const ID_MASK: PodId = (1 << 62) - 1;
 

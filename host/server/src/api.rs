@@ -70,15 +70,24 @@ pub fn router(state: AppState) -> axum::Router {
 /// again).
 async fn token_first(State(s): State<AppState>, req: Request, next: Next) -> Response {
     use axum::response::IntoResponse as _;
+    // An answer before the body is read: the connection cannot carry
+    // another request (its unread body would be taken for one), so it is
+    // closed, and the client told so, not left to write into a closed
+    // socket on its next request.
+    let closing = |e: ApiError| {
+        let mut r = e.into_response();
+        r.headers_mut().insert(axum::http::header::CONNECTION, axum::http::HeaderValue::from_static("close"));
+        r
+    };
     if let Err(e) = app::authorize(&s, req.headers()) {
-        return e.into_response();
+        return closing(e);
     }
     // Components are buffered whole (up to MAX_COMPONENT_BYTES): only so
     // many at once per service, whoever sends them.
     if *req.method() == axum::http::Method::POST && req.uri().path() == "/v1/plugins" {
         let Ok(_slot) = s.uploads.clone().try_acquire_owned() else {
             let busy = ApiError::new(Code::ApiBusy, format!("{MAX_UPLOADS_AT_ONCE} uploads are under way; try again"));
-            return busy.into_response();
+            return closing(busy);
         };
         return next.run(req).await;
     }

@@ -10,16 +10,12 @@ use serde::{Deserialize, Serialize};
 /// A configuration that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// The file could not be read.
-    #[error("{path}: {source}")]
-    Read {
-        /// File.
-        path: String,
-        /// Cause.
-        source: std::io::Error,
-    },
+    /// The file could not be read (missing, not a regular file, too large,
+    /// not UTF-8).
+    #[error(transparent)]
+    Read(#[from] tessera_input::FileError),
     /// The YAML does not match the schema.
-    #[error("{path}: {message}")]
+    #[error("{path}:{message}")]
     Parse {
         /// File.
         path: String,
@@ -71,6 +67,19 @@ pub struct ServeConfig {
     pub cache_dir: Option<PathBuf>,
     /// Chaos campaigns the service runs on a schedule (unset: none).
     pub chaos: Option<ChaosConfig>,
+    /// The directory the file sources of policy documents posted to the
+    /// API are read from (and below; `..`, absolute paths elsewhere and
+    /// links out of it are refused). Unset: a posted document may name
+    /// only `builtin:` plugins; components are uploaded with `POST
+    /// /v1/plugins` instead.
+    pub sources_dir: Option<PathBuf>,
+    /// Meter fuel in the service's runtime (~20% slower calls), so a
+    /// policy's `limits.fuel` applies; without it such a policy is refused.
+    /// What must replay meters fuel always.
+    pub fuel_metering: bool,
+    /// Milliseconds a client has to send a request's headers (100..=600000,
+    /// default 10000); a connection that has not is closed.
+    pub header_read_timeout_ms: u64,
 }
 
 impl Default for ServeConfig {
@@ -88,6 +97,9 @@ impl Default for ServeConfig {
             rollout: RolloutConfig::default(),
             cache_dir: None,
             chaos: None,
+            sources_dir: None,
+            fuel_metering: false,
+            header_read_timeout_ms: 10_000,
         }
     }
 }
@@ -270,13 +282,13 @@ impl ServeConfig {
     /// Reads and validates a file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: shown.clone(), source })?;
+        let text = tessera_input::file::read_to_string(path, tessera_input::Limit::CONFIG)?;
         Self::parse(&text, &shown)
     }
 
     /// Parses and validates `text` (from `origin`).
     pub fn parse(text: &str, origin: &str) -> Result<Self, ConfigError> {
-        let cfg: Self = serde_yaml_ng::from_str(text)
+        let (cfg, _): (Self, _) = tessera_input::yaml::parse(text)
             .map_err(|e| ConfigError::Parse { path: origin.to_string(), message: e.to_string() })?;
         cfg.validate(origin)?;
         Ok(cfg)
@@ -342,6 +354,9 @@ impl ServeConfig {
         let bad = |field, message: &str| {
             Err(ConfigError::Invalid { path: origin.to_string(), field, message: message.to_string() })
         };
+        if !(100..=600_000).contains(&self.header_read_timeout_ms) {
+            return bad("header_read_timeout_ms", "must be in 100..=600000");
+        }
         let s = &self.sim;
         if !(s.load > 0.0 && s.load <= 3.0) {
             return bad("sim.load", "must be in (0, 3]");
@@ -404,7 +419,7 @@ mod tests {
     #[test]
     fn unknown_fields_and_bad_ranges_are_named() {
         let e = ServeConfig::parse("sim:\n  speeed: 3\n", "serve.yaml").unwrap_err().to_string();
-        assert!(e.contains("serve.yaml") && e.contains("speeed") && e.contains("line 2"), "{e}");
+        assert!(e.starts_with("serve.yaml:2:3: sim.speeed: unknown field"), "{e}");
         let e = ServeConfig::parse("sim:\n  load: 0\n", "serve.yaml").unwrap_err().to_string();
         assert!(e.contains("sim.load"), "{e}");
         let e = ServeConfig::parse("engine:\n  tick_ms: 0\n", "serve.yaml").unwrap_err().to_string();

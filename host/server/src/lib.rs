@@ -20,6 +20,7 @@ pub mod control;
 pub mod cron;
 pub mod engine;
 pub mod extend;
+pub mod http;
 pub mod loader;
 pub mod metrics;
 pub mod observe;

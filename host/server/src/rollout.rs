@@ -51,12 +51,7 @@ impl Stage {
 /// Whether the canary takes pod `name` at `share`: a stable hash of the
 /// name, so a pod's lot does not change between retries.
 pub fn canary_pick(name: &str, share: f64) -> bool {
-    // FNV-1a: stable across processes and versions.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in name.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
+    let h = tessera_core::hash::fnv1a(name.bytes());
     (h as f64 / u64::MAX as f64) < share
 }
 

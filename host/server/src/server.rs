@@ -195,6 +195,7 @@ impl Server {
             rollout: self.cfg.rollout,
             chaos: self.chaos.clone(),
             uploads: Arc::new(tokio::sync::Semaphore::new(crate::api::MAX_UPLOADS_AT_ONCE)),
+            sources_dir: self.cfg.sources_dir.as_deref().map(Arc::from),
         })
     }
 
@@ -205,7 +206,8 @@ impl Server {
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let app = self.router();
-        let served = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
+        let header_read_timeout = Duration::from_millis(self.cfg.header_read_timeout_ms);
+        let served = crate::http::serve(listener, app, header_read_timeout, shutdown).await;
         tokio::task::spawn_blocking(move || self.stop()).await.map_err(std::io::Error::other)?;
         served
     }

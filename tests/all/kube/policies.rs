@@ -163,6 +163,16 @@ async fn policies_in_the_cluster_load_pinned_components_through_the_rollout_path
     assert_eq!(c["reason"], "InvalidDocument", "{c}");
     assert!(c["message"].as_str().unwrap().contains("unknown_field"), "{c}");
 
+    // A file source no component supplies would be read from the
+    // scheduler's own disk: refused.
+    let sneaky = "name: sneaky\nplugins:\n  - name: binpack\n    source: /etc/passwd\n";
+    srv.put(policy("sneaky", "candidate", sneaky, json!([])));
+    until("the refusal", || condition(&srv, "sneaky").is_some()).await;
+    let c = condition(&srv, "sneaky").unwrap();
+    assert_eq!(c["reason"], "InvalidDocument", "{c}");
+    let m = c["message"].as_str().unwrap();
+    assert!(m.contains("plugin binpack names the file /etc/passwd") && !m.contains("root:"), "{m}");
+
     // The same policy made immediate (a new generation): it is active.
     srv.put(policy("packer", "immediate", document, components));
     until("packer active", || svc.shared.policy.read().unwrap().name == "packer").await;

@@ -310,3 +310,92 @@ async fn the_token_is_checked_before_the_body_is_read() {
     }
     svc.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_sent_requests_are_closed_after_the_header_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut cfg = config(None);
+    cfg.header_read_timeout_ms = 300;
+    let svc = Running::start(cfg).await;
+    // Headers begun and never finished: axum::serve held every one of
+    // these forever.
+    let mut held = Vec::new();
+    for _ in 0..200 {
+        let mut s = tokio::net::TcpStream::connect(svc.addr).await.unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\nX-Slow: ").await.unwrap();
+        held.push(s);
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    for (i, s) in held.iter_mut().enumerate() {
+        let mut rest = Vec::new();
+        // Closed by the service (perhaps after a 408): the read ends.
+        let r = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut rest)).await;
+        assert!(r.is_ok(), "connection {i} is still held open");
+    }
+    // The service still answers.
+    let r = reqwest::get(svc.url("/healthz")).await.unwrap();
+    assert!(r.status().is_success());
+    svc.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn posted_documents_are_bounded_and_sources_stay_in_their_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("spread.wasm"), TOPOLOGY_SPREAD.bytes).unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret"), "root:x:0:0:root:/root:/bin/bash\n").unwrap();
+    let mut cfg = config(None);
+    cfg.sources_dir = Some(dir.path().to_path_buf());
+    let svc = Running::start(cfg).await;
+    let http = reqwest::Client::new();
+    let post = |body: String| http.post(svc.url("/v1/policies")).bearer_auth(TOKEN).body(body).send();
+    let doc = |source: &str| format!("name: probe\nplugins:\n  - name: spread\n    source: {source}\n");
+
+    // Outside the directory, by `..` or absolute path: refused, and the
+    // file's content never shows.
+    let secret = outside.path().join("secret");
+    let escape = format!("../{}/secret", outside.path().file_name().unwrap().to_str().unwrap());
+    for source in [secret.to_str().unwrap(), escape.as_str(), "/etc/passwd"] {
+        let m = error(post(doc(source)).await.unwrap(), StatusCode::BAD_REQUEST, "POLICY-INVALID").await;
+        assert!(m.contains("plugin spread"), "{m}");
+        assert!(!m.contains("root:"), "{source}: {m}");
+    }
+    // Inside: loaded.
+    let (s, info) = json(post(doc("spread.wasm")).await.unwrap()).await;
+    assert_eq!(s, StatusCode::OK, "{info}");
+
+    // A 100,000-deep document is refused at once, and the service answers
+    // meanwhile (it took ~40 s on the async threads).
+    let deep = format!("name: x\nplugins: []\nx: {}{}\n", "[".repeat(100_000), "]".repeat(100_000));
+    let t0 = std::time::Instant::now();
+    let (a, b, health) = tokio::join!(post(deep.clone()), post(deep), reqwest::get(svc.url("/healthz")));
+    assert!(health.unwrap().status().is_success());
+    for r in [a, b] {
+        let m = error(r.unwrap(), StatusCode::BAD_REQUEST, "POLICY-INVALID").await;
+        assert!(m.contains("nested deeper than 64 levels"), "{m}");
+    }
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+
+    // A weight that would overflow totals to NaN.
+    let m = error(
+        post("name: big\nplugins:\n  - name: binpack\n    source: builtin:binpack\n    weight: 1e308\n".into())
+            .await
+            .unwrap(),
+        StatusCode::BAD_REQUEST,
+        "POLICY-INVALID",
+    )
+    .await;
+    assert!(m.contains("plugins[0].weight") && m.contains("0..=1000000"), "{m}");
+    svc.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_sources_dir_posted_documents_name_only_builtin_plugins() {
+    let svc = Running::start(config(None)).await;
+    let http = reqwest::Client::new();
+    let body = "name: probe\nplugins:\n  - name: spread\n    source: /etc/passwd\n";
+    let r = http.post(svc.url("/v1/policies")).bearer_auth(TOKEN).body(body).send().await.unwrap();
+    let m = error(r, StatusCode::BAD_REQUEST, "POLICY-INVALID").await;
+    assert!(m.contains("only `builtin:`") && !m.contains("root:"), "{m}");
+    svc.stop().await;
+}

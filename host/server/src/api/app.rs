@@ -31,6 +31,9 @@ pub struct AppState {
     /// Slots of the component uploads buffered at once
     /// ([`super::MAX_UPLOADS_AT_ONCE`]).
     pub uploads: Arc<tokio::sync::Semaphore>,
+    /// Where file sources of posted documents are read from (none: only
+    /// `builtin:` sources).
+    pub sources_dir: Option<Arc<std::path::Path>>,
 }
 
 /// Checks the bearer token in constant time.

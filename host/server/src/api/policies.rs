@@ -200,10 +200,25 @@ pub async fn load_policy_body(
     authorize(s, headers)?;
     content_type(headers, &["application/yaml", "application/x-yaml", "text/yaml", "application/json", "text/plain"])?;
     let body = body?;
-    let text = std::str::from_utf8(&body)
-        .map_err(|e| ApiError::new(Code::ApiBadBody, format!("the body is not UTF-8: {e}")))?;
-    let doc = tessera_policy::PolicyDocument::parse(text, "request body")
-        .map_err(|e| ApiError::new(Code::PolicyInvalid, e.to_string()))?;
+    // Parsing and resolving sources is blocking work (the file system, a
+    // large document): off the async threads, so `/healthz` still answers.
+    let sources_dir = s.sources_dir.clone();
+    let doc = tokio::task::spawn_blocking(move || {
+        let text = std::str::from_utf8(&body)
+            .map_err(|e| ApiError::new(Code::ApiBadBody, format!("the body is not UTF-8: {e}")))?;
+        let mut doc = tessera_policy::PolicyDocument::parse(text, "request body")
+            .map_err(|e| ApiError::new(Code::PolicyInvalid, e.to_string()))?;
+        doc.resolve_sources(sources_dir.as_deref()).map_err(|e| {
+            let reason = match e {
+                tessera_policy::PolicyError::Invalid { reason, .. } => reason,
+                other => other.to_string(),
+            };
+            ApiError::new(Code::PolicyInvalid, format!("request body: {reason}"))
+        })?;
+        Ok::<_, ApiError>(doc)
+    })
+    .await
+    .map_err(|e| ApiError::new(Code::ApiInternal, e.to_string()))??;
     let handle = PolicyHandle { handle: s.control.clone(), loader: s.loader.clone() };
     let loaded = handle.load(&doc).await?;
     Ok((loaded, doc))

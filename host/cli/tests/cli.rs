@@ -48,12 +48,11 @@ fn plugin_check_fails_on_foreign_world_hostile_and_missing_files() {
 fn policy_check_loads_plugins_and_reports_bad_documents_with_location() {
     let dir = tempfile::tempdir().unwrap();
     let good = dir.path().join("good.yaml");
+    std::fs::create_dir(dir.path().join("plugins")).unwrap();
+    std::fs::write(dir.path().join("plugins/spread.wasm"), tessera_plugins::TOPOLOGY_SPREAD.bytes).unwrap();
     std::fs::write(
         &good,
-        format!(
-            "name: demo\nplugins:\n  - name: binpack\n    source: builtin:binpack\n    weight: 2\n  - name: spread\n    source: {}\n",
-            tessera_plugins::TOPOLOGY_SPREAD.path
-        ),
+        "name: demo\nplugins:\n  - name: binpack\n    source: builtin:binpack\n    weight: 2\n  - name: spread\n    source: plugins/spread.wasm\n",
     )
     .unwrap();
     let (ok, out, err) = tessera(&["policy", "check", good.to_str().unwrap()]);
@@ -66,7 +65,19 @@ fn policy_check_loads_plugins_and_reports_bad_documents_with_location() {
         .unwrap();
     let (ok, _, err) = tessera(&["policy", "check", bad.to_str().unwrap()]);
     assert!(!ok);
-    assert!(err.contains("bad.yaml:5:5: plugins[0]: unknown field `colour`"), "{err}");
+    assert!(err.contains("bad.yaml:5:5: plugins[0].colour: unknown field `colour`"), "{err}");
+
+    // A source outside the policy's directory is refused, not read.
+    let sneaky = dir.path().join("sneaky.yaml");
+    std::fs::write(&sneaky, "name: demo\nplugins:\n  - name: x\n    source: /etc/passwd\n").unwrap();
+    let (ok, _, err) = tessera(&["policy", "check", sneaky.to_str().unwrap()]);
+    assert!(!ok && err.contains("plugin x: source /etc/passwd: outside") && !err.contains("root:"), "{err}");
+
+    // Files that never end are refused before they are read.
+    for args in [&["policy", "check", "/dev/zero"][..], &["sim", "--pods", "/dev/zero"]] {
+        let (ok, _, err) = tessera(args);
+        assert!(!ok && err.contains("/dev/zero: is a character device, not a regular file"), "{err}");
+    }
 
     let missing = dir.path().join("missing.yaml");
     std::fs::write(&missing, "name: demo\nplugins:\n  - name: x\n    source: builtin:nope\n").unwrap();
@@ -284,7 +295,7 @@ adaptive:\n  weight_sets: [[1, 1], [3, 1], [1, 3]]\n",
     std::fs::write(&policy, std::fs::read_to_string(&policy).unwrap().replace("[1, 3]]", "[1, 3, 1]]")).unwrap();
     let (ok, _, err) = tessera(&["sim", "--online", "--node-count", "10", "--policy", policy.to_str().unwrap()]);
     assert!(!ok);
-    assert!(err.contains("weight set 2 has 3 weights, the policy has 2 scorers"), "{err}");
+    assert!(err.contains("adaptive.weight_sets[2]: has 3 weights, the policy has 2 scorers"), "{err}");
 }
 
 /// `sim --reschedule` moves running pods to make room for pods that fit

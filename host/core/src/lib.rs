@@ -8,6 +8,7 @@ pub mod bandit;
 pub mod cluster;
 pub mod driver;
 pub mod framework;
+pub mod hash;
 pub mod metrics;
 pub mod model;
 pub mod preempt;

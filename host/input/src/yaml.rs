@@ -131,7 +131,7 @@ fn reason_of(msg: &str) -> String {
     clip_quoted(msg)
 }
 
-/// Clips every quoted run (`"…"` or `` `…` ``) longer than [`MAX_ECHO`].
+/// Clips every quoted run (`"…"` or `` `…` ``) longer than 64 bytes.
 pub fn clip_quoted(msg: &str) -> String {
     let mut out = String::with_capacity(msg.len().min(1024));
     let mut rest = msg;

@@ -3,10 +3,10 @@
 //! Everything Tessera reads that a user hands it — policy documents,
 //! campaigns, traces, component files — comes through here, bounded:
 //!
-//! - [`file`]: regular files only (a FIFO or `/dev/zero` is refused before
+//! - [`file`](mod@file): regular files only (a FIFO or `/dev/zero` is refused before
 //!   it is opened for good), a size cap per kind of input, a line-length cap
 //!   for line-oriented formats, and paths kept inside an allowed root.
-//! - [`yaml`]: a document's nesting depth is capped and duplicate keys are
+//! - [`yaml`](mod@yaml): a document's nesting depth is capped and duplicate keys are
 //!   refused before serde reads it (a 100,000-deep flow document is refused
 //!   in microseconds, not minutes), a UTF-8 byte-order mark is dropped, and
 //!   every error carries the line, column and path of the field at fault

@@ -260,38 +260,29 @@ fn a_fault_after_the_workload_ended_is_not_exercised_and_blocks_the_verdict() {
 
     let text = "name: t\ncluster: {builtin: {nodes: 5}}\nworkload: {builtin: {pods: 5, load: 1}}\ncandidate: a\nbaseline: b\nseeds: [1]\nscenarios:\n  - {name: late, faults: [{kind: node-crash, start: {at: 100000000}, duration_s: 60}]}\n";
     let campaign = crate::Campaign::parse(text, "t.yaml").unwrap();
-    let side = |side| crate::verdict::Run {
-        scenario: "late".into(),
-        seed: 1,
-        side,
-        outcome: o.clone(),
-        forecasts: Vec::new(),
-        wall_s: 0.0,
+    // Both sides of scenario `late` had outcome `o`.
+    let judge = |o: &Outcome| {
+        let run = |side| crate::verdict::Run {
+            scenario: "late".into(),
+            seed: 1,
+            side,
+            outcome: o.clone(),
+            forecasts: Vec::new(),
+            wall_s: 0.0,
+        };
+        crate::verdict::judge(
+            &campaign,
+            vec![run(crate::verdict::Side::Candidate), run(crate::verdict::Side::Baseline)],
+            0.0,
+        )
     };
-    let r = crate::verdict::judge(
-        &campaign,
-        vec![side(crate::verdict::Side::Candidate), side(crate::verdict::Side::Baseline)],
-        0.0,
-    );
+    let r = judge(&o);
     assert_eq!(r.verdict, crate::verdict::Verdict::Block, "{:?}", r.gates);
     assert_eq!(r.failing, ["faults_exercised"]);
     let g = r.gates.iter().find(|g| g.name == "faults_exercised").unwrap();
     assert_eq!((g.candidate, g.baseline), (1.0, 1.0));
 
     // Every fault struck: the gate passes.
-    let o = go(&[during], &mut Simple::default());
-    let side = |side| crate::verdict::Run {
-        scenario: "late".into(),
-        seed: 1,
-        side,
-        outcome: o.clone(),
-        forecasts: Vec::new(),
-        wall_s: 0.0,
-    };
-    let r = crate::verdict::judge(
-        &campaign,
-        vec![side(crate::verdict::Side::Candidate), side(crate::verdict::Side::Baseline)],
-        0.0,
-    );
+    let r = judge(&go(&[during], &mut Simple::default()));
     assert_eq!(r.verdict, crate::verdict::Verdict::Promote, "{:?}", r.gates);
 }

@@ -16,7 +16,7 @@ pub const WASM_LAYER_TYPES: [&str; 3] = [
 ];
 
 /// Largest component accepted, bytes.
-pub const MAX_BYTES: usize = 64 << 20;
+pub const MAX_BYTES: usize = tessera_input::Limit::COMPONENT.max_bytes as usize;
 
 /// A parsed reference: `registry/repository[:tag][@sha256:digest]`.
 #[derive(Debug, Clone, PartialEq, Eq)]

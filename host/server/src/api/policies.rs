@@ -15,11 +15,11 @@ use crate::control::{Control, PolicyHandle};
 
 type ApiResult<T> = Result<Json<T>, ApiError>;
 
-/// Largest plugin component accepted, bytes.
-pub const MAX_COMPONENT_BYTES: usize = 64 << 20;
+/// Largest plugin component accepted, bytes: the cap on component files.
+pub const MAX_COMPONENT_BYTES: usize = tessera_input::Limit::COMPONENT.max_bytes as usize;
 
-/// Largest policy document accepted, bytes.
-pub const MAX_POLICY_BYTES: usize = 1 << 20;
+/// Largest policy document accepted, bytes: the cap on policy files.
+pub const MAX_POLICY_BYTES: usize = tessera_input::Limit::POLICY.max_bytes as usize;
 
 /// A plugin of the running policy.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

@@ -144,3 +144,65 @@ fn a_replay_stops_a_looping_plugin_by_fuel_as_a_timeout() {
     let d = p.decide(&pod(), &(0..8).collect::<Vec<_>>());
     assert!(matches!(d.errors[0].kind, CallFault::Timeout { deadline_ms: 5 }), "{}", d.errors[0]);
 }
+
+/// A fresh instance mirrors the whole cluster once: that sync is sized by
+/// the cluster, not by one decision, so a tight deadline does not make a
+/// large cluster unmirrorable (before, each fault dropped the instance and
+/// the next one started over: every call faulted, forever). Under
+/// contention, in the service and in a replay alike.
+#[test]
+fn a_fresh_instance_mirrors_a_large_cluster_within_its_sync_allowance() {
+    let nodes = cluster(10_000);
+    let candidates: Vec<u32> = (0..10_000).collect();
+    let busy = Contention::start();
+    for budget in [CallBudget::SERVICE, CallBudget::REPLAY] {
+        let rt =
+            Runtime::new(RuntimeConfig { budget, cache_dir: Some(cache_dir()), ..RuntimeConfig::default() }).unwrap();
+        let mut spec = PluginSpec::new("binpack");
+        spec.limits.deadline_ms = Bounded(5);
+        let (binpack, _) = rt.load(&spec, BINPACK.bytes).unwrap();
+        let p = policy(vec![member(binpack, 1.0)], &nodes);
+        for round in 0..3 {
+            let d = p.decide(&pod(), &candidates);
+            assert!(d.errors.is_empty(), "{budget:?}, decision {round}: {:?}", d.errors);
+            assert!(d.chosen.is_some(), "{budget:?}");
+        }
+    }
+    drop(busy);
+}
+
+/// The sync's allowance is room for the mirror, not for a loop: a plugin
+/// that loops in `apply` is stopped (a timeout in the service once it used
+/// the deadline plus the allowance of CPU; by fuel in a replay), and the
+/// rest of the policy decides.
+#[test]
+fn a_plugin_looping_in_apply_is_still_stopped() {
+    for budget in [CallBudget::SERVICE, CallBudget::REPLAY] {
+        let rt =
+            Runtime::new(RuntimeConfig { budget, cache_dir: Some(cache_dir()), ..RuntimeConfig::default() }).unwrap();
+        let mut spec = PluginSpec::new("looper");
+        // Each instance's first apply passes; its next one loops.
+        spec.config_json = r#"{"mode": "loop", "on": "apply", "after": 1}"#.into();
+        spec.limits.deadline_ms = Bounded(20);
+        let (looper, _) = rt.load(&spec, HOSTILE.bytes).unwrap();
+        let mut nodes = cluster(8);
+        let p = policy(vec![member(load(&rt, BINPACK, "binpack", "null"), 1.0), member(looper, 1.0)], &nodes);
+        let d = p.decide(&pod(), &(0..8).collect::<Vec<_>>());
+        assert!(d.errors.is_empty(), "{budget:?}: {:?}", d.errors);
+        nodes[3].free.cpu_milli -= 1;
+        p.upsert_nodes(&nodes[3..4]);
+        let t = Instant::now();
+        let d = p.decide(&pod(), &(0..8).collect::<Vec<_>>());
+        let took = t.elapsed();
+        assert_eq!(d.errors.len(), 1, "{budget:?}: {:?}", d.errors);
+        // 20 ms and one delta's allowance.
+        assert!(
+            matches!(d.errors[0].kind, CallFault::Timeout { deadline_ms: 21 } | CallFault::HostOverloaded { .. }),
+            "{budget:?}: {}",
+            d.errors[0]
+        );
+        assert_eq!(d.errors[0].call, "apply", "{}", d.errors[0]);
+        assert!(took < Duration::from_secs(2), "{budget:?}: stopped after {took:?}");
+        assert!(d.chosen.is_some(), "binpack still decides");
+    }
+}

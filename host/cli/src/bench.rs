@@ -53,6 +53,10 @@ pub struct BenchResult {
     pub cold_load_ms: f64,
     /// Load with a precompiled-cache hit (deserialize, link, check), µs.
     pub cache_hit_load_us: f64,
+    /// A fresh instance's first mirror of every node (`apply`), ms of wall
+    /// time; a sync may spend the deadline plus
+    /// `tessera_wasm::SYNC_US_PER_DELTA` per node.
+    pub first_sync_ms: f64,
     /// Wasm calls made.
     pub wasm_calls: u64,
     /// Of them, calls that faulted (counted, never fatal: a bench reports).
@@ -168,7 +172,16 @@ pub fn run(opts: &BenchOptions) -> Result<BenchResult> {
             first_fault.borrow_mut().get_or_insert_with(|| e.to_string());
         }
     };
-    score(&ids); // syncs the mirror
+    let t = Instant::now();
+    if let Err(e) = version.prime(&feed) {
+        // Counted like any other call's fault; the first score retries it.
+        calls.set(calls.get() + 1);
+        faults.set(faults.get() + 1);
+        timeouts.set(timeouts.get() + u64::from(matches!(e.kind, tessera_wasm::CallFault::Timeout { .. })));
+        first_fault.borrow_mut().get_or_insert_with(|| e.to_string());
+    }
+    let first_sync_ms = t.elapsed().as_secs_f64() * 1e3;
+    score(&ids);
 
     // Native scoring through the same SDK glue.
     native.apply(&nodes).map_err(anyhow::Error::msg)?;
@@ -210,6 +223,7 @@ pub fn run(opts: &BenchOptions) -> Result<BenchResult> {
         ratio: wasm_ns_per_node / native_ns_per_node,
         cold_load_ms,
         cache_hit_load_us,
+        first_sync_ms,
         wasm_calls: calls.get(),
         wasm_faults: faults.get(),
         wasm_timeouts: timeouts.get(),
@@ -231,6 +245,7 @@ impl BenchResult {
             ("wasm / native", format!("{:.2}", self.ratio)),
             ("cold load (compile) ms", format!("{:.1}", self.cold_load_ms)),
             ("cache-hit load µs", format!("{:.0}", self.cache_hit_load_us)),
+            ("first sync ms", format!("{:.1}", self.first_sync_ms)),
             ("wasm calls", self.wasm_calls.to_string()),
             ("wasm faults", self.wasm_faults.to_string()),
             ("wasm timeouts", self.wasm_timeouts.to_string()),

@@ -98,6 +98,7 @@ fn plugin_bench_prints_the_documented_json() {
         "native_ns_per_node",
         "ratio",
         "cache_hit_load_us",
+        "first_sync_ms",
         "wasm_calls",
         "wasm_faults",
         "wasm_timeouts",

@@ -16,6 +16,13 @@
 //!   call the host starves for good; that too is host overload
 //!   ([`crate::CallFault::HostOverloaded`]), which neither counts against
 //!   the plugin's fault budget nor quarantines it.
+//! - **A mirror sync** (`apply`) is sized by its input, not by one
+//!   decision: on top of the deadline it may spend [`SYNC_US_PER_DELTA`]
+//!   of CPU (service) or [`SYNC_FUEL_PER_DELTA`] of fuel (replays) per node
+//!   delta. A fresh instance mirrors the whole cluster once; with a fixed
+//!   deadline a large enough cluster could never be mirrored (each fault
+//!   drops the instance and the next one starts over), so every plugin
+//!   would fault on every call however well it behaved.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,6 +37,18 @@ use crate::host::HostState;
 /// instructions), so a plugin that meets its deadline in the service meets
 /// its budget in a replay.
 pub const FUEL_PER_MS: u64 = 2_000_000;
+
+/// CPU a mirror sync may spend per node delta beyond the deadline, µs. A
+/// fresh instance of the Rust SDK's mirror takes 3–4 µs of wall time per
+/// node in a release build, the host's copy and lowering included, and
+/// about 10 µs in a debug build (`tessera plugin bench`, `first sync ms`;
+/// docs/BENCHMARKS.md §5): fifty is room for a slower guest language and a
+/// debug build, not for a loop.
+pub const SYNC_US_PER_DELTA: u64 = 50;
+
+/// Fuel a mirror sync may spend per node delta beyond the deadline's, in a
+/// replay: [`SYNC_US_PER_DELTA`] at [`FUEL_PER_MS`].
+pub const SYNC_FUEL_PER_DELTA: u64 = SYNC_US_PER_DELTA * FUEL_PER_MS / 1000;
 
 /// How a call's time is bounded (engine-wide).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,12 +86,16 @@ impl Default for CallBudget {
 
 /// A call's start, on the wall clock and on the calling thread's CPU
 /// clock (read again on the same thread: a call runs on the thread that
-/// armed it); whether the host has starved it so far.
+/// armed it); whether the host has starved it so far; what it was granted.
 #[derive(Debug)]
 pub(crate) struct CallClock {
-    wall: Instant,
-    cpu: Duration,
+    /// Wall and thread CPU clocks at the start (none in a replay).
+    started: Option<(Instant, Duration)>,
     starved: bool,
+    /// This call's deadline (the plugin's, plus a sync's allowance).
+    pub(crate) deadline: Duration,
+    /// This call's fuel, when metered.
+    pub(crate) fuel: u64,
 }
 
 fn thread_cpu() -> Duration {
@@ -81,9 +104,25 @@ fn thread_cpu() -> Duration {
 
 impl CallClock {
     /// Starts now, on the calling thread.
-    pub(crate) fn start() -> Self {
-        Self { wall: Instant::now(), cpu: thread_cpu(), starved: false }
+    pub(crate) fn start(deadline: Duration, fuel: u64) -> Self {
+        Self { started: Some((Instant::now(), thread_cpu())), starved: false, deadline, fuel }
     }
+
+    /// What a replay's call was granted; reads no clock.
+    pub(crate) fn unclocked(deadline: Duration, fuel: u64) -> Self {
+        Self { started: None, starved: false, deadline, fuel }
+    }
+}
+
+/// What a call may spend: the plugin's deadline (and fuel), plus a sync's
+/// allowance for `deltas` node deltas.
+pub(crate) fn grant(deadline_ms: u64, fuel: Option<u64>, per_ms: u64, deltas: usize) -> (Duration, u64) {
+    let deltas = deltas as u64;
+    let deadline = Duration::from_millis(deadline_ms)
+        .saturating_add(Duration::from_micros(deltas.saturating_mul(SYNC_US_PER_DELTA)));
+    let fuel =
+        fuel.unwrap_or(per_ms.saturating_mul(deadline_ms)).saturating_add(deltas.saturating_mul(SYNC_FUEL_PER_DELTA));
+    (deadline, fuel)
 }
 
 /// The host starved a call past the wall-clock safety net.
@@ -120,14 +159,16 @@ pub(crate) fn judge(cpu: Duration, wall: Duration, deadline: Duration, wall_cap:
 /// The service's epoch callback for one instance: judges the running call
 /// by its CPU time; counts the first extension of each call in `starved`.
 pub(crate) fn cpu_time_callback(
-    deadline: Duration,
     wall_cap: u32,
     tick: Duration,
     starved: Arc<AtomicU64>,
 ) -> impl FnMut(StoreContextMut<'_, HostState>) -> wasmtime::Result<UpdateDeadline> + Send + Sync + 'static {
     move |mut ctx| {
         let clock = &mut ctx.data_mut().clock;
-        let (cpu, wall) = (thread_cpu().saturating_sub(clock.cpu), clock.wall.elapsed());
+        let (cpu, wall) = clock
+            .started
+            .map_or((Duration::ZERO, Duration::ZERO), |(wall, cpu)| (thread_cpu().saturating_sub(cpu), wall.elapsed()));
+        let deadline = clock.deadline;
         match judge(cpu, wall, deadline, wall_cap, tick) {
             Verdict::Timeout => Err(Trap::Interrupt.into()),
             Verdict::Starved(s) => Err(s.into()),
@@ -162,5 +203,20 @@ mod tests {
             Verdict::Starved(HostStarved { cpu_ms: 5, wall_ms: 500 })
         );
         assert_eq!(judge(ms(49), ms(51), deadline, 10, ms(3)), Verdict::Continue(1));
+    }
+
+    #[test]
+    fn a_sync_is_granted_the_deadline_and_an_allowance_per_delta() {
+        // One decision: the deadline, and its fuel.
+        assert_eq!(grant(50, None, FUEL_PER_MS, 0), (Duration::from_millis(50), 50 * FUEL_PER_MS));
+        // A fresh instance on 10,000 nodes: 500 ms more, and its fuel.
+        assert_eq!(
+            grant(50, None, FUEL_PER_MS, 10_000),
+            (Duration::from_millis(550), 50 * FUEL_PER_MS + 10_000 * SYNC_FUEL_PER_DELTA)
+        );
+        // A policy's own fuel limit gets the same allowance on top.
+        assert_eq!(grant(50, Some(7), FUEL_PER_MS, 2).1, 7 + 2 * SYNC_FUEL_PER_DELTA);
+        // Nothing overflows.
+        assert_eq!(grant(10_000, Some(u64::MAX), FUEL_PER_MS, usize::MAX).1, u64::MAX);
     }
 }

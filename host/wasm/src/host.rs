@@ -119,7 +119,7 @@ impl HostState {
             stderr,
             zones: Arc::default(),
             gpu_memory: std::collections::HashMap::new(),
-            clock: crate::budget::CallClock::start(),
+            clock: crate::budget::CallClock::unclocked(std::time::Duration::ZERO, 0),
         }
     }
 

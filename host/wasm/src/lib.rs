@@ -34,7 +34,7 @@ mod slot;
 mod stderr;
 
 pub use bindings::types as wit;
-pub use budget::{CallBudget, FUEL_PER_MS};
+pub use budget::{CallBudget, FUEL_PER_MS, SYNC_FUEL_PER_DELTA, SYNC_US_PER_DELTA};
 pub use cache::{ArtifactCache, CacheOutcome, content_key, sha256_hex};
 pub use check::{canned_frame, canned_nodes, canned_pods};
 pub use error::{CallError, CallFault, LoadError, WorldKind};

@@ -194,22 +194,33 @@ impl PluginVersion {
 
     /// Arms the budget for the next guest call (see [`crate::budget`]).
     fn arm(&self, store: &mut Store<HostState>) {
-        let deadline_ms = self.limits.deadline_ms.0;
+        self.arm_sync(store, 0);
+    }
+
+    /// Arms the budget for a call that mirrors `deltas` node deltas (the
+    /// deadline plus a sync's allowance, see [`crate::budget`]).
+    fn arm_sync(&self, store: &mut Store<HostState>, deltas: usize) {
+        let fuel_limit = self.limits.fuel.map(|f| f.0);
         match self.budget {
             CallBudget::Fuel { per_ms } => {
+                let (deadline, fuel) = budget::grant(self.limits.deadline_ms.0, fuel_limit, per_ms, deltas);
                 // No clock: the epoch never interrupts; fuel decides.
                 store.set_epoch_deadline(NEVER);
-                let _ = store.set_fuel(self.limits.fuel.map_or(per_ms.saturating_mul(deadline_ms), |f| f.0));
+                let _ = store.set_fuel(fuel);
+                store.data_mut().clock = CallClock::unclocked(deadline, fuel);
             }
             CallBudget::CpuTime { .. } => {
-                store.set_epoch_deadline(deadline_ms.div_ceil(self.epoch_tick_ms).max(1));
+                // A plugin without a fuel limit on a metering runtime runs
+                // unmetered in effect.
+                let (deadline, fuel) =
+                    budget::grant(self.limits.deadline_ms.0, Some(fuel_limit.unwrap_or(u64::MAX)), 0, deltas);
+                let ticks = (deadline.as_nanos().div_ceil(u128::from(self.epoch_tick_ms) * 1_000_000)) as u64;
+                store.set_epoch_deadline(ticks.max(1));
                 if self.fuel_enabled {
-                    // A plugin without a fuel limit on a metering runtime
-                    // runs unmetered in effect; `set_fuel` cannot fail when
-                    // metering is on.
-                    let _ = store.set_fuel(self.limits.fuel.map_or(u64::MAX, |f| f.0));
+                    // `set_fuel` cannot fail when metering is on.
+                    let _ = store.set_fuel(fuel);
                 }
-                store.data_mut().clock = CallClock::start();
+                store.data_mut().clock = CallClock::start(deadline, fuel);
             }
         }
         store.data_mut().limiter.denied = None;
@@ -222,20 +233,18 @@ impl PluginVersion {
                 requested_mib: (requested as u64).div_ceil(1 << 20),
             };
         }
+        // What this call was granted (a sync's allowance included).
+        let granted = &store.data().clock;
+        let deadline_ms = u64::try_from(granted.deadline.as_micros().div_ceil(1000)).unwrap_or(u64::MAX);
         if let Some(s) = error.downcast_ref::<HostStarved>() {
-            return CallFault::HostOverloaded {
-                deadline_ms: self.limits.deadline_ms.0,
-                cpu_ms: s.cpu_ms,
-                wall_ms: s.wall_ms,
-            };
+            return CallFault::HostOverloaded { deadline_ms, cpu_ms: s.cpu_ms, wall_ms: s.wall_ms };
         }
-        let deadline_ms = self.limits.deadline_ms.0;
         match error.downcast_ref::<Trap>() {
             Some(Trap::Interrupt) => CallFault::Timeout { deadline_ms },
             // A replay's deadline is its fuel: running out of it is the
             // timeout the service would have seen.
             Some(Trap::OutOfFuel) if self.limits.fuel.is_none() => CallFault::Timeout { deadline_ms },
-            Some(Trap::OutOfFuel) => CallFault::FuelExhausted { fuel: self.limits.fuel.map_or(0, |f| f.0) },
+            Some(Trap::OutOfFuel) => CallFault::FuelExhausted { fuel: granted.fuel },
             Some(trap) => CallFault::Trap { trap: trap.to_string(), guest_said: store.data().last_stderr_line() },
             None => CallFault::Trap {
                 trap: format!("{error:#}").lines().next().unwrap_or_default().to_string(),
@@ -254,7 +263,6 @@ impl PluginVersion {
         match self.budget {
             CallBudget::Fuel { .. } => store.epoch_deadline_trap(),
             CallBudget::CpuTime { wall_cap } => store.epoch_deadline_callback(budget::cpu_time_callback(
-                Duration::from_millis(self.limits.deadline_ms.0),
                 wall_cap,
                 Duration::from_millis(self.epoch_tick_ms),
                 self.starved.clone(),
@@ -292,28 +300,35 @@ impl PluginVersion {
         }
     }
 
-    /// Runs `f` on a pooled instance that follows `feed` (or a fresh one); a
-    /// fault drops the instance so the next call gets a fresh one.
+    /// Runs `f` on a pooled instance that follows `feed` (or a fresh one),
+    /// its mirror brought up to date first (a fault there is the `apply`
+    /// call's); a fault drops the instance so the next call gets a fresh one.
     fn with_instance<R>(
         &self,
         call: &'static str,
-        feed: Option<u64>,
+        feed: Option<&RwLock<NodeFeed>>,
         f: impl FnOnce(&Self, &mut Instance) -> Result<R, (CallFault, bool)>,
     ) -> Result<R, CallError> {
+        let id = feed.map(|f| f.read().unwrap_or_else(|p| p.into_inner()).id());
         let pooled = {
             let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
-            pool.iter().rposition(|i| i.feed.is_none() || i.feed == feed).map(|at| pool.swap_remove(at))
+            pool.iter().rposition(|i| i.feed.is_none() || i.feed == id).map(|at| pool.swap_remove(at))
         };
         let mut inst = match pooled {
             Some(i) => i,
             None => self.instantiate().map_err(|k| self.err(call, k))?,
         };
-        match f(self, &mut inst) {
+        let done = match feed {
+            Some(feed) => self.sync(&mut inst, feed).map_err(|(kind, keep)| ("apply", kind, keep)),
+            None => Ok(()),
+        }
+        .and_then(|()| f(self, &mut inst).map_err(|(kind, keep)| (call, kind, keep)));
+        match done {
             Ok(r) => {
                 self.pool.lock().unwrap_or_else(|p| p.into_inner()).push(inst);
                 Ok(r)
             }
-            Err((kind, keep)) => {
+            Err((call, kind, keep)) => {
                 if keep {
                     self.pool.lock().unwrap_or_else(|p| p.into_inner()).push(inst);
                 }
@@ -349,7 +364,7 @@ impl PluginVersion {
         let Bound::Scorer(b) = &inst.bound else {
             return Ok(());
         };
-        self.arm(&mut inst.store);
+        self.arm_sync(&mut inst.store, deltas.len());
         match b.tessera_policy_scoring().call_apply(&mut inst.store, &deltas) {
             Ok(Ok(())) => {
                 inst.synced = generation;
@@ -368,14 +383,12 @@ impl PluginVersion {
         if self.kind() != WorldKind::Scorer {
             return Ok(());
         }
-        self.with_instance("apply", feed_id(feed), |this, inst| this.sync(inst, feed))
+        self.with_instance("apply", Some(feed), |_, _| Ok(()))
     }
 
     /// Filters `candidates` for `pod`: one verdict per candidate.
     pub fn filter(&self, feed: &RwLock<NodeFeed>, pod: &wit::Pod, candidates: &[u32]) -> Result<Vec<u8>, CallError> {
-        let id = feed_id(feed);
-        self.with_instance("filter", id, |this, inst| {
-            this.sync(inst, feed)?;
+        self.with_instance("filter", Some(feed), |this, inst| {
             let Bound::Scorer(b) = &inst.bound else { unreachable!("scorer call on a detector") };
             this.arm(&mut inst.store);
             match b.tessera_policy_scoring().call_filter(&mut inst.store, pod, candidates) {
@@ -397,9 +410,7 @@ impl PluginVersion {
 
     /// Scores `candidates` for `pod`: one value per candidate.
     pub fn score(&self, feed: &RwLock<NodeFeed>, pod: &wit::Pod, candidates: &[u32]) -> Result<ScoreOutput, CallError> {
-        let id = feed_id(feed);
-        self.with_instance("score", id, |this, inst| {
-            this.sync(inst, feed)?;
+        self.with_instance("score", Some(feed), |this, inst| {
             let Bound::Scorer(b) = &inst.bound else { unreachable!("scorer call on a detector") };
             this.arm(&mut inst.store);
             match b.tessera_policy_scoring().call_score(&mut inst.store, pod, candidates) {
@@ -496,10 +507,6 @@ impl PluginVersion {
     pub(crate) fn drain(&self) {
         self.pool.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
-}
-
-fn feed_id(feed: &RwLock<NodeFeed>) -> Option<u64> {
-    Some(feed.read().unwrap_or_else(|p| p.into_inner()).id())
 }
 
 fn wrong_len(what: &'static str, expected: usize, got: usize, elem: usize) -> CallFault {

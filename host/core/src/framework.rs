@@ -67,6 +67,8 @@ pub enum Why {
     /// A plugin's filter rejected every node the host allowed, mostly with
     /// this reason code (e.g. `SCHED-ZONE-SPREAD`).
     Plugin(String),
+    /// The pod waits with its gang.
+    Gang(GangWait),
 }
 
 impl Why {
@@ -75,6 +77,79 @@ impl Why {
         match self {
             Why::Filter(r) => r.code(),
             Why::Plugin(code) => code,
+            Why::Gang(w) => w.code(),
+        }
+    }
+}
+
+/// Why a gang's members wait.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum GangWait {
+    /// Fewer members than `min_member` are known yet (`SCHED-GANG-INCOMPLETE`).
+    Incomplete {
+        /// The gang.
+        gang: String,
+        /// Members known (running, queued or parked).
+        present: u32,
+        /// Members it needs.
+        min_member: u32,
+    },
+    /// Enough members, but only `fit` of the `needed` fitted together; all
+    /// that was held for them was released (`SCHED-GANG-UNSCHEDULABLE`).
+    Unschedulable {
+        /// The gang.
+        gang: String,
+        /// Members that fitted.
+        fit: u32,
+        /// Members that had to (`min_member` less those running).
+        needed: u32,
+        /// Why the first member that did not fit did not.
+        blocker: Box<Why>,
+    },
+    /// Still waiting, for `wait`'s reason, past the gang's timeout
+    /// (`SCHED-GANG-TIMEOUT`).
+    TimedOut {
+        /// Seconds it has waited.
+        waited_s: u64,
+        /// Why it waits.
+        wait: Box<GangWait>,
+    },
+}
+
+impl GangWait {
+    /// Every code a gang's wait has.
+    pub const CODES: [&'static str; 3] = ["SCHED-GANG-INCOMPLETE", "SCHED-GANG-UNSCHEDULABLE", "SCHED-GANG-TIMEOUT"];
+
+    /// The stable reason code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            GangWait::Incomplete { .. } => Self::CODES[0],
+            GangWait::Unschedulable { .. } => Self::CODES[1],
+            GangWait::TimedOut { .. } => Self::CODES[2],
+        }
+    }
+
+    /// Said in words, for events and explanations.
+    pub fn describe(&self) -> String {
+        match self {
+            GangWait::Incomplete { gang, present, min_member } => {
+                format!("gang {gang}: {present} of {min_member} members known")
+            }
+            GangWait::Unschedulable { gang, fit, needed, blocker } => {
+                format!("gang {gang}: {fit} of {needed} members fit together ({})", blocker.code())
+            }
+            GangWait::TimedOut { waited_s, wait } => {
+                format!("{} (waiting {waited_s} s, past its timeout)", wait.describe())
+            }
+        }
+    }
+
+    /// Whether only another member's arrival can end the wait.
+    pub fn needs_members(&self) -> bool {
+        match self {
+            GangWait::Incomplete { .. } => true,
+            GangWait::Unschedulable { .. } => false,
+            GangWait::TimedOut { wait, .. } => wait.needs_members(),
         }
     }
 }

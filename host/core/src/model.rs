@@ -264,6 +264,30 @@ pub struct Pod {
     /// term: all of its requirements). Empty: any node.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub node_affinity: Vec<Vec<LabelRequirement>>,
+    /// The gang it belongs to, if any: placed all or nothing with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gang: Option<Gang>,
+}
+
+/// A gang (a pod group: Kubernetes' `scheduling.x-k8s.io` `PodGroup`, a
+/// training job's workers): its pods are placed all or nothing. A pass
+/// holds room for members as it finds it and binds only once
+/// `min_member` of them (running members included) fit; otherwise it
+/// releases everything it held and the gang waits, so no partial gang
+/// holds GPUs across passes and two gangs cannot deadlock. Members past
+/// `min_member` are placed one at a time once the gang runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Gang {
+    /// The group's name, unique in the cluster (a caller qualifies a
+    /// Kubernetes name with its namespace).
+    pub name: String,
+    /// Members that must run together, at least 1.
+    pub min_member: u32,
+    /// Seconds (the loop's clock) a gang may wait before its members'
+    /// reason says `SCHED-GANG-TIMEOUT`; it keeps waiting all the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_s: Option<u64>,
 }
 
 /// One requirement on a node's labels (Kubernetes' `matchExpressions`).

@@ -7,8 +7,11 @@
 //! GPU share, CPU, memory) on the node: preemption never bends a
 //! constraint, it only frees capacity.
 //!
-//! Cost, compared in this order: fewest victims, then the lowest highest
-//! tier among them, then the least work lost (sum of their run times).
+//! Cost, compared in this order: fewest pods evicted, then the lowest
+//! highest tier among them, then the least work lost (sum of their run
+//! times). A victim in a gang takes its gang with it: it counts as every
+//! running member ([`Running::evicts`]), so one member of a big job is
+//! never taken for a cheap victim.
 //! Per node with up to [`EXACT_LIMIT`] eligible victims every subset is
 //! considered, cheapest first, so the answer is the cheapest; with more,
 //! victims are added cheapest first until the pod fits and then any victim
@@ -30,6 +33,8 @@ pub struct Running<'a> {
     pub placement: Placement,
     /// When it started (caller's clock).
     pub started_at: u64,
+    /// Pods evicted if it is: 1, or its gang's running members.
+    pub evicts: u32,
 }
 
 /// The victims chosen on one node.
@@ -39,7 +44,8 @@ pub struct Preemption {
     pub node: NodeId,
     /// Indices of the victims in the `running` slice given.
     pub victims: Vec<usize>,
-    /// Their total run time, the work lost.
+    /// Their total run time, the work lost (a gang member's counted for
+    /// each of its gang's running members).
     pub work_lost: u64,
 }
 
@@ -105,20 +111,25 @@ type Cost = (usize, u8, u64);
 pub const EXACT_LIMIT: usize = 12;
 
 /// The cheapest subset of `eligible` that lets `pod` fit (ties: the
-/// smallest index list). Subsets are tried by size, smallest first, and
-/// the search stops at the first size where one fits: fewer victims is
-/// always cheaper. No allocation per subset.
+/// smallest index list). Subsets are tried by size, smallest first; a
+/// subset's first cost is at least its size, so the search stops at the
+/// first size past the best cost found (or `max_cost`). No allocation per
+/// subset that does not fit.
 fn exact(
     node: &Node,
     running: &[Running<'_>],
     eligible: &[usize],
     pod: &Pod,
     cost: impl Fn(&[usize]) -> Cost,
-    max_size: usize,
+    max_cost: usize,
 ) -> Option<Vec<usize>> {
     let members = |mask: u32| (0..eligible.len()).filter(move |b| mask & (1 << b) != 0).map(|b| eligible[b]);
-    for size in 0..=eligible.len().min(max_size) as u32 {
-        let mut best: Option<(Cost, Vec<usize>)> = None;
+    let mut best: Option<(Cost, Vec<usize>)> = None;
+    for size in 0..=eligible.len() as u32 {
+        let bound = best.as_ref().map_or(max_cost, |(c, _)| c.0.min(max_cost));
+        if size as usize > bound {
+            break;
+        }
         for mask in (0u32..1 << eligible.len()).filter(|m| m.count_ones() == size) {
             if !fits_without(node, running, members(mask), pod) {
                 continue;
@@ -129,11 +140,8 @@ fn exact(
                 best = Some((c, set));
             }
         }
-        if let Some((_, set)) = best {
-            return Some(set);
-        }
     }
-    None
+    best.map(|(_, set)| set)
 }
 
 /// The cheapest preemption that lets `pod` run, if any (no victims at all
@@ -156,7 +164,12 @@ pub fn plan(nodes: &[Node], running: &[Running<'_>], pod: &Pod, now: u64) -> Opt
         let work = |i: usize| now.saturating_sub(running[i].started_at);
         let cost = |set: &[usize]| -> Cost {
             let top_tier = set.iter().map(|&v| Tier::rank(running[v].pod.tier)).max().unwrap_or(0);
-            (set.len(), top_tier, set.iter().map(|&v| work(v)).sum())
+            let evicts = |v: usize| u64::from(running[v].evicts.max(1));
+            (
+                set.iter().map(|&v| evicts(v) as usize).sum(),
+                top_tier,
+                set.iter().map(|&v| work(v).saturating_mul(evicts(v))).sum(),
+            )
         };
         let mut chosen = if eligible.len() <= EXACT_LIMIT {
             // A node that needs more victims than the best so far cannot win.
@@ -166,7 +179,10 @@ pub fn plan(nodes: &[Node], running: &[Running<'_>], pod: &Pod, now: u64) -> Opt
                 None => continue,
             }
         } else {
-            eligible.sort_by_key(|&i| (Tier::rank(running[i].pod.tier), running[i].pod.priority, work(i), Reverse(i)));
+            eligible.sort_by_key(|&i| {
+                let r = &running[i];
+                (Tier::rank(r.pod.tier), r.evicts, r.pod.priority, work(i), Reverse(i))
+            });
             let mut chosen = Vec::new();
             for &v in &eligible {
                 chosen.push(v);
@@ -218,7 +234,7 @@ mod tests {
             .map(|(p, started_at)| {
                 let gpus = choose_gpus(cluster.node(node).unwrap(), &p, None).unwrap();
                 let placement = cluster.bind(node, &p, gpus).unwrap();
-                Running { pod: std::borrow::Cow::Owned(p), placement, started_at }
+                Running { pod: std::borrow::Cow::Owned(p), placement, started_at, evicts: 1 }
             })
             .collect()
     }
@@ -372,7 +388,7 @@ mod tests {
                 if let Some(gpus) = choose_gpus(c.node(0).unwrap(), &p, None)
                     && let Ok(placement) = c.bind(0, &p, gpus)
                 {
-                    running.push(Running { pod: std::borrow::Cow::Owned(p), placement, started_at: 0 });
+                    running.push(Running { pod: std::borrow::Cow::Owned(p), placement, started_at: 0, evicts: 1 });
                 }
             }
             c.update_node(0, |n| {

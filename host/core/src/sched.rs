@@ -20,12 +20,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::{Cluster, FilterReason, Placement, choose_gpus};
+use crate::cluster::{Cluster, FilterReason, Placement};
 use crate::framework::{Placer, Why, bind_choice};
 use crate::model::{GPU_MILLI, Node, NodeId, Pod, Tier};
-use crate::preempt::{self, Running};
 use crate::queue::{Mlfq, MlfqConfig};
 
+pub use gang::GangStatus;
 pub use live::{AdoptError, PlaceError};
 
 /// Which nodes a decision looks at (kube-scheduler's
@@ -159,6 +159,13 @@ pub struct SchedStats {
     pub deadline_hits: u64,
     /// Candidates handed to the placer, summed over decisions.
     pub nodes_scored: u64,
+    /// Gangs placed together (`min_member` bound at once).
+    #[serde(default)]
+    pub gangs_admitted: u64,
+    /// Gang attempts that could not place `min_member` and released what
+    /// they held.
+    #[serde(default)]
+    pub gang_rollbacks: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -197,6 +204,8 @@ pub struct Scheduler {
     attempts: Option<Vec<Attempt>>,
     /// Running pods that may not be preempted now (a disruption budget).
     protected: BTreeSet<PodId>,
+    /// Gangs with a member known, by name.
+    gangs: BTreeMap<String, gang::GangState>,
 }
 
 impl Scheduler {
@@ -217,6 +226,7 @@ impl Scheduler {
             last_rejected: [0; FilterReason::COUNT],
             attempts: None,
             protected: BTreeSet::new(),
+            gangs: BTreeMap::new(),
         }
     }
 
@@ -309,6 +319,7 @@ impl Scheduler {
         }
         self.queue.push(id, pod.priority, now);
         self.pods.insert(id, Entry { pod, state: State::Queued, submitted_at: now, last_reason: None });
+        self.join_gang(id, now);
         Ok(())
     }
 
@@ -317,6 +328,7 @@ impl Scheduler {
     pub fn remove(&mut self, id: PodId) -> Option<Pod> {
         self.protected.remove(&id);
         let e = self.pods.remove(&id)?;
+        self.leave_gang(id, &e.pod);
         match e.state {
             // Popped later and skipped: the queue has no removal by item.
             State::Queued => {}
@@ -386,7 +398,13 @@ impl Scheduler {
             .parked
             .iter()
             .copied()
-            .filter(|id| self.pods.get(id).is_some_and(|e| crate::cluster::check(n, &e.pod).is_ok()))
+            .filter(|id| {
+                self.pods.get(id).is_some_and(|e| {
+                    // Room does not end a wait for members: their arrival does.
+                    !matches!(&e.last_reason, Some(Why::Gang(w)) if w.needs_members())
+                        && crate::cluster::check(n, &e.pod).is_ok()
+                })
+            })
             .collect();
         self.wake(ready);
     }
@@ -433,7 +451,8 @@ impl Scheduler {
     }
 
     /// Decides every queued pod once, in queue order (victims of a
-    /// preemption in this pass included).
+    /// preemption in this pass included). A member of a gang that still
+    /// needs members placed brings its whole gang to the decision.
     pub fn schedule<P: Placer + ?Sized>(&mut self, placer: &mut P, now: u64) -> Vec<Event> {
         self.flush(placer);
         let mut events = Vec::new();
@@ -443,42 +462,61 @@ impl Scheduler {
             if e.state != State::Queued {
                 continue;
             }
-            let pod = e.pod.clone();
-            self.stats.attempts += 1;
-            let placed = self.try_place(&pod, placer);
-            let (host_rejected, candidates) = (self.last_rejected, self.candidates.len());
-            let event = match placed {
-                Ok((placement, candidates)) => {
-                    let waited = self.bound(id, placement, now, p.level);
-                    Event::Bound { pod: id, placement, waited, candidates }
-                }
-                Err(reason) => {
-                    // Preemption frees capacity: it helps only against the
-                    // host's filter, not a plugin's rule.
-                    let preempted = match reason {
-                        Why::Filter(_) => self.try_preempt(id, &pod, placer, now, p.level),
-                        Why::Plugin(_) => None,
-                    };
-                    match preempted {
-                        Some(ev) => ev,
-                        None => {
-                            *self.stats.unschedulable.entry(reason.code().to_string()).or_insert(0) += 1;
-                            let level = (p.level + 1).min(self.cfg.queue.levels.max(1) - 1);
-                            let e = self.pods.get_mut(&id).expect("entry just read");
-                            e.state = State::Parked { level, since: now };
-                            e.last_reason = Some(reason.clone());
-                            self.parked.insert(id);
-                            Event::Unschedulable { pod: id, reason }
-                        }
-                    }
-                }
-            };
-            if let Some(log) = self.attempts.as_mut() {
-                log.push(Attempt { pod: id, host_rejected, candidates, event: event.clone() });
+            if let Some(gang) = e.pod.gang.as_ref().map(|g| g.name.clone())
+                && self.gang_needs(&gang) > 0
+            {
+                self.schedule_gang(&gang, placer, now, p.level, &mut events);
+                continue;
             }
+            let pod = e.pod.clone();
+            let event = self.decide(id, &pod, placer, now, p.level);
             events.push(event);
         }
         events
+    }
+
+    /// One pod's decision: place it, else preempt for it, else park it.
+    fn decide<P: Placer + ?Sized>(&mut self, id: PodId, pod: &Pod, placer: &mut P, now: u64, level: usize) -> Event {
+        self.stats.attempts += 1;
+        let placed = self.try_place(pod, placer);
+        let (host_rejected, candidates) = (self.last_rejected, self.candidates.len());
+        let event = match placed {
+            Ok((placement, candidates)) => {
+                let waited = self.bound(id, placement, now, level);
+                Event::Bound { pod: id, placement, waited, candidates }
+            }
+            Err(reason) => {
+                // Preemption frees capacity: it helps only against the
+                // host's filter, not a plugin's rule.
+                let preempted = match reason {
+                    Why::Filter(_) => self.try_preempt(id, pod, placer, now, level),
+                    Why::Plugin(_) | Why::Gang(_) => None,
+                };
+                match preempted {
+                    Some(ev) => ev,
+                    None => self.park(id, reason, now, level),
+                }
+            }
+        };
+        self.record(id, host_rejected, candidates, &event);
+        event
+    }
+
+    /// Parks waiting pod `id` one level down with `reason`.
+    fn park(&mut self, id: PodId, reason: Why, now: u64, level: usize) -> Event {
+        *self.stats.unschedulable.entry(reason.code().to_string()).or_insert(0) += 1;
+        let level = (level + 1).min(self.cfg.queue.levels.max(1) - 1);
+        let e = self.pods.get_mut(&id).expect("a waiting pod");
+        e.state = State::Parked { level, since: now };
+        e.last_reason = Some(reason.clone());
+        self.parked.insert(id);
+        Event::Unschedulable { pod: id, reason }
+    }
+
+    fn record(&mut self, pod: PodId, host_rejected: [u32; FilterReason::COUNT], candidates: usize, event: &Event) {
+        if let Some(log) = self.attempts.as_mut() {
+            log.push(Attempt { pod, host_rejected, candidates, event: event.clone() });
+        }
     }
 
     fn bound(&mut self, id: PodId, placement: Placement, now: u64, level: usize) -> u64 {
@@ -517,51 +555,18 @@ impl Scheduler {
         now: u64,
         level: usize,
     ) -> Option<Event> {
-        if !self.cfg.preemption {
-            return None;
-        }
-        // The least important running pod: if it cannot be preempted, none can.
-        let (&(rank, priority), _) = self.running_keys.first_key_value()?;
-        let least = Pod { tier: Tier::BY_RANK[usize::from(rank)], priority, ..Pod::default() };
-        if !preempt::may_preempt(pod, &least) {
-            return None;
-        }
-        let (ids, running): (Vec<PodId>, Vec<Running<'_>>) = self
-            .pods
-            .iter()
-            .filter_map(|(&pid, e)| match e.state {
-                State::Running { placement, started_at, .. } if !self.protected.contains(&pid) => {
-                    Some((pid, Running { pod: std::borrow::Cow::Borrowed(&e.pod), placement, started_at }))
-                }
-                _ => None,
-            })
-            .unzip();
-        let plan = preempt::plan(self.cluster.nodes(), &running, pod, now);
-        drop(running);
-        let plan = plan?;
-        let mut victims = Vec::with_capacity(plan.victims.len());
-        for &v in &plan.victims {
-            let vid = ids[v];
-            let e = self.pods.get_mut(&vid).expect("running pod");
-            let State::Running { placement, level: vlevel, .. } = e.state else { unreachable!("victims run") };
-            self.cluster.unbind(&placement, &e.pod);
-            e.state = State::Queued;
-            let vpod = e.pod.clone();
-            self.queue.demote(vid, vpod.priority, vlevel, now);
-            self.forget_running(&vpod);
-            victims.push(vid);
-        }
-        self.stats.preemptions += 1;
-        self.stats.evicted += victims.len() as u64;
-        let node = self.cluster.node(plan.node).expect("planned node");
-        let gpus = choose_gpus(node, pod, None).expect("the plan makes room");
-        let placement = self.cluster.bind(plan.node, pod, gpus).expect("the plan makes room");
-        placer.nodes_changed(&[self.cluster.node(plan.node).expect("planned node")]);
+        let (node, victims) = self.choose_victims(pod, now, pod.gang.as_ref().map(|g| g.name.as_str()))?;
+        let evicted = self.evict(&victims);
+        let placement = self.bind_preemptor(node, pod);
+        self.requeue_victims(&evicted, now);
+        self.tell_evicted(placer, &evicted, node);
         let waited = self.bound(id, placement, now, level);
         Some(Event::Preempted { pod: id, placement, victims, waited })
     }
 }
 
+mod evict;
+mod gang;
 mod live;
 #[cfg(test)]
 mod tests;

@@ -276,6 +276,9 @@ pub fn pod(p: &KPod, names: &ModelNames) -> Result<Pod, ConvertError> {
             })
             .collect(),
         node_affinity,
+        // `scheduling.x-k8s.io` PodGroups are not read yet (issue 25):
+        // on Kubernetes every pod is placed on its own.
+        gang: None,
     })
 }
 

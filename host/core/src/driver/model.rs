@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use crate::cluster::{BindError, Cluster, GpuSet, Placement};
 use crate::framework::{Cycle, Placer, Reschedule, Why, apply_in_passes};
 use crate::metrics::{FragmentationTracker, TargetWorkload};
-use crate::model::{Node, NodeId, Pod, PodId};
+use crate::model::{Node, NodeId, Pod, PodId, Tier};
 use crate::sched::{AdoptError, Attempt, Event, PlaceError, SchedConfig, SchedError, SchedStats, Scheduler};
 
 /// What happened in the cluster, in the words a backend uses.
@@ -319,11 +319,26 @@ impl Model {
         moved
     }
 
+    /// The running pods as a planner sees them, with their ids. A gang's
+    /// members are pinned (shown as hard-tier, which no planner moves):
+    /// moving one member restarts the whole job, and the planner's moves
+    /// are made one pod at a time.
+    pub fn for_planner(&self) -> (Vec<PodId>, Vec<(Pod, Placement)>) {
+        self.running()
+            .map(|(id, p, at)| {
+                let mut p = p.clone();
+                if p.gang.is_some() {
+                    p.tier = Tier::Hard;
+                }
+                (id, (p, at))
+            })
+            .unzip()
+    }
+
     /// A cycle planned and executed by `rs` over the pods running now: the
     /// moves done, by pod id (for [`Model::carry_out`]).
     pub fn reschedule_with(&self, rs: &mut dyn Reschedule, cycle: &Cycle<'_>) -> Vec<(PodId, Placement)> {
-        let (ids, running): (Vec<PodId>, Vec<(Pod, Placement)>) =
-            self.running().map(|(id, p, at)| (id, (p.clone(), at))).unzip();
+        let (ids, running) = self.for_planner();
         rs.reschedule(self.cluster(), &running, &ids, cycle).into_iter().map(|(i, to)| (ids[i], to)).collect()
     }
 

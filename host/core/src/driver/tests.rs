@@ -268,3 +268,19 @@ fn adaptive_weights_are_chosen_every_interval_and_start_afresh_with_new_sets() {
     d.run_until(720, &mut w);
     assert_eq!(w.placer.weights.len(), 12, "no adaptive weights: none chosen");
 }
+
+/// A planner sees a gang's members pinned: moving one restarts the job.
+#[test]
+fn a_planner_sees_gang_members_pinned() {
+    let mut m = Model::new(nodes(2), workload(), crate::sched::SchedConfig::default());
+    let gang = crate::model::Gang { name: "job".into(), min_member: 2, timeout_s: None };
+    for (id, name) in [(1, "w0"), (2, "w1")] {
+        m.submit(id, Pod { gang: Some(gang.clone()), ..pod(name, 1) }, 0).unwrap();
+    }
+    m.submit(3, pod("lone", 1), 0).unwrap();
+    m.schedule(&mut First::default(), 0);
+    let (ids, running) = m.for_planner();
+    let tiers: Vec<(PodId, Tier)> = ids.iter().copied().zip(running.iter().map(|(p, _)| p.tier)).collect();
+    assert_eq!(tiers, [(1, Tier::Hard), (2, Tier::Hard), (3, Tier::Soft)]);
+    assert_eq!(m.sched().pod(1).unwrap().tier, Tier::Soft, "pinned for the planner only");
+}

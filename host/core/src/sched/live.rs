@@ -148,6 +148,7 @@ impl Scheduler {
                 last_reason: None,
             },
         );
+        self.join_gang(id, now);
         self.dirty.insert(node);
         Ok(placement)
     }

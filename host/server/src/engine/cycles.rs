@@ -91,8 +91,7 @@ impl Cycles {
         let detected = (cycle.trigger == Trigger::Anomalies).then_some(self.last_detect).flatten();
         let cycle_wall = detected.map_or_else(SystemTime::now, |(wall, _)| wall);
         let trigger = cycle.trigger.name();
-        let (ids, mut running): (Vec<PodId>, Vec<(Pod, Placement)>) =
-            model.running().map(|(id, p, at)| (id, (p.clone(), at))).unzip();
+        let (ids, mut running) = model.for_planner();
         // Pods the backend will not move (nothing would recreate them, a
         // disruption budget forbids it now) are pinned for the planner,
         // which never moves a hard-tier pod.

@@ -1,0 +1,128 @@
+//! Preemption's side of the loop: which running pods may be victims (a
+//! gang goes whole or not at all), evicting them, and putting them back
+//! when the gang they made room for could not be placed after all.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{Scheduler, State};
+use crate::cluster::{Placement, choose_gpus};
+use crate::framework::Placer;
+use crate::model::{NodeId, Pod, PodId, Tier};
+use crate::preempt::{self, Running};
+
+/// A victim taken off its node, and what puts it back.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Evicted {
+    pub(super) id: PodId,
+    pub(super) placement: Placement,
+    pub(super) started_at: u64,
+    pub(super) level: usize,
+}
+
+impl Scheduler {
+    /// The cheapest victims that let `pod` fit on one node, with every
+    /// running member of a victim's gang; none of gang `own` (a gang does
+    /// not preempt itself). A gang with a member `pod` may not preempt, or
+    /// one a disruption budget protects, is no victim at all.
+    pub(super) fn choose_victims(&self, pod: &Pod, now: u64, own: Option<&str>) -> Option<(NodeId, Vec<PodId>)> {
+        if !self.cfg.preemption {
+            return None;
+        }
+        // The least important running pod: if it cannot be preempted, none can.
+        let (&(rank, priority), _) = self.running_keys.first_key_value()?;
+        let least = Pod { tier: Tier::BY_RANK[usize::from(rank)], priority, ..Pod::default() };
+        if !preempt::may_preempt(pod, &least) {
+            return None;
+        }
+        let mut members: BTreeMap<&str, u32> = BTreeMap::new();
+        let mut whole_or_none: BTreeSet<&str> = BTreeSet::new();
+        for (id, e) in &self.pods {
+            if let (State::Running { .. }, Some(g)) = (&e.state, &e.pod.gang) {
+                *members.entry(g.name.as_str()).or_insert(0) += 1;
+                if self.protected.contains(id) || !preempt::may_preempt(pod, &e.pod) || own == Some(g.name.as_str()) {
+                    whole_or_none.insert(g.name.as_str());
+                }
+            }
+        }
+        let (ids, running): (Vec<PodId>, Vec<Running<'_>>) = self
+            .pods
+            .iter()
+            .filter_map(|(&id, e)| match e.state {
+                State::Running { placement, started_at, .. } if !self.protected.contains(&id) => {
+                    let evicts = match &e.pod.gang {
+                        Some(g) if whole_or_none.contains(g.name.as_str()) => return None,
+                        Some(g) => members[g.name.as_str()],
+                        None => 1,
+                    };
+                    Some((id, Running { pod: Cow::Borrowed(&e.pod), placement, started_at, evicts }))
+                }
+                _ => None,
+            })
+            .unzip();
+        let plan = preempt::plan(self.cluster.nodes(), &running, pod, now)?;
+        let mut victims: BTreeSet<PodId> = plan.victims.iter().map(|&v| ids[v]).collect();
+        let gangs: BTreeSet<&str> =
+            victims.iter().filter_map(|v| self.pods[v].pod.gang.as_ref().map(|g| g.name.as_str())).collect();
+        for g in gangs {
+            let running = self.gangs[g].members.iter().filter(|m| matches!(self.pods[m].state, State::Running { .. }));
+            victims.extend(running);
+        }
+        Some((plan.node, victims.into_iter().collect()))
+    }
+
+    /// Takes `victims` off their nodes. They wait outside the queue until
+    /// [`Self::requeue_victims`] (the preemption stands) or
+    /// [`Self::restore`] (it is undone).
+    pub(super) fn evict(&mut self, victims: &[PodId]) -> Vec<Evicted> {
+        let mut out = Vec::with_capacity(victims.len());
+        for &id in victims {
+            let e = self.pods.get_mut(&id).expect("a victim runs");
+            let State::Running { placement, started_at, level } = e.state else { unreachable!("victims run") };
+            self.cluster.unbind(&placement, &e.pod);
+            e.state = State::Queued;
+            let pod = e.pod.clone();
+            self.forget_running(&pod);
+            out.push(Evicted { id, placement, started_at, level });
+        }
+        out
+    }
+
+    /// Binds a preemptor where its victims made room.
+    pub(super) fn bind_preemptor(&mut self, node: NodeId, pod: &Pod) -> Placement {
+        let n = self.cluster.node(node).expect("planned node");
+        let gpus = choose_gpus(n, pod, None).expect("the plan makes room");
+        self.cluster.bind(node, pod, gpus).expect("the plan makes room")
+    }
+
+    /// The preemption stands: victims go back to the queue one level down.
+    pub(super) fn requeue_victims(&mut self, evicted: &[Evicted], now: u64) {
+        for v in evicted {
+            let priority = self.pods[&v.id].pod.priority;
+            self.queue.demote(v.id, priority, v.level, now);
+        }
+        self.stats.preemptions += 1;
+        self.stats.evicted += evicted.len() as u64;
+    }
+
+    /// Undoes [`Self::evict`]: the victim runs where it ran.
+    pub(super) fn restore(&mut self, v: &Evicted) {
+        let e = self.pods.get_mut(&v.id).expect("an evicted pod");
+        self.cluster.bind(v.placement.node, &e.pod, v.placement.gpus).expect("its room was kept for it");
+        e.state = State::Running { placement: v.placement, started_at: v.started_at, level: v.level };
+        *self.running_keys.entry((Tier::rank(e.pod.tier), e.pod.priority)).or_insert(0) += 1;
+    }
+
+    /// Tells the placer of the preemptor's node and the victims' nodes; a
+    /// victim's node other than `node` (a gang member elsewhere) has room
+    /// now, which parked pods get a chance at.
+    pub(super) fn tell_evicted<P: Placer + ?Sized>(&mut self, placer: &mut P, evicted: &[Evicted], node: NodeId) {
+        let others: BTreeSet<NodeId> = evicted.iter().map(|v| v.placement.node).filter(|&n| n != node).collect();
+        let nodes: Vec<_> =
+            std::iter::once(node).chain(others.iter().copied()).filter_map(|n| self.cluster.node(n)).collect();
+        placer.nodes_changed(&nodes);
+        for n in others {
+            self.unpark(n);
+        }
+    }
+}

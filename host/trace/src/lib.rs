@@ -7,6 +7,8 @@
 //! an error naming the file, the line, the column and the reason, before
 //! anything is simulated.
 //!
+//! Multi-GPU job traces (Philly via Gavel) are read by [`jobs`].
+//!
 //! The parsers take text or a reader; opening files is the caller's job.
 
 use std::collections::HashSet;
@@ -390,6 +392,9 @@ pub fn read_order(text: &str, file: &str, pods: usize) -> Result<Vec<u32>, Trace
     }
     Ok(order)
 }
+
+pub mod jobs;
+pub use jobs::{JobRow, read_jobs};
 
 #[cfg(test)]
 mod tests;

@@ -12,6 +12,7 @@
 //! Decisions come from a [`Placer`] (in production, a policy of Wasm
 //! plugins); the simulator owns the hard filter, binding and metrics.
 
+pub mod jobs;
 pub mod online;
 
 use std::collections::{BTreeMap, VecDeque};

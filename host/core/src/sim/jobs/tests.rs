@@ -1,0 +1,79 @@
+use super::*;
+use crate::framework::Choice;
+use crate::model::NodeId;
+
+/// The lowest-id candidate.
+struct First;
+
+impl Placer for First {
+    fn nodes_changed(&mut self, _nodes: &[&Node]) {}
+    fn place(&mut self, _pod: &Pod, candidates: &[NodeId]) -> Choice {
+        Choice { node: candidates.first().copied(), ..Choice::default() }
+    }
+}
+
+fn nodes(models: &[&str]) -> Vec<Node> {
+    models
+        .iter()
+        .enumerate()
+        .map(|(i, m)| Node::new(i as u32, format!("n{i}"), Resources { cpu_milli: 96_000, memory_mib: 786_432 }, 8, m))
+        .collect()
+}
+
+fn job(name: &str, arrival_s: u64, gpus: u32, secs: u64) -> Job {
+    Job { name: name.into(), arrival_s, gpus, seconds_on: [("V100".to_string(), secs)].into(), queue: "q".into() }
+}
+
+fn outcome<'a>(r: &'a JobReport, name: &str) -> &'a JobOutcome {
+    r.outcomes.iter().find(|o| o.name == name).unwrap()
+}
+
+#[test]
+fn a_job_is_a_pod_per_node_and_a_gang_when_it_spans_nodes() {
+    let pods = job_pods(&job("big", 0, 12, 1), 8, JobMode::Gangs);
+    assert_eq!(pods.iter().map(|p| p.gpu_count).collect::<Vec<_>>(), [8, 4]);
+    assert!(pods.iter().all(|p| p.gang.as_ref().is_some_and(|g| g.min_member == 2 && g.name == "big")));
+    assert_eq!(job_pods(&job("big", 0, 12, 1), 8, JobMode::OneAtATime)[0].gang, None);
+    let one = job_pods(&job("small", 0, 4, 1), 8, JobMode::Gangs);
+    assert_eq!((one.len(), one[0].gang.is_none(), one[0].allowed_models.clone()), (1, true, vec!["V100".to_string()]));
+}
+
+/// X holds one of two nodes until 100; A (both nodes) arrives at 1, C
+/// (one node) at 2. With gangs A waits holding nothing and C runs at once;
+/// one at a time, A's first pod holds a node from 1 to 100 for nothing
+/// and C waits behind it; FIFO, C waits for A to start.
+#[test]
+fn gangs_hold_nothing_while_they_wait_and_let_small_jobs_run() {
+    let jobs = [job("x", 0, 8, 100), job("a", 1, 16, 100), job("c", 2, 8, 50)];
+    let run = |mode| run_jobs(nodes(&["V100", "V100"]), &jobs, &mut First, mode, &DriverConfig::default());
+    let gangs = run(JobMode::Gangs);
+    assert_eq!(gangs.completed, 3);
+    assert_eq!(gangs.partial_gang_gpu_s, 0);
+    assert_eq!(
+        ["x", "a", "c"].map(|n| (outcome(&gangs, n).started_s, outcome(&gangs, n).finished_s)),
+        [(Some(0), Some(100)), (Some(100), Some(200)), (Some(2), Some(52))]
+    );
+    let single = run(JobMode::OneAtATime);
+    assert_eq!(single.completed, 3);
+    assert_eq!(single.partial_gang_gpu_s, 8 * 99, "a's first pod held 8 GPUs from 1 to 100");
+    assert_eq!(outcome(&single, "c").finished_s, Some(250));
+    let fifo = run(JobMode::Fifo);
+    assert_eq!((fifo.partial_gang_gpu_s, outcome(&fifo, "c").finished_s), (0, Some(250)));
+    // Useful GPU-seconds over 200 s of 16 GPUs: x 800 + a 1600 + c 400.
+    assert!((gangs.gpu_util - 2800.0 / 3200.0).abs() < 1e-9, "{}", gangs.gpu_util);
+    assert!(gangs.jct_p50_s <= single.jct_p50_s && gangs.jct_p50_s <= fifo.jct_p50_s);
+    assert_eq!(run(JobMode::Gangs), gangs, "deterministic");
+}
+
+#[test]
+fn a_job_runs_at_the_pace_of_its_slowest_member() {
+    let mut j = job("mixed", 0, 16, 100);
+    j.seconds_on.insert("K80".into(), 300);
+    let r = run_jobs(nodes(&["V100", "K80"]), &[j], &mut First, JobMode::Gangs, &DriverConfig::default());
+    assert_eq!((outcome(&r, "mixed").run_s, outcome(&r, "mixed").finished_s), (Some(300), Some(300)));
+    // A model the job cannot use is never given to it.
+    let v100_only = job("v", 0, 16, 100);
+    let r = run_jobs(nodes(&["V100", "K80"]), &[v100_only], &mut First, JobMode::Gangs, &DriverConfig::default());
+    assert_eq!(r.completed, 0, "16 GPUs of V100 do not exist");
+    assert_eq!(r.run.waiting_by_reason.get("SCHED-GANG-UNSCHEDULABLE"), Some(&2), "{:?}", r.run.waiting_by_reason);
+}

@@ -214,7 +214,8 @@ fn open(path: &Path) -> Result<tessera_input::file::Bounded> {
     Ok(tessera_input::file::open(path, tessera_input::Limit::TRACE)?)
 }
 
-/// A whole trace file as text, bounded like [`open`].
+/// A whole trace file as text, bounded like every trace file: a regular
+/// file of at most 512 MiB whose lines are at most 64 KiB.
 pub fn read_trace_text(path: &Path) -> Result<String> {
     Ok(tessera_input::file::read_to_string(path, tessera_input::Limit::TRACE)?)
 }

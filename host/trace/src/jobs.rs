@@ -127,6 +127,111 @@ pub fn read_jobs(reader: impl Read, file: &str) -> Result<Vec<JobRow>, TraceErro
     Ok(rows)
 }
 
+/// Measured throughputs, steps per second, by GPU model, job type and
+/// scale factor: a job's run time is `total_steps / throughput` on the
+/// model it runs on. [`Throughputs::gavel`] is the table Gavel publishes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Throughputs {
+    by: std::collections::BTreeMap<(String, String, u32), f64>,
+}
+
+/// Gavel's isolated ("null") throughputs from
+/// `scheduler/oracle_throughputs_v2.json` of stanford-futuredata/gavel (see
+/// `data/SOURCE.md` for the commit), one row per GPU model, job type and
+/// scale factor.
+pub const GAVEL_THROUGHPUTS: &str = include_str!("../data/gavel-throughputs.tsv");
+
+impl Throughputs {
+    /// The table Gavel publishes ([`GAVEL_THROUGHPUTS`]).
+    pub fn gavel() -> Self {
+        Self::parse(GAVEL_THROUGHPUTS, "gavel-throughputs.tsv").expect("the shipped table parses")
+    }
+
+    /// Reads a table: a header `gpu, job_type, scale_factor, steps_per_s`
+    /// and tab-separated rows. GPU models are compared without case.
+    pub fn parse(text: &str, file: &str) -> Result<Self, TraceError> {
+        let mut lines = text.lines().enumerate();
+        let header = ["gpu", "job_type", "scale_factor", "steps_per_s"];
+        match lines.next() {
+            Some((_, h)) if h.split('\t').map(str::trim).eq(header) => {}
+            _ => {
+                let reason = format!("the header must be `{}`", header.join("\t"));
+                return Err(TraceError { file: file.into(), line: 1, column: None, reason });
+            }
+        }
+        let mut by = std::collections::BTreeMap::new();
+        for (i, raw) in lines {
+            let line = i as u64 + 1;
+            let f: Vec<&str> = raw.split('\t').map(str::trim).collect();
+            let at = |c: usize, reason: String| TraceError {
+                file: file.into(),
+                line,
+                column: Some((c + 1, header[c].to_string())),
+                reason,
+            };
+            if f.len() != 4 {
+                let reason = format!("{} fields; a row has 4", f.len());
+                return Err(TraceError { file: file.into(), line, column: None, reason });
+            }
+            let scale: u32 = f[2].parse().map_err(|_| at(2, format!("`{}` is not a number of GPUs", clip(f[2]))))?;
+            let tput: f64 = f[3].parse().map_err(|_| at(3, format!("`{}` is not a number", clip(f[3]))))?;
+            if !tput.is_finite() || tput < 0.0 {
+                return Err(at(3, format!("{tput} is not a throughput (steps per second, at least 0)")));
+            }
+            if by.insert((f[0].to_ascii_lowercase(), f[1].to_string(), scale), tput).is_some() {
+                return Err(at(1, format!("`{}` at scale {scale} on {} is given twice", clip(f[1]), clip(f[0]))));
+            }
+        }
+        Ok(Self { by })
+    }
+
+    /// Steps per second of `job_type` on `scale` GPUs of `gpu`, if measured
+    /// and not zero (Gavel writes 0 where a job does not fit the GPU).
+    pub fn get(&self, gpu: &str, job_type: &str, scale: u32) -> Option<f64> {
+        self.by.get(&(gpu.to_ascii_lowercase(), job_type.to_string(), scale)).copied().filter(|&t| t > 0.0)
+    }
+
+    /// Steps per second of `job_type` on `scale` GPUs of `gpu`, measured
+    /// or, past the largest scale measured for it there (Gavel's table
+    /// stops at 8 GPUs, Philly's jobs reach 64), extrapolated from that
+    /// scale at the same rate per GPU (linear scaling: an assumption, so it
+    /// is flagged).
+    pub fn rate(&self, gpu: &str, job_type: &str, scale: u32) -> Option<Rate> {
+        if let Some(steps_per_s) = self.get(gpu, job_type, scale) {
+            return Some(Rate { steps_per_s, extrapolated_from: None });
+        }
+        let gpu = gpu.to_ascii_lowercase();
+        let (&(.., largest), &t) = self
+            .by
+            .range((gpu.clone(), job_type.to_string(), 0)..=(gpu, job_type.to_string(), u32::MAX))
+            .next_back()?;
+        (largest < scale && t > 0.0 && largest > 1)
+            .then(|| Rate { steps_per_s: t * f64::from(scale) / f64::from(largest), extrapolated_from: Some(largest) })
+    }
+
+    /// Seconds `job` runs on `gpu`, if its rate there is known
+    /// ([`Throughputs::rate`]), and whether it was extrapolated.
+    pub fn seconds(&self, job: &JobRow, gpu: &str) -> Option<(u64, bool)> {
+        let r = self.rate(gpu, &job.job_type, job.scale_factor)?;
+        let s = (job.total_steps as f64 / r.steps_per_s).ceil().min(MAX_TIME_S as f64) as u64;
+        Some((s, r.extrapolated_from.is_some()))
+    }
+
+    /// GPU models with a measurement, lower case.
+    pub fn models(&self) -> std::collections::BTreeSet<&str> {
+        self.by.keys().map(|(g, ..)| g.as_str()).collect()
+    }
+}
+
+/// A job's training rate on some GPUs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rate {
+    /// Steps per second.
+    pub steps_per_s: f64,
+    /// The measured scale it was extrapolated from, if it was.
+    pub extrapolated_from: Option<u32>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,6 +280,37 @@ mod tests {
         assert!(e.len() < 300, "a 10 MB value is clipped, not echoed: {} bytes", e.len());
         assert!(err("a\tb\tc\n").contains("3 fields; a job line has 7"), "{}", err("a\tb\tc\n"));
         assert_eq!(err(""), "j.trace: no jobs");
+    }
+
+    #[test]
+    fn a_throughput_table_is_checked_row_by_row() {
+        let head = "gpu\tjob_type\tscale_factor\tsteps_per_s\n";
+        let t = Throughputs::parse(&format!("{head}v100\tA3C\t1\t2.5\nV100\tA3C\t2\t0.0\n"), "t.tsv").unwrap();
+        assert_eq!(t.get("V100", "A3C", 1), Some(2.5), "models compare without case");
+        assert_eq!(t.get("v100", "A3C", 2), None, "0 is Gavel's 'does not fit'");
+        let row =
+            JobRow { job_type: "A3C".into(), total_steps: 11, ..read_jobs(LINE.as_bytes(), "x").unwrap()[0].clone() };
+        let row = JobRow { scale_factor: 1, ..row };
+        assert_eq!(t.seconds(&row, "V100"), Some((5, false)), "11 steps at 2.5/s, rounded up");
+        let big = "v100\tLM\t1\t1\nv100\tLM\t2\t1.5\nv100\tLM\t8\t4\nv100\tA3C\t1\t3\n";
+        let t = Throughputs::parse(&format!("{head}{big}"), "t.tsv").unwrap();
+        assert_eq!(t.rate("v100", "LM", 8), Some(Rate { steps_per_s: 4.0, extrapolated_from: None }));
+        assert_eq!(
+            t.rate("V100", "LM", 32),
+            Some(Rate { steps_per_s: 16.0, extrapolated_from: Some(8) }),
+            "past 8 GPUs: the 8-GPU rate per GPU"
+        );
+        assert_eq!(t.rate("v100", "LM", 4), None, "between measured scales nothing is invented");
+        assert_eq!(t.rate("v100", "A3C", 2), None, "a job measured on one GPU only is not scaled");
+        assert_eq!(t.rate("p100", "LM", 1), None);
+        let e = |text: &str| Throughputs::parse(text, "t.tsv").unwrap_err().to_string();
+        assert_eq!(e("gpu,job\n"), "t.tsv:1: the header must be `gpu\tjob_type\tscale_factor\tsteps_per_s`");
+        assert_eq!(e(&format!("{head}v100\tA3C\tone\t1\n")), "t.tsv:2:3 (scale_factor): `one` is not a number of GPUs");
+        assert_eq!(
+            e(&format!("{head}v100\tA3C\t1\t-1\n")),
+            "t.tsv:2:4 (steps_per_s): -1 is not a throughput (steps per second, at least 0)"
+        );
+        assert!(e(&format!("{head}v100\tA3C\t1\t1\nv100\tA3C\t1\t2\n")).contains("given twice"));
     }
 
     /// The real Philly/Gavel traces parse, with the counts their README

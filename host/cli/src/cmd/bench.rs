@@ -84,6 +84,30 @@ pub enum BenchCmd {
         #[arg(long, value_enum, default_value = "table")]
         format: Format,
     },
+    /// Multi-GPU training jobs: every Philly/Gavel job trace in DIR with
+    /// gangs (Tessera), one pod at a time without gangs, and a strict FIFO
+    /// queue of gangs: completion times, queue delay, useful GPU
+    /// utilisation, fairness across queues, GPU-seconds held by partly
+    /// placed jobs.
+    Jobs {
+        /// A directory of `*.trace` files (like shared/traces/philly-gavel).
+        #[arg(long)]
+        traces: PathBuf,
+        /// The placement policy: shipped, a built-in plugin, or a file.
+        #[arg(long, default_value = "default")]
+        policy: String,
+        /// Queues the jobs are spread over (seeded).
+        #[arg(long, default_value_t = 4)]
+        queues: u32,
+        /// Seed.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// Only these traces (file stems, comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+        #[arg(long, value_enum, default_value = "table")]
+        format: Format,
+    },
     /// The published protocol on every workload and seed in DIR, with one
     /// policy (optionally with rescheduling), beside FGD's published
     /// result and the offline bound.
@@ -126,6 +150,12 @@ pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
                 }
             }
             emit(&report, format)?;
+        }
+        BenchCmd::Jobs { traces, policy, queues, seed, only, format } => {
+            if queues == 0 {
+                anyhow::bail!("--queues must be at least 1");
+            }
+            emit(&tessera::jobs::bench(&tessera::jobs::JobsOptions { traces, policy, queues, seed, only })?, format)?;
         }
         BenchCmd::Reschedule { nodes, pods, seed, reps, format } => {
             emit(&tessera_resched::bench::run(nodes, pods, seed, reps), format)?;

@@ -23,6 +23,19 @@ pub struct SimArgs {
     /// Poisson stream at `--inflate` × capacity.
     #[arg(long)]
     pub online: bool,
+    /// Run a multi-GPU job trace (Philly via Gavel: seven tab-separated
+    /// fields) through the loop instead: jobs as gangs of 8-GPU pods,
+    /// run times from Gavel's measured throughputs; the cluster is Gavel's
+    /// for the trace's virtual cluster (`vc_cluster_specs.json` beside it)
+    /// or sized to the trace.
+    #[arg(long, conflicts_with_all = ["online", "time_replay", "reschedule", "bound", "plot"])]
+    pub jobs: Option<PathBuf>,
+    /// How --jobs are admitted.
+    #[arg(long, value_enum, default_value = "gangs", requires = "jobs")]
+    pub admission: AdmissionArg,
+    /// Queues the --jobs are spread over (seeded).
+    #[arg(long, default_value_t = 4, requires = "jobs")]
+    pub queues: u32,
     /// Seconds between telemetry samples (online).
     #[arg(long, default_value_t = 300)]
     pub telemetry_interval: u64,
@@ -65,10 +78,58 @@ pub struct SimArgs {
     pub plot: Option<PathBuf>,
 }
 
+/// How `--jobs` are admitted.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum AdmissionArg {
+    /// Each job a gang, all or nothing (Tessera).
+    Gangs,
+    /// Each pod on its own, no gangs.
+    OneAtATime,
+    /// Gangs, strictly in arrival order.
+    Fifo,
+}
+
+impl AdmissionArg {
+    fn mode(self) -> tessera_core::sim::jobs::JobMode {
+        use tessera_core::sim::jobs::JobMode;
+        match self {
+            AdmissionArg::Gangs => JobMode::Gangs,
+            AdmissionArg::OneAtATime => JobMode::OneAtATime,
+            AdmissionArg::Fifo => JobMode::Fifo,
+        }
+    }
+}
+
+/// `sim --jobs`: one trace, one admission; the table, and the report as
+/// JSON in `out`.
+fn run_jobs(
+    file: &std::path::Path,
+    admission: AdmissionArg,
+    queues: u32,
+    policy: &str,
+    seed: u64,
+    out: Option<PathBuf>,
+) -> Result<ExitCode> {
+    use tessera::jobs;
+    let (trace, gpus) = jobs::prepare(file, queues, seed)?;
+    let rt = tessera::replay::runtime(None)?;
+    let (run, report) = jobs::run_one(&rt, &trace, gpus, admission.mode(), policy, seed)?;
+    print!("{}", jobs::JobsBench { runs: vec![run] }.to_table());
+    if let Some(path) = out {
+        let json = serde_json::to_string_pretty(&report)?;
+        std::fs::write(&path, json + "\n").with_context(|| format!("cannot write {}", path.display()))?;
+        println!("{:<30} {}", "run written to", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Runs it.
 pub fn run(a: SimArgs) -> Result<ExitCode> {
     let SimArgs {
         workload,
+        jobs,
+        admission,
+        queues,
         time_replay,
         online,
         telemetry_interval,
@@ -83,6 +144,9 @@ pub fn run(a: SimArgs) -> Result<ExitCode> {
         plot,
     } = a;
     let seed = workload.seed;
+    if let Some(file) = jobs {
+        return run_jobs(&file, admission, queues, &workload.policy, seed, out);
+    }
     if !(0.0..=100.0).contains(&max_migrations_pct) {
         anyhow::bail!("--max-migrations-pct must be within 0..=100, not {max_migrations_pct}");
     }

@@ -1,0 +1,326 @@
+//! Multi-GPU training jobs (Philly traces via Gavel) on the simulator:
+//! `tessera sim --jobs FILE` and `tessera bench jobs --traces DIR`, each
+//! trace with gangs (Tessera), one pod at a time without gangs, and a
+//! strict FIFO queue of gangs.
+//!
+//! A job's run time is its steps over Gavel's measured throughput of its
+//! job type at its scale factor on the GPU model it runs on
+//! (`tessera_trace::jobs::Throughputs::gavel`); past the 8 GPUs Gavel
+//! measured, at the 8-GPU rate per GPU (linear scaling, counted as
+//! `extrapolated`); a model without a rate is not one it may use, and a
+//! job with none at all is skipped and counted. The cluster is Gavel's for the trace's virtual
+//! cluster (`vc_cluster_specs.json` beside the traces, its first size)
+//! when there is one, else V100 nodes sized to the trace: its GPU-seconds
+//! over its arrival span at 90% load, at least its largest job.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use serde::Serialize;
+use tessera_core::driver::DriverConfig;
+use tessera_core::model::{Node, Resources};
+use tessera_core::sim::jobs::{Job, JobMode, JobReport, run_jobs};
+use tessera_core::telemetry::TelemetryConfig;
+use tessera_trace::jobs::{JobRow, Throughputs, read_jobs};
+
+use crate::load;
+use crate::sim::policy_document;
+
+/// GPUs per node (Gavel's clusters).
+pub const GPUS_PER_NODE: u32 = 8;
+
+/// GPU models of Gavel's cluster specs, in the order of `"V100:P100:K80"`.
+pub const SPEC_MODELS: [&str; 3] = ["V100", "P100", "K80"];
+
+/// Telemetry interval of a job run, s: jobs run for hours.
+pub const TELEMETRY_INTERVAL_S: u64 = 600;
+
+/// A job trace as the simulator takes it.
+#[derive(Debug, Clone)]
+pub struct JobTrace {
+    /// The trace's name (its file stem).
+    pub name: String,
+    /// Jobs with a run time.
+    pub jobs: Vec<Job>,
+    /// Jobs skipped: no measured throughput on any GPU model.
+    pub skipped: u64,
+    /// Jobs whose run time was extrapolated past the largest scale Gavel
+    /// measured ([`tessera_trace::jobs::Throughputs::rate`]).
+    pub extrapolated: u64,
+}
+
+/// Reads `path` and gives each job a queue (one of `queues`, seeded) and
+/// its run time per GPU model.
+pub fn load_trace(path: &Path, table: &Throughputs, queues: u32, seed: u64) -> Result<JobTrace> {
+    let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or("trace").to_string();
+    let r = tessera_input::file::open(path, tessera_input::Limit::TRACE)?;
+    let rows = read_jobs(r, &path.display().to_string())?;
+    let (mut jobs, mut skipped, mut extrapolated) = (Vec::with_capacity(rows.len()), 0, 0);
+    for (i, row) in rows.iter().enumerate() {
+        match job(&name, i, row, table, queues, seed) {
+            Some((j, guessed)) => {
+                jobs.push(j);
+                extrapolated += u64::from(guessed);
+            }
+            None => skipped += 1,
+        }
+    }
+    Ok(JobTrace { name, jobs, skipped, extrapolated })
+}
+
+/// The job of row `i`, and whether a run time of it was extrapolated.
+fn job(trace: &str, i: usize, row: &JobRow, table: &Throughputs, queues: u32, seed: u64) -> Option<(Job, bool)> {
+    let mut guessed = false;
+    let seconds_on: BTreeMap<String, u64> = SPEC_MODELS
+        .iter()
+        .filter_map(|m| {
+            let (s, x) = table.seconds(row, m)?;
+            guessed |= x;
+            Some((m.to_string(), s))
+        })
+        .collect();
+    if seconds_on.is_empty() {
+        return None;
+    }
+    let q = tessera_core::hash::fnv1a(format!("{seed}/{trace}/{i}").bytes()) % u64::from(queues.max(1));
+    let job = Job {
+        name: format!("{trace}-{i}"),
+        arrival_s: row.arrival_s.floor() as u64,
+        gpus: row.scale_factor,
+        seconds_on,
+        queue: format!("q{q}"),
+    };
+    Some((job, guessed))
+}
+
+/// A trace ready to run: read with Gavel's throughputs, its jobs spread
+/// over `queues`, and its cluster: Gavel's spec for its virtual cluster
+/// when `vc_cluster_specs.json` beside it lists it, else sized to it.
+pub fn prepare(path: &Path, queues: u32, seed: u64) -> Result<(JobTrace, [u32; 3])> {
+    if queues == 0 {
+        bail!("--queues must be at least 1");
+    }
+    let trace = load_trace(path, &Throughputs::gavel(), queues, seed)?;
+    if trace.jobs.is_empty() {
+        bail!("{}: no job has a measured throughput on V100, P100 or K80", path.display());
+    }
+    let specs = path.parent().map(|d| d.join("vc_cluster_specs.json")).filter(|p| p.is_file());
+    let spec = match specs {
+        Some(p) => spec_cluster(&crate::sim::read_trace_text(&p)?, &trace.name)?,
+        None => None,
+    };
+    let gpus = spec.unwrap_or_else(|| sized_cluster(&trace.jobs));
+    Ok((trace, gpus))
+}
+
+/// GPUs per model of Gavel's spec for the trace's virtual cluster, if
+/// `specs` (the text of `vc_cluster_specs.json`) lists it.
+pub fn spec_cluster(specs: &str, trace: &str) -> Result<Option<[u32; 3]>> {
+    let specs: BTreeMap<String, Vec<String>> = serde_json::from_str(specs).context("vc_cluster_specs.json")?;
+    let Some(first) = specs.get(trace).and_then(|s| s.first()) else { return Ok(None) };
+    let counts: Vec<u32> = first
+        .split(':')
+        .map(|c| c.trim().parse::<u32>())
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("vc_cluster_specs.json: {trace}: `{first}` is not V100:P100:K80 GPU counts"))?;
+    match counts[..] {
+        [v, p, k] => Ok(Some([v, p, k])),
+        _ => bail!("vc_cluster_specs.json: {trace}: `{first}` is not V100:P100:K80 GPU counts"),
+    }
+}
+
+/// V100 GPUs for a trace without a spec: its GPU-seconds (on V100, or its
+/// fastest model) over its arrival span at 90% load, in whole nodes, at
+/// least its largest job.
+pub fn sized_cluster(jobs: &[Job]) -> [u32; 3] {
+    let work: f64 = jobs.iter().map(|j| f64::from(j.gpus) * *j.seconds_on.values().min().unwrap_or(&0) as f64).sum();
+    let (first, last) = jobs.iter().fold((u64::MAX, 0), |(a, b), j| (a.min(j.arrival_s), b.max(j.arrival_s)));
+    let span = last.saturating_sub(first).max(1) as f64;
+    let largest = jobs.iter().map(|j| j.gpus).max().unwrap_or(GPUS_PER_NODE);
+    let gpus = ((work / span / 0.9).ceil() as u32).max(largest).max(1);
+    [gpus.div_ceil(GPUS_PER_NODE) * GPUS_PER_NODE, 0, 0]
+}
+
+/// Nodes of 8 GPUs for `counts` GPUs of each of [`SPEC_MODELS`].
+pub fn cluster(counts: [u32; 3]) -> Vec<Node> {
+    let mut nodes = Vec::new();
+    for (model, count) in SPEC_MODELS.iter().zip(counts) {
+        for _ in 0..count.div_ceil(GPUS_PER_NODE) {
+            let id = nodes.len() as u32;
+            let cpu = tessera_core::sim::jobs::CPU_MILLI_PER_GPU * u64::from(GPUS_PER_NODE) * 3;
+            let mem = tessera_core::sim::jobs::MEMORY_MIB_PER_GPU * u64::from(GPUS_PER_NODE) * 3;
+            nodes.push(Node::new(
+                id,
+                format!("{}-{id}", model.to_lowercase()),
+                Resources { cpu_milli: cpu, memory_mib: mem },
+                GPUS_PER_NODE as usize,
+                model,
+            ));
+        }
+    }
+    nodes
+}
+
+/// One trace run one way.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobRun {
+    /// Trace.
+    pub trace: String,
+    /// How jobs were admitted: `gangs` (Tessera), `one-at-a-time`, `fifo`.
+    pub policy: &'static str,
+    /// GPUs per model (V100, P100, K80).
+    pub gpus: [u32; 3],
+    /// Jobs in the trace.
+    pub jobs: u64,
+    /// Jobs skipped for want of a measured throughput.
+    pub skipped: u64,
+    /// Jobs run with an extrapolated run time (more GPUs than Gavel
+    /// measured).
+    pub extrapolated: u64,
+    /// Jobs finished.
+    pub completed: u64,
+    /// Job completion time, median, s.
+    pub jct_p50_s: u64,
+    /// 99th percentile, s.
+    pub jct_p99_s: u64,
+    /// Queue delay, median, s.
+    pub queue_delay_p50_s: u64,
+    /// Useful GPU utilisation.
+    pub gpu_util: f64,
+    /// Jain's index across queues.
+    pub jain_fairness: f64,
+    /// GPU-seconds held by partly placed jobs.
+    pub partial_gang_gpu_s: u64,
+    /// Wall time of the run, s.
+    pub wall_s: f64,
+}
+
+/// Runs `trace` on `gpus` admitted as `mode`, placed by `policy`.
+pub fn run_one(
+    rt: &tessera_wasm::Runtime,
+    trace: &JobTrace,
+    gpus: [u32; 3],
+    mode: JobMode,
+    policy: &str,
+    seed: u64,
+) -> Result<(JobRun, JobReport)> {
+    let doc = policy_document(policy, seed)?;
+    let mut placer = load::load_policy(rt, &doc)?.without_timeout();
+    let cfg = DriverConfig {
+        sched: doc.scheduling,
+        telemetry: TelemetryConfig { interval_s: TELEMETRY_INTERVAL_S, ..TelemetryConfig::default() },
+        seed,
+        detection: doc.detection,
+        ..DriverConfig::default()
+    };
+    let started = Instant::now();
+    let report = run_jobs(cluster(gpus), &trace.jobs, &mut placer, mode, &cfg);
+    let run = JobRun {
+        trace: trace.name.clone(),
+        policy: mode.name(),
+        gpus,
+        jobs: report.jobs + trace.skipped,
+        skipped: trace.skipped,
+        extrapolated: trace.extrapolated,
+        completed: report.completed,
+        jct_p50_s: report.jct_p50_s,
+        jct_p99_s: report.jct_p99_s,
+        queue_delay_p50_s: report.queue_delay_p50_s,
+        gpu_util: report.gpu_util,
+        jain_fairness: report.jain_fairness,
+        partial_gang_gpu_s: report.partial_gang_gpu_s,
+        wall_s: started.elapsed().as_secs_f64(),
+    };
+    Ok((run, report))
+}
+
+/// `bench jobs`: every trace, every mode.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobsBench {
+    /// One row per trace and policy.
+    pub runs: Vec<JobRun>,
+}
+
+/// Options of `bench jobs`.
+#[derive(Debug, Clone)]
+pub struct JobsOptions {
+    /// A directory of `*.trace` files (and, if Gavel's,
+    /// `vc_cluster_specs.json`).
+    pub traces: PathBuf,
+    /// The placement policy.
+    pub policy: String,
+    /// Queues jobs are spread over (seeded).
+    pub queues: u32,
+    /// Seed.
+    pub seed: u64,
+    /// Only these traces (file stems).
+    pub only: Vec<String>,
+}
+
+/// Runs the bench.
+pub fn bench(opts: &JobsOptions) -> Result<JobsBench> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&opts.traces)
+        .with_context(|| format!("--traces {}", opts.traces.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "trace"))
+        .filter(|p| {
+            opts.only.is_empty()
+                || p.file_stem().and_then(|s| s.to_str()).is_some_and(|s| opts.only.iter().any(|o| o == s))
+        })
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        bail!("--traces {}: no *.trace files (Philly/Gavel job traces)", opts.traces.display());
+    }
+    let mut runs = Vec::new();
+    for f in files {
+        let (trace, gpus) = prepare(&f, opts.queues, opts.seed)?;
+        let modes: Vec<JobMode> = JobMode::ALL.to_vec();
+        let results = crate::replay::run_parallel(modes, |rt, mode| {
+            run_one(rt, &trace, gpus, mode, &opts.policy, opts.seed).map(|(run, _)| run)
+        })?;
+        for r in results {
+            runs.push(r?);
+        }
+    }
+    Ok(JobsBench { runs })
+}
+
+impl JobsBench {
+    /// The table.
+    pub fn to_table(&self) -> String {
+        let mut out = format!(
+            "{:<8} {:<14} {:>6} {:>9} {:>10} {:>10} {:>10} {:>6} {:>6} {:>12} {:>7}\n",
+            "trace",
+            "policy",
+            "jobs",
+            "completed",
+            "jct p50 s",
+            "jct p99 s",
+            "delay p50",
+            "util",
+            "jain",
+            "partial GPU·s",
+            "wall s"
+        );
+        for r in &self.runs {
+            out += &format!(
+                "{:<8} {:<14} {:>6} {:>9} {:>10} {:>10} {:>10} {:>6.3} {:>6.3} {:>12} {:>7.1}\n",
+                r.trace,
+                r.policy,
+                r.jobs,
+                r.completed,
+                r.jct_p50_s,
+                r.jct_p99_s,
+                r.queue_delay_p50_s,
+                r.gpu_util,
+                r.jain_fairness,
+                r.partial_gang_gpu_s,
+                r.wall_s
+            );
+        }
+        out
+    }
+}

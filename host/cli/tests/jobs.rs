@@ -1,0 +1,121 @@
+//! Training jobs as a user runs them: `tessera bench jobs` and `tessera
+//! sim --jobs` on Philly/Gavel job traces.
+
+use std::process::Command;
+
+fn tessera(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tessera")).args(args).output().expect("run tessera");
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+/// A job trace written here (not a shared one): x holds one of two nodes
+/// for hours; a (both nodes) arrives next, c (one node) after it.
+fn job_trace(dir: &std::path::Path) -> std::path::PathBuf {
+    let line = |ty: &str, steps: u64, at: u64, gpus: u32| {
+        format!("{ty}\tcd %s && python3 x.py\t-n\t1\t{steps}\t{at}.000000\t{gpus}\n")
+    };
+    let text = [
+        line("ResNet-50 (batch size 64)", 200_000, 0, 8),
+        line("ResNet-50 (batch size 64)", 200_000, 1, 16),
+        line("ResNet-50 (batch size 64)", 20_000, 2, 8),
+    ]
+    .concat();
+    let f = dir.join("t1.trace");
+    std::fs::write(&f, text).unwrap();
+    std::fs::write(dir.join("vc_cluster_specs.json"), r#"{"t1": ["16:0:0", "32:0:0"]}"#).unwrap();
+    f
+}
+
+#[test]
+fn bench_jobs_prints_the_documented_json_and_gangs_hold_nothing_partly() {
+    let dir = tempfile::tempdir().unwrap();
+    job_trace(dir.path());
+    let (ok, out, err) = tessera(&[
+        "bench",
+        "jobs",
+        "--traces",
+        dir.path().to_str().unwrap(),
+        "--policy",
+        "binpack",
+        "--format",
+        "json",
+    ]);
+    assert!(ok, "{out}\n{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(
+        runs.iter().map(|r| r["policy"].as_str().unwrap()).collect::<Vec<_>>(),
+        ["gangs", "one-at-a-time", "fifo"]
+    );
+    for r in runs {
+        for key in [
+            "jobs",
+            "completed",
+            "jct_p50_s",
+            "jct_p99_s",
+            "queue_delay_p50_s",
+            "gpu_util",
+            "jain_fairness",
+            "partial_gang_gpu_s",
+            "wall_s",
+        ] {
+            assert!(r[key].is_number(), "{key} in {r}");
+        }
+        assert_eq!((r["jobs"].as_u64(), r["completed"].as_u64()), (Some(3), Some(3)), "{r}");
+        assert_eq!(r["extrapolated"], 1, "the 16-GPU job is past Gavel's 8: {r}");
+        assert_eq!(r["gpus"], serde_json::json!([16, 0, 0]), "Gavel's first size for t1");
+    }
+    assert_eq!(runs[0]["partial_gang_gpu_s"], 0, "gangs: {}", runs[0]);
+    assert!(runs[1]["partial_gang_gpu_s"].as_u64().unwrap() > 0, "one at a time: {}", runs[1]);
+    assert!(runs[0]["jct_p50_s"].as_u64() <= runs[2]["jct_p50_s"].as_u64(), "gangs vs FIFO: {runs:?}");
+}
+
+#[test]
+fn sim_jobs_is_deterministic_and_names_a_malformed_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = job_trace(dir.path());
+    let run = |name: &str| {
+        let out = dir.path().join(name);
+        let (ok, stdout, err) =
+            tessera(&["sim", "--jobs", f.to_str().unwrap(), "--policy", "binpack", "--out", out.to_str().unwrap()]);
+        assert!(ok, "{stdout}\n{err}");
+        assert!(stdout.contains("gangs"), "{stdout}");
+        std::fs::read(out).unwrap()
+    };
+    assert_eq!(run("a.json"), run("b.json"), "same trace and seed, byte-identical report");
+    let bad = dir.path().join("bad.trace");
+    std::fs::write(&bad, "ResNet-50 (batch size 64)\tcmd\t-n\t1\t100\t0.0\t0\n").unwrap();
+    let (ok, _, err) = tessera(&["sim", "--jobs", bad.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains("bad.trace:1:7 (scale_factor): 0 GPUs; a job needs 1..=4096"), "{err}");
+}
+
+/// The shared Philly traces that are small enough for a debug build.
+#[test]
+fn bench_jobs_runs_the_small_shared_philly_traces() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces/philly-gavel");
+    if !dir.exists() {
+        assert!(std::env::var_os("CI").is_none(), "{} is missing in CI", dir.display());
+        return;
+    }
+    let (ok, out, err) = tessera(&[
+        "bench",
+        "jobs",
+        "--traces",
+        dir.to_str().unwrap(),
+        "--only",
+        "23dbec,795a4c",
+        "--policy",
+        "binpack",
+        "--format",
+        "json",
+    ]);
+    assert!(ok, "{out}\n{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 6, "{v}");
+    for r in runs.iter().filter(|r| r["policy"] == "gangs") {
+        assert_eq!(r["partial_gang_gpu_s"], 0, "{r}");
+        assert_eq!(r["completed"].as_u64(), r["jobs"].as_u64().map(|j| j - r["skipped"].as_u64().unwrap()), "{r}");
+    }
+}

@@ -169,6 +169,7 @@ fn run_one(rt: &Runtime, c: &Campaign, inputs: &Inputs, job: &Job) -> Result<Run
     let mut policy = crate::load::load_policy(rt, doc)?.without_timeout();
     let cfg = DriverConfig {
         sched: doc.scheduling,
+        queues: doc.queue_tree(),
         telemetry: TelemetryConfig { interval_s: c.telemetry_interval_s, ..TelemetryConfig::default() },
         detection: doc.detection,
         seed: job.seed,

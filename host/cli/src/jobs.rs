@@ -5,8 +5,8 @@
 //!
 //! A job's run time is its steps over Gavel's measured throughput of its
 //! job type at its scale factor on the GPU model it runs on
-//! (`tessera_trace::jobs::Throughputs::gavel`); past the 8 GPUs Gavel
-//! measured, at the 8-GPU rate per GPU (linear scaling, counted as
+//! (`tessera_trace::jobs::Throughputs::gavel`); past the largest scale
+//! Gavel measured (8 GPUs, 1 for some types), at that scale's rate per GPU (linear scaling, counted as
 //! `extrapolated`); a model without a rate is not one it may use, and a
 //! job with none at all is skipped and counted. The cluster is Gavel's for the trace's virtual
 //! cluster (`vc_cluster_specs.json` beside the traces, its first size)
@@ -21,6 +21,7 @@ use anyhow::{Context, Result, bail};
 use serde::Serialize;
 use tessera_core::driver::DriverConfig;
 use tessera_core::model::{Node, Resources};
+use tessera_core::quota::{QueueSpec, QueueTree, QueuesConfig, Quota};
 use tessera_core::sim::jobs::{Job, JobMode, JobReport, run_jobs};
 use tessera_core::telemetry::TelemetryConfig;
 use tessera_trace::jobs::{JobRow, Throughputs, read_jobs};
@@ -37,6 +38,65 @@ pub const SPEC_MODELS: [&str; 3] = ["V100", "P100", "K80"];
 /// Telemetry interval of a job run, s: jobs run for hours.
 pub const TELEMETRY_INTERVAL_S: u64 = 600;
 
+/// How a trace's jobs are admitted: `bench jobs` runs each, `sim --jobs`
+/// one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Admission {
+    /// Gangs, and queues with guarantees and dominant-resource fair share
+    /// (the policy's `queues:`, else one equal queue per `--queues`, each
+    /// guaranteed its share of the GPUs): Tessera.
+    FairShare,
+    /// Gangs, one queue.
+    Gangs,
+    /// Each pod on its own, no gangs (kube-scheduler without a gang plugin).
+    OneAtATime,
+    /// Gangs, strictly in arrival order.
+    Fifo,
+}
+
+impl Admission {
+    /// Every way, as `bench jobs` runs them.
+    pub const ALL: [Admission; 4] = [Admission::FairShare, Admission::Gangs, Admission::OneAtATime, Admission::Fifo];
+
+    /// Its name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Admission::FairShare => "fair-share",
+            Admission::Gangs => "gangs",
+            Admission::OneAtATime => "one-at-a-time",
+            Admission::Fifo => "fifo",
+        }
+    }
+
+    /// How the loop's world admits jobs.
+    pub fn mode(self) -> JobMode {
+        match self {
+            Admission::FairShare | Admission::Gangs => JobMode::Gangs,
+            Admission::OneAtATime => JobMode::OneAtATime,
+            Admission::Fifo => JobMode::Fifo,
+        }
+    }
+}
+
+/// `queues` equal leaf queues `q0`, `q1`, …, each guaranteed an equal
+/// share of the GPUs of each model (rounded down), reclaim on.
+pub fn equal_queues(queues: u32, gpus: [u32; 3]) -> Result<QueueTree> {
+    let n = queues.max(1);
+    let by_model: BTreeMap<String, u32> =
+        SPEC_MODELS.iter().zip(gpus).filter(|(_, g)| *g / n > 0).map(|(m, g)| (m.to_string(), g / n)).collect();
+    let total: u32 = by_model.values().sum();
+    let list = (0..n)
+        .map(|q| QueueSpec {
+            name: format!("q{q}"),
+            parent: None,
+            weight: 1.0,
+            guarantee: Quota { gpus: Some(total), gpus_by_model: by_model.clone(), ..Quota::default() },
+            limit: Quota::default(),
+        })
+        .collect();
+    Ok(QueueTree::new(&QueuesConfig { list, ..QueuesConfig::default() })?)
+}
+
 /// A job trace as the simulator takes it.
 #[derive(Debug, Clone)]
 pub struct JobTrace {
@@ -46,6 +106,8 @@ pub struct JobTrace {
     pub jobs: Vec<Job>,
     /// Jobs skipped: no measured throughput on any GPU model.
     pub skipped: u64,
+    /// Queues its jobs are spread over (`q0`, `q1`, …).
+    pub queues: u32,
     /// Jobs whose run time was extrapolated past the largest scale Gavel
     /// measured ([`tessera_trace::jobs::Throughputs::rate`]).
     pub extrapolated: u64,
@@ -67,7 +129,7 @@ pub fn load_trace(path: &Path, table: &Throughputs, queues: u32, seed: u64) -> R
             None => skipped += 1,
         }
     }
-    Ok(JobTrace { name, jobs, skipped, extrapolated })
+    Ok(JobTrace { name, jobs, skipped, queues: queues.max(1), extrapolated })
 }
 
 /// The job of row `i`, and whether a run time of it was extrapolated.
@@ -168,7 +230,8 @@ pub fn cluster(counts: [u32; 3]) -> Vec<Node> {
 pub struct JobRun {
     /// Trace.
     pub trace: String,
-    /// How jobs were admitted: `gangs` (Tessera), `one-at-a-time`, `fifo`.
+    /// How jobs were admitted: `fair-share` (Tessera: gangs and queues),
+    /// `gangs` (one queue), `one-at-a-time`, `fifo`.
     pub policy: &'static str,
     /// GPUs per model (V100, P100, K80).
     pub gpus: [u32; 3],
@@ -197,19 +260,27 @@ pub struct JobRun {
     pub wall_s: f64,
 }
 
-/// Runs `trace` on `gpus` admitted as `mode`, placed by `policy`.
+/// Runs `trace` on `gpus` admitted as `admission` says, placed by
+/// `policy`.
 pub fn run_one(
     rt: &tessera_wasm::Runtime,
     trace: &JobTrace,
     gpus: [u32; 3],
-    mode: JobMode,
+    admission: Admission,
     policy: &str,
     seed: u64,
 ) -> Result<(JobRun, JobReport)> {
     let doc = policy_document(policy, seed)?;
     let mut placer = load::load_policy(rt, &doc)?.without_timeout();
+    let queues = match admission {
+        Admission::FairShare if !doc.queues.list.is_empty() => doc.queue_tree(),
+        Admission::FairShare => equal_queues(trace.queues, gpus)?,
+        _ => QueueTree::default(),
+    };
+    let mode = admission.mode();
     let cfg = DriverConfig {
         sched: doc.scheduling,
+        queues,
         telemetry: TelemetryConfig { interval_s: TELEMETRY_INTERVAL_S, ..TelemetryConfig::default() },
         seed,
         detection: doc.detection,
@@ -219,7 +290,7 @@ pub fn run_one(
     let report = run_jobs(cluster(gpus), &trace.jobs, &mut placer, mode, &cfg);
     let run = JobRun {
         trace: trace.name.clone(),
-        policy: mode.name(),
+        policy: admission.name(),
         gpus,
         jobs: report.jobs + trace.skipped,
         skipped: trace.skipped,
@@ -277,9 +348,8 @@ pub fn bench(opts: &JobsOptions) -> Result<JobsBench> {
     let mut runs = Vec::new();
     for f in files {
         let (trace, gpus) = prepare(&f, opts.queues, opts.seed)?;
-        let modes: Vec<JobMode> = JobMode::ALL.to_vec();
-        let results = crate::replay::run_parallel(modes, |rt, mode| {
-            run_one(rt, &trace, gpus, mode, &opts.policy, opts.seed).map(|(run, _)| run)
+        let results = crate::replay::run_parallel(Admission::ALL.to_vec(), |rt, admission| {
+            run_one(rt, &trace, gpus, admission, &opts.policy, opts.seed).map(|(run, _)| run)
         })?;
         for r in results {
             runs.push(r?);

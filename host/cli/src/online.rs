@@ -77,6 +77,7 @@ pub fn run(opts: &SimOptions, telemetry_interval_s: u64) -> Result<OnlineOutcome
     let mut policy = load::load_policy(&rt, &doc)?.without_timeout();
     let cfg = DriverConfig {
         sched: doc.scheduling,
+        queues: doc.queue_tree(),
         telemetry: TelemetryConfig { interval_s: telemetry_interval_s, ..TelemetryConfig::default() },
         seed: opts.seed,
         weight_sets: doc.adaptive.as_ref().map(|a| a.weight_sets.clone()).unwrap_or_default(),

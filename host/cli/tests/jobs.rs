@@ -45,7 +45,7 @@ fn bench_jobs_prints_the_documented_json_and_gangs_hold_nothing_partly() {
     let runs = v["runs"].as_array().unwrap();
     assert_eq!(
         runs.iter().map(|r| r["policy"].as_str().unwrap()).collect::<Vec<_>>(),
-        ["gangs", "one-at-a-time", "fifo"]
+        ["fair-share", "gangs", "one-at-a-time", "fifo"]
     );
     for r in runs {
         for key in [
@@ -65,9 +65,10 @@ fn bench_jobs_prints_the_documented_json_and_gangs_hold_nothing_partly() {
         assert_eq!(r["extrapolated"], 1, "the 16-GPU job is past Gavel's 8: {r}");
         assert_eq!(r["gpus"], serde_json::json!([16, 0, 0]), "Gavel's first size for t1");
     }
-    assert_eq!(runs[0]["partial_gang_gpu_s"], 0, "gangs: {}", runs[0]);
-    assert!(runs[1]["partial_gang_gpu_s"].as_u64().unwrap() > 0, "one at a time: {}", runs[1]);
-    assert!(runs[0]["jct_p50_s"].as_u64() <= runs[2]["jct_p50_s"].as_u64(), "gangs vs FIFO: {runs:?}");
+    assert_eq!(runs[0]["partial_gang_gpu_s"], 0, "fair share: {}", runs[0]);
+    assert_eq!(runs[1]["partial_gang_gpu_s"], 0, "gangs: {}", runs[1]);
+    assert!(runs[2]["partial_gang_gpu_s"].as_u64().unwrap() > 0, "one at a time: {}", runs[2]);
+    assert!(runs[1]["jct_p50_s"].as_u64() <= runs[3]["jct_p50_s"].as_u64(), "gangs vs FIFO: {runs:?}");
 }
 
 #[test]
@@ -79,7 +80,7 @@ fn sim_jobs_is_deterministic_and_names_a_malformed_line() {
         let (ok, stdout, err) =
             tessera(&["sim", "--jobs", f.to_str().unwrap(), "--policy", "binpack", "--out", out.to_str().unwrap()]);
         assert!(ok, "{stdout}\n{err}");
-        assert!(stdout.contains("gangs"), "{stdout}");
+        assert!(stdout.contains("fair-share"), "{stdout}");
         std::fs::read(out).unwrap()
     };
     assert_eq!(run("a.json"), run("b.json"), "same trace and seed, byte-identical report");
@@ -113,8 +114,8 @@ fn bench_jobs_runs_the_small_shared_philly_traces() {
     assert!(ok, "{out}\n{err}");
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     let runs = v["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 6, "{v}");
-    for r in runs.iter().filter(|r| r["policy"] == "gangs") {
+    assert_eq!(runs.len(), 8, "{v}");
+    for r in runs.iter().filter(|r| r["policy"] == "gangs" || r["policy"] == "fair-share") {
         assert_eq!(r["partial_gang_gpu_s"], 0, "{r}");
         assert_eq!(r["completed"].as_u64(), r["jobs"].as_u64().map(|j| j - r["skipped"].as_u64().unwrap()), "{r}");
     }

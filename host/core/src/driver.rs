@@ -69,6 +69,8 @@ pub struct DriverConfig {
     pub dead_band_permille: u16,
     /// The end of the first telemetry interval; unset: the first instant.
     pub start_s: Option<u64>,
+    /// The queues (the policy's `queues:`); default: one queue.
+    pub queues: crate::quota::QueueTree,
 }
 
 /// Everything around the loop.
@@ -168,7 +170,8 @@ impl Driver {
     /// A loop over `nodes` with nothing pending; fragmentation is measured
     /// against `workload`.
     pub fn new(nodes: Vec<Node>, workload: crate::metrics::TargetWorkload, cfg: DriverConfig) -> Self {
-        let model = Model::new(nodes, workload, cfg.sched);
+        let mut model = Model::new(nodes, workload, cfg.sched);
+        model.set_queues(cfg.queues.clone());
         let report = LoopReport { total_gpus: model.cluster().total_gpus(), ..LoopReport::default() };
         let mut d = Self {
             model,

@@ -69,6 +69,8 @@ pub enum Why {
     Plugin(String),
     /// The pod waits with its gang.
     Gang(GangWait),
+    /// The pod's queue holds it (`tessera_core::quota`).
+    Queue(QueueWait),
 }
 
 impl Why {
@@ -78,6 +80,62 @@ impl Why {
             Why::Filter(r) => r.code(),
             Why::Plugin(code) => code,
             Why::Gang(w) => w.code(),
+            Why::Queue(w) => w.code(),
+        }
+    }
+
+    /// The queue wait behind this reason, a gang's blocker included.
+    pub fn queue_wait(&self) -> Option<&QueueWait> {
+        match self {
+            Why::Queue(w) => Some(w),
+            Why::Gang(w) => w.queue_wait(),
+            _ => None,
+        }
+    }
+}
+
+/// Why a pod's queue holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum QueueWait {
+    /// The pod names a queue that is not a leaf of the tree
+    /// (`SCHED-QUEUE-UNKNOWN`).
+    Unknown {
+        /// The name it gave.
+        queue: String,
+    },
+    /// Placing it would take `queue` (its own or an ancestor) past its
+    /// limit of `resource` (`SCHED-QUEUE-LIMIT`).
+    Limit {
+        /// The queue whose limit holds it.
+        queue: String,
+        /// The resource (`gpus`, `gpus/V100`, `cpu_milli`, `memory_mib`).
+        resource: String,
+        /// The limit, in the resource's unit.
+        limit: String,
+        /// Used now.
+        used: String,
+    },
+}
+
+impl QueueWait {
+    /// Every code a queue's wait has.
+    pub const CODES: [&'static str; 2] = ["SCHED-QUEUE-UNKNOWN", "SCHED-QUEUE-LIMIT"];
+
+    /// The stable reason code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            QueueWait::Unknown { .. } => Self::CODES[0],
+            QueueWait::Limit { .. } => Self::CODES[1],
+        }
+    }
+
+    /// Said in words, for events and explanations.
+    pub fn describe(&self) -> String {
+        match self {
+            QueueWait::Unknown { queue } => format!("queue {queue} is not a leaf queue of the policy"),
+            QueueWait::Limit { queue, resource, limit, used } => {
+                format!("queue {queue} is at its limit of {resource} ({used} of {limit} used)")
+            }
         }
     }
 }
@@ -141,6 +199,15 @@ impl GangWait {
             GangWait::TimedOut { waited_s, wait } => {
                 format!("{} (waiting {waited_s} s, past its timeout)", wait.describe())
             }
+        }
+    }
+
+    /// The queue wait that stopped the gang, if one did.
+    pub fn queue_wait(&self) -> Option<&QueueWait> {
+        match self {
+            GangWait::Incomplete { .. } => None,
+            GangWait::Unschedulable { blocker, .. } => blocker.queue_wait(),
+            GangWait::TimedOut { wait, .. } => wait.queue_wait(),
         }
     }
 

@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod model;
 pub mod preempt;
 pub mod queue;
+pub mod quota;
 pub mod room;
 pub mod sched;
 pub mod score;

@@ -267,6 +267,10 @@ pub struct Pod {
     /// The gang it belongs to, if any: placed all or nothing with it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gang: Option<Gang>,
+    /// The leaf queue it waits in (`tessera_core::quota`); none: the
+    /// default queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
 }
 
 /// A gang (a pod group: Kubernetes' `scheduling.x-k8s.io` `PodGroup`, a

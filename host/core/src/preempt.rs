@@ -35,6 +35,9 @@ pub struct Running<'a> {
     pub started_at: u64,
     /// Pods evicted if it is: 1, or its gang's running members.
     pub evicts: u32,
+    /// A victim whatever its priority (not of the hard tier): its queue
+    /// gives back what it borrowed (`tessera_core::quota`'s reclaim).
+    pub reclaim: bool,
 }
 
 /// The victims chosen on one node.
@@ -152,7 +155,7 @@ pub fn plan(nodes: &[Node], running: &[Running<'_>], pod: &Pod, now: u64) -> Opt
     // running pods, not one per node.
     let mut by_node: std::collections::HashMap<NodeId, Vec<usize>> = std::collections::HashMap::new();
     for (i, r) in running.iter().enumerate() {
-        if may_preempt(pod, &r.pod) {
+        if may_preempt(pod, &r.pod) || (r.reclaim && r.pod.tier != Tier::Hard) {
             by_node.entry(r.placement.node).or_default().push(i);
         }
     }
@@ -234,7 +237,7 @@ mod tests {
             .map(|(p, started_at)| {
                 let gpus = choose_gpus(cluster.node(node).unwrap(), &p, None).unwrap();
                 let placement = cluster.bind(node, &p, gpus).unwrap();
-                Running { pod: std::borrow::Cow::Owned(p), placement, started_at, evicts: 1 }
+                Running { pod: std::borrow::Cow::Owned(p), placement, started_at, evicts: 1, reclaim: false }
             })
             .collect()
     }
@@ -388,7 +391,13 @@ mod tests {
                 if let Some(gpus) = choose_gpus(c.node(0).unwrap(), &p, None)
                     && let Ok(placement) = c.bind(0, &p, gpus)
                 {
-                    running.push(Running { pod: std::borrow::Cow::Owned(p), placement, started_at: 0, evicts: 1 });
+                    running.push(Running {
+                        pod: std::borrow::Cow::Owned(p),
+                        placement,
+                        started_at: 0,
+                        evicts: 1,
+                        reclaim: false,
+                    });
                 }
             }
             c.update_node(0, |n| {

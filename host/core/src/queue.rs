@@ -134,6 +134,23 @@ impl<T> Mlfq<T> {
         self.insert(to, item, priority, now);
     }
 
+    /// Takes every pod out, level by level in dispatch order within a
+    /// level, without aging: for moving them to another queue as they are.
+    pub fn drain(&mut self) -> Vec<Popped<T>> {
+        let mut out = Vec::with_capacity(self.len());
+        for (level, entries) in self.levels.iter_mut().enumerate() {
+            out.extend(std::mem::take(entries).into_values().map(|e| Popped {
+                item: e.item,
+                priority: e.priority,
+                level,
+                since: e.since,
+            }));
+        }
+        self.waits.iter_mut().for_each(BTreeSet::clear);
+        self.served.iter_mut().for_each(|s| *s = 0);
+        out
+    }
+
     /// Raises pods that have waited `aging_after` one level.
     fn age(&mut self, now: u64) {
         for level in 1..self.levels.len() {

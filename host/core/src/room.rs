@@ -212,7 +212,9 @@ pub fn make_room(
 /// `running` entries borrowed from owned pods (for callers that keep
 /// `(Pod, Placement)` pairs).
 pub fn borrow_running(pods: &[(Pod, Placement)]) -> Vec<Running<'_>> {
-    pods.iter().map(|(p, at)| Running { pod: Cow::Borrowed(p), placement: *at, started_at: 0, evicts: 1 }).collect()
+    pods.iter()
+        .map(|(p, at)| Running { pod: Cow::Borrowed(p), placement: *at, started_at: 0, evicts: 1, reclaim: false })
+        .collect()
 }
 
 #[cfg(test)]

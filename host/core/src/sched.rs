@@ -23,61 +23,11 @@ use serde::{Deserialize, Serialize};
 use crate::cluster::{Cluster, FilterReason, Placement};
 use crate::framework::{Placer, Why, bind_choice};
 use crate::model::{GPU_MILLI, Node, NodeId, Pod, Tier};
-use crate::queue::{Mlfq, MlfqConfig};
 
+pub use config::{Sampling, SchedConfig};
 pub use gang::GangStatus;
 pub use live::{AdoptError, PlaceError};
-
-/// Which nodes a decision looks at (kube-scheduler's
-/// `percentageOfNodesToScore`): every feasible node in clusters of up to
-/// `all_up_to` nodes; in larger ones the search stops once enough feasible
-/// nodes are found, starting where the previous decision stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Sampling {
-    /// Share of the cluster's nodes to find, 1..=100; unset: adaptive as
-    /// in kube-scheduler, `50 − nodes/125` and at least 5.
-    pub percentage: Option<u8>,
-    /// Clusters up to this many nodes have every feasible node scored.
-    pub all_up_to: usize,
-    /// Never fewer feasible nodes than this.
-    pub min_nodes: usize,
-}
-
-impl Default for Sampling {
-    fn default() -> Self {
-        Self { percentage: None, all_up_to: 10_000, min_nodes: 100 }
-    }
-}
-
-impl Sampling {
-    /// Feasible nodes to find in a cluster of `total` nodes.
-    pub fn nodes_to_find(&self, total: usize) -> usize {
-        if total <= self.all_up_to {
-            return total;
-        }
-        let pct = self.percentage.map_or_else(|| 50usize.saturating_sub(total / 125).max(5), usize::from).clamp(1, 100);
-        (total * pct / 100).max(self.min_nodes).min(total)
-    }
-}
-
-/// Settings of the loop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct SchedConfig {
-    /// The pending queue.
-    pub queue: MlfqConfig,
-    /// Node sampling.
-    pub sampling: Sampling,
-    /// Whether a pod that fits nowhere may preempt.
-    pub preemption: bool,
-}
-
-impl Default for SchedConfig {
-    fn default() -> Self {
-        Self { queue: MlfqConfig::default(), sampling: Sampling::default(), preemption: true }
-    }
-}
+pub use queues::QueueStatus;
 
 pub use crate::model::PodId;
 
@@ -188,7 +138,8 @@ struct Entry {
 pub struct Scheduler {
     cluster: Cluster,
     cfg: SchedConfig,
-    queue: Mlfq<PodId>,
+    /// Pending pods by queue, and what each queue uses.
+    queues: queues::Queues,
     pods: BTreeMap<PodId, Entry>,
     parked: BTreeSet<PodId>,
     /// Running pods by (tier rank, priority): the least important first,
@@ -213,7 +164,7 @@ impl Scheduler {
     pub fn new(nodes: Vec<Node>, cfg: SchedConfig) -> Self {
         Self {
             cluster: Cluster::new(nodes),
-            queue: Mlfq::new(cfg.queue),
+            queues: queues::Queues::new(crate::quota::QueueTree::default(), cfg.queue),
             cfg,
             pods: BTreeMap::new(),
             parked: BTreeSet::new(),
@@ -259,7 +210,7 @@ impl Scheduler {
 
     /// Pods queued at each level (parked pods not included).
     pub fn queue_depths(&self) -> Vec<usize> {
-        self.queue.depths()
+        self.listed_depths()
     }
 
     /// Pods parked as unschedulable.
@@ -317,8 +268,9 @@ impl Scheduler {
         if pod.tier == Tier::Hard && pod.gpu_count > 0 {
             pod.gpu_milli = GPU_MILLI;
         }
-        self.queue.push(id, pod.priority, now);
+        let priority = pod.priority;
         self.pods.insert(id, Entry { pod, state: State::Queued, submitted_at: now, last_reason: None });
+        self.enlist_new(id, priority, now);
         self.join_gang(id, now);
         Ok(())
     }
@@ -337,7 +289,7 @@ impl Scheduler {
             }
             State::Running { placement, .. } => {
                 self.cluster.unbind(&placement, &e.pod);
-                self.forget_running(&e.pod);
+                self.forget_running(id, &e.pod);
                 self.dirty.insert(placement.node);
                 self.unpark(placement.node);
             }
@@ -360,6 +312,9 @@ impl Scheduler {
                 if let Some(e) = self.pods.get_mut(&id) {
                     e.state = State::Running { placement: at, started_at, level };
                 }
+                // Its GPUs may be of another model now.
+                self.uncharge(id, false);
+                self.charge(id, at.node);
                 self.dirty.insert(from.node);
                 self.dirty.insert(at.node);
                 self.unpark(from.node);
@@ -376,6 +331,7 @@ impl Scheduler {
     /// fit on it get another chance.
     pub fn update_node<R>(&mut self, id: NodeId, f: impl FnOnce(&mut Node) -> R) -> Option<R> {
         let r = self.cluster.update_node(id, f)?;
+        self.queues.capacity = None;
         self.dirty.insert(id);
         self.unpark(id);
         Some(r)
@@ -400,8 +356,10 @@ impl Scheduler {
             .copied()
             .filter(|id| {
                 self.pods.get(id).is_some_and(|e| {
-                    // Room does not end a wait for members: their arrival does.
+                    // Room does not end a wait for members (their arrival
+                    // does) nor one for a queue (its use falling does).
                     !matches!(&e.last_reason, Some(Why::Gang(w)) if w.needs_members())
+                        && e.last_reason.as_ref().is_none_or(|w| w.queue_wait().is_none())
                         && crate::cluster::check(n, &e.pod).is_ok()
                 })
             })
@@ -417,12 +375,15 @@ impl Scheduler {
                 && let State::Parked { level, since } = e.state
             {
                 e.state = State::Queued;
-                self.queue.requeue(id, e.pod.priority, level, since);
+                let priority = e.pod.priority;
+                self.enlist(id, priority, level, since);
             }
         }
     }
 
-    fn forget_running(&mut self, pod: &Pod) {
+    /// Running pod `id` stops running: its queue is no longer charged.
+    fn forget_running(&mut self, id: PodId, pod: &Pod) {
+        self.uncharge(id, true);
         let key = (Tier::rank(pod.tier), pod.priority);
         if let Some(c) = self.running_keys.get_mut(&key) {
             *c -= 1;
@@ -456,7 +417,7 @@ impl Scheduler {
     pub fn schedule<P: Placer + ?Sized>(&mut self, placer: &mut P, now: u64) -> Vec<Event> {
         self.flush(placer);
         let mut events = Vec::new();
-        while let Some(p) = self.queue.pop(now) {
+        while let Some(p) = self.next_listed(now) {
             let id = p.item;
             let Some(e) = self.pods.get(&id) else { continue };
             if e.state != State::Queued {
@@ -490,7 +451,7 @@ impl Scheduler {
                 // host's filter, not a plugin's rule.
                 let preempted = match reason {
                     Why::Filter(_) => self.try_preempt(id, pod, placer, now, level),
-                    Why::Plugin(_) | Why::Gang(_) => None,
+                    Why::Plugin(_) | Why::Gang(_) | Why::Queue(_) => None,
                 };
                 match preempted {
                     Some(ev) => ev,
@@ -510,6 +471,7 @@ impl Scheduler {
         e.state = State::Parked { level, since: now };
         e.last_reason = Some(reason.clone());
         self.parked.insert(id);
+        self.note_parked(id, &reason);
         Event::Unschedulable { pod: id, reason }
     }
 
@@ -525,18 +487,36 @@ impl Scheduler {
         e.last_reason = None;
         *self.running_keys.entry((Tier::rank(e.pod.tier), e.pod.priority)).or_insert(0) += 1;
         self.stats.bound += 1;
-        now.saturating_sub(e.submitted_at)
+        let waited = now.saturating_sub(e.submitted_at);
+        self.charge(id, placement.node);
+        self.note_admitted(id);
+        waited
     }
 
     /// Hard filter (sampled), placer, bind. `Err`: the most common
     /// rejection reason.
     fn try_place<P: Placer + ?Sized>(&mut self, pod: &Pod, placer: &mut P) -> Result<(Placement, usize), Why> {
         let mut rejected = [0u32; FilterReason::COUNT];
+        let mut blocked = Vec::new();
+        if let Err(w) = self.queue_check(pod, &mut blocked) {
+            self.last_rejected = rejected;
+            self.candidates.clear();
+            return Err(Why::Queue(w));
+        }
         let want = self.cfg.sampling.nodes_to_find(self.cluster.nodes().len());
         self.next_start = self.cluster.feasible_from(pod, self.next_start, want, &mut self.candidates, &mut rejected);
         self.last_rejected = rejected;
         if self.candidates.is_empty() {
             return Err(Why::Filter(FilterReason::main(&rejected)));
+        }
+        if let Some((_, first)) = blocked.first() {
+            // GPU models the queue may not take more of.
+            let cluster = &self.cluster;
+            let model = |n: &NodeId| cluster.node(*n).map_or("", |n| n.gpu_model.as_str());
+            self.candidates.retain(|n| !blocked.iter().any(|(m, _)| m == model(n)));
+            if self.candidates.is_empty() {
+                return Err(Why::Queue(first.clone()));
+            }
         }
         let choice = placer.place(pod, &self.candidates);
         self.stats.plugin_errors += u64::from(choice.plugin_errors);
@@ -565,8 +545,10 @@ impl Scheduler {
     }
 }
 
+mod config;
 mod evict;
 mod gang;
 mod live;
+mod queues;
 #[cfg(test)]
 mod tests;

@@ -42,6 +42,10 @@ pub const TIER_ANNOTATION: &str = "tessera.io/tier";
 /// bound; a GPU-sharing device plugin reads it.
 pub const GPU_INDEX_ANNOTATION: &str = "tessera.io/gpu-index";
 
+/// Pod label naming the leaf queue it waits in (the policy's `queues:`);
+/// none: the default queue.
+pub const QUEUE_LABEL: &str = "tessera.io/queue";
+
 /// An object Tessera cannot take as it is.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{kind} {name}: {message}")]
@@ -276,9 +280,9 @@ pub fn pod(p: &KPod, names: &ModelNames) -> Result<Pod, ConvertError> {
             })
             .collect(),
         node_affinity,
-        // `scheduling.x-k8s.io` PodGroups are not read yet (issue 25):
-        // on Kubernetes every pod is placed on its own.
+        // The tracker sets it from the pod's PodGroup (`podgroup`).
         gang: None,
+        queue: p.metadata.labels.as_ref().and_then(|l| l.get(QUEUE_LABEL)).map(|q| q.trim().to_string()),
     })
 }
 

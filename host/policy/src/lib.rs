@@ -72,6 +72,11 @@ pub struct PolicyDocument {
     /// thresholds, MILP limits.
     #[serde(default)]
     pub rescheduling: rescheduling::PlannerConfig,
+    /// Queues with quotas and fair share: `default_queue`, `reclaim` and
+    /// `list` of queues (`name`, `parent`, `weight`, `guarantee`, `limit`,
+    /// each of `cpu_milli`, `memory_mib`, `gpus`, `gpus_by_model`).
+    #[serde(default)]
+    pub queues: tessera_core::quota::QueuesConfig,
 }
 
 /// Adaptive weights.
@@ -328,6 +333,12 @@ impl PolicyDocument {
             }
             other => other,
         })
+    }
+
+    /// The queue tree of the `queues:` section (checked when the document
+    /// was read).
+    pub fn queue_tree(&self) -> tessera_core::quota::QueueTree {
+        tessera_core::quota::QueueTree::new(&self.queues).expect("a parsed document's queues are valid")
     }
 
     /// The plugin-specific configuration of `entry` as the JSON text the

@@ -263,3 +263,48 @@ fn rescheduling_section_is_typed_and_checked() {
         Err(_) => assert!(invalid(&solver("highs")).2.contains("--features highs")),
     }
 }
+
+#[test]
+fn queues_section_is_typed_and_checked_at_the_queue_it_names() {
+    let section = r#"
+queues:
+  default_queue: research
+  list:
+    - name: org
+      guarantee: { gpus: 16, cpu_milli: 64000 }
+      limit: { gpus: 32, gpus_by_model: { V100: 8 } }
+    - name: research
+      parent: org
+      weight: 2
+      guarantee: { gpus: 8 }
+    - name: prod
+      parent: org
+      guarantee: { gpus: 8 }
+"#;
+    let doc = PolicyDocument::parse(&format!("{GOOD}{section}"), "p.yaml").unwrap();
+    let tree = doc.queue_tree();
+    assert_eq!(tree.nodes().len(), 3, "the default is listed: no implicit one");
+    let research = tree.index("research").unwrap();
+    assert_eq!(tree.leaf_of(&tessera_core::Pod::default()), Ok(research));
+    assert!(tree.reclaim(), "reclaim is on by default");
+    assert_eq!(PolicyDocument::parse(GOOD, "p.yaml").unwrap().queue_tree(), tessera_core::quota::QueueTree::default());
+
+    let (line, _, reason) = invalid(&format!(
+        "{GOOD}{}",
+        section.replace(
+            "      guarantee: { gpus: 8 }\n    - name: prod",
+            "      guarantee: { gpus: 9 }\n    - name: prod"
+        )
+    ));
+    assert_eq!(line, 18, "at org's guarantee: {reason}");
+    assert!(reason.starts_with("queues.list[0].guarantee.gpus: queue `org` guarantees 16"), "{reason}");
+    let (line, _, reason) =
+        invalid(&format!("{GOOD}{}", section.replace("parent: org\n      weight: 2", "parent: orgg\n      weight: 2")));
+    assert_eq!(line, 21, "at research's parent: {reason}");
+    assert!(reason.contains("queue `research`: no queue `orgg`"), "{reason}");
+    let (_, _, reason) =
+        invalid(&format!("{GOOD}{}", section.replace("{ gpus: 16, cpu_milli", "{ gpu: 16, cpu_milli")));
+    assert!(reason.contains("unknown field `gpu`"), "{reason}");
+    let (_, _, reason) = invalid(&format!("{GOOD}{}", section.replace("weight: 2", "weight: -1")));
+    assert!(reason.starts_with("queues.list[1].weight: -1 must be within (0, 1000000]"), "{reason}");
+}

@@ -119,6 +119,9 @@ pub(crate) fn semantics(doc: &PolicyDocument, loc: &Located) -> Result<(), YamlE
     if let Err(reason) = doc.rescheduling.validate() {
         return Err(loc.error(&format!("rescheduling.{}", field_of(&reason)), reason));
     }
+    if let Err(e) = tessera_core::quota::QueueTree::new(&doc.queues) {
+        return Err(loc.error(&format!("queues.{}", e.field), e.reason));
+    }
     if let Err(reason) = doc.movement.validate() {
         return Err(loc.error(&format!("movement.{}", field_of(&reason)), reason));
     }

@@ -79,7 +79,7 @@ pub enum Control {
     /// A scheduler extender's call, answered from the model.
     Extender {
         /// The call.
-        call: ExtenderCall,
+        call: Box<ExtenderCall>,
         /// Told the answer.
         done: Reply<ExtenderAnswer>,
     },
@@ -197,7 +197,7 @@ pub struct ExtenderHandle {
 impl ExtenderHandle {
     /// Asks the loop; its answer, or why there is none.
     pub async fn call(&self, call: ExtenderCall) -> Result<ExtenderAnswer, ControlError> {
-        self.handle.ask(|done| Control::Extender { call, done }).await
+        self.handle.ask(|done| Control::Extender { call: Box::new(call), done }).await
     }
 }
 

@@ -46,6 +46,7 @@ use service::Service;
 fn driver_config(cfg: &EngineConfig, doc: &PolicyDocument, seed: u64) -> DriverConfig {
     DriverConfig {
         sched: doc.scheduling,
+        queues: doc.queue_tree(),
         telemetry: TelemetryConfig { interval_s: cfg.telemetry_interval_s, ..TelemetryConfig::default() },
         detection: doc.detection,
         seed,
@@ -190,7 +191,7 @@ impl Engine {
                 let _ = done.send(self.snapshot());
             }
             Control::Extender { call, done } => {
-                let _ = done.send(self.svc.extend(self.driver.model_mut(), call));
+                let _ = done.send(self.svc.extend(self.driver.model_mut(), *call));
             }
             Control::ChaosInputs { done } => {
                 let candidate_id = self.svc.shared.rollout.read().unwrap_or_else(|p| p.into_inner()).candidate_id;
@@ -208,8 +209,10 @@ impl Engine {
     /// any) start afresh.
     fn install(&mut self, policy: Policy, doc: PolicyDocument) {
         self.driver.set_weight_sets(doc.adaptive.as_ref().map(|a| a.weight_sets.clone()).unwrap_or_default());
+        let queues = doc.queue_tree();
         self.svc.install(policy, doc);
         self.driver.model_mut().resync();
+        self.driver.model_mut().set_queues(queues);
         self.publish_policy();
     }
 
@@ -235,6 +238,33 @@ impl Engine {
             PolicyView { name: svc.doc.name.clone(), doc: svc.doc.clone(), members };
     }
 
+    /// Per-queue gauges (only when the policy sets queues: they cost a
+    /// pass over the pods).
+    fn queue_gauges(&self) {
+        use crate::metrics::{QueueLabel, QueueResourceLabel};
+        let m = &self.svc.shared.metrics;
+        for q in self.driver.model().sched().queues() {
+            let label = QueueLabel { queue: q.name.clone() };
+            m.queue_pending.get_or_create(&label).set(q.pending as i64);
+            m.queue_running.get_or_create(&label).set(q.running as i64);
+            m.queue_admitted.get_or_create(&label).set(q.admitted as i64);
+            m.queue_dominant_share.get_or_create(&label).set(q.dominant_share);
+            let dims: std::collections::BTreeSet<&tessera_core::quota::Dim> =
+                q.used.0.keys().chain(q.guarantee.0.keys()).chain(q.fair_share.0.keys()).collect();
+            for d in dims {
+                let label = QueueResourceLabel { queue: q.name.clone(), resource: d.name() };
+                let unit = |v: u64| match d {
+                    tessera_core::quota::Dim::Gpu | tessera_core::quota::Dim::Model(_) => v as f64 / 1000.0,
+                    _ => v as f64,
+                };
+                m.queue_used.get_or_create(&label).set(unit(q.used.get(d)));
+                m.queue_borrowed.get_or_create(&label).set(unit(q.borrowed.get(d)));
+                m.queue_guarantee.get_or_create(&label).set(unit(q.guarantee.get(d)));
+                m.queue_fair_share.get_or_create(&label).set(unit(q.fair_share.get(d)));
+            }
+        }
+    }
+
     fn gauges(&self) {
         let (svc, model) = (&self.svc, self.driver.model());
         let m = &svc.shared.metrics;
@@ -242,6 +272,9 @@ impl Engine {
             m.queue_depth.get_or_create(&crate::metrics::LevelLabel { level: level.to_string() }).set(depth as i64);
         }
         m.parked.set(model.sched().parked() as i64);
+        if model.sched().has_queues() {
+            self.queue_gauges();
+        }
         m.running.set(model.running().count() as i64);
         m.gpus.set(model.cluster().total_gpus() as i64);
         let reading = model.tracker().reading();

@@ -66,6 +66,22 @@ pub struct LevelLabel {
     pub level: String,
 }
 
+/// `queue` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabel {
+    /// Queue name (the policy's `queues:`).
+    pub queue: String,
+}
+
+/// `queue` and `resource` labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueResourceLabel {
+    /// Queue name.
+    pub queue: String,
+    /// `gpus`, `gpus/V100`, `cpu_milli`, `memory_mib`.
+    pub resource: String,
+}
+
 /// `strategy` label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StrategyLabel {
@@ -133,6 +149,22 @@ pub struct Metrics {
     pub plugin_host_starved: Family<PluginLabel, Gauge>,
     /// Pods queued per level.
     pub queue_depth: Family<LevelLabel, Gauge>,
+    /// Pods waiting (queued or parked) in each queue, or under it.
+    pub queue_pending: Family<QueueLabel, Gauge>,
+    /// Pods running from each queue, or under it.
+    pub queue_running: Family<QueueLabel, Gauge>,
+    /// Pods placed from each queue since its policy was installed.
+    pub queue_admitted: Family<QueueLabel, Gauge>,
+    /// What each queue uses, by resource (GPUs, millicores, MiB).
+    pub queue_used: Family<QueueResourceLabel, Gauge<f64, AtomicU64>>,
+    /// What each queue uses past its guarantee (borrowed), by resource.
+    pub queue_borrowed: Family<QueueResourceLabel, Gauge<f64, AtomicU64>>,
+    /// Each queue's guarantee, by resource.
+    pub queue_guarantee: Family<QueueResourceLabel, Gauge<f64, AtomicU64>>,
+    /// Each queue's fair share now, by resource.
+    pub queue_fair_share: Family<QueueResourceLabel, Gauge<f64, AtomicU64>>,
+    /// Each queue's dominant share of the cluster, 0..1.
+    pub queue_dominant_share: Family<QueueLabel, Gauge<f64, AtomicU64>>,
     /// Pods parked as unschedulable.
     pub parked: Gauge,
     /// Pods running.
@@ -198,6 +230,14 @@ impl Metrics {
             plugin_quarantined: Family::default(),
             plugin_host_starved: Family::default(),
             queue_depth: Family::default(),
+            queue_pending: Family::default(),
+            queue_running: Family::default(),
+            queue_admitted: Family::default(),
+            queue_used: Family::default(),
+            queue_borrowed: Family::default(),
+            queue_guarantee: Family::default(),
+            queue_fair_share: Family::default(),
+            queue_dominant_share: Family::default(),
             parked: Gauge::default(),
             running: Gauge::default(),
             reschedule_attempts: Family::default(),
@@ -249,6 +289,22 @@ impl Metrics {
         );
         registry.register("queue_depth", "Pods queued per MLFQ level", m.queue_depth.clone());
         registry.register("pods_parked", "Pods parked as unschedulable", m.parked.clone());
+        registry.register("queue_pending", "Pods waiting in a queue or under it", m.queue_pending.clone());
+        registry.register("queue_running", "Pods running from a queue or under it", m.queue_running.clone());
+        registry.register(
+            "queue_admitted",
+            "Pods placed from a queue since its policy was installed",
+            m.queue_admitted.clone(),
+        );
+        registry.register("queue_used", "What a queue uses, by resource", m.queue_used.clone());
+        registry.register("queue_borrowed", "What a queue uses past its guarantee", m.queue_borrowed.clone());
+        registry.register("queue_guarantee", "A queue's guarantee, by resource", m.queue_guarantee.clone());
+        registry.register("queue_fair_share", "A queue's fair share now, by resource", m.queue_fair_share.clone());
+        registry.register(
+            "queue_dominant_share",
+            "A queue's largest share of any resource of the cluster",
+            m.queue_dominant_share.clone(),
+        );
         registry.register("pods_running", "Pods running", m.running.clone());
         registry.register("reschedule_attempts", "Rescheduling cycles by trigger", m.reschedule_attempts.clone());
         registry.register("migrations", "Pods moved by the rescheduler, by strategy", m.migrations.clone());
@@ -311,6 +367,9 @@ impl Metrics {
         }
         for reason in tessera_core::cluster::FilterReason::ALL {
             let _ = self.failures.get_or_create(&CodeLabel { code: reason.code().into() });
+        }
+        for code in tessera_core::framework::GangWait::CODES.iter().chain(&tessera_core::framework::QueueWait::CODES) {
+            let _ = self.failures.get_or_create(&CodeLabel { code: (*code).into() });
         }
         for p in &doc.plugins {
             let plugin = PluginLabel { plugin: p.name.clone() };

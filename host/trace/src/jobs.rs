@@ -193,9 +193,9 @@ impl Throughputs {
 
     /// Steps per second of `job_type` on `scale` GPUs of `gpu`, measured
     /// or, past the largest scale measured for it there (Gavel's table
-    /// stops at 8 GPUs, Philly's jobs reach 64), extrapolated from that
-    /// scale at the same rate per GPU (linear scaling: an assumption, so it
-    /// is flagged).
+    /// stops at 8 GPUs, and at 1 for A3C, CycleGAN and Recommendation;
+    /// Philly's jobs reach 64), extrapolated from that scale at the same
+    /// rate per GPU (linear scaling: an assumption, so it is flagged).
     pub fn rate(&self, gpu: &str, job_type: &str, scale: u32) -> Option<Rate> {
         if let Some(steps_per_s) = self.get(gpu, job_type, scale) {
             return Some(Rate { steps_per_s, extrapolated_from: None });
@@ -205,7 +205,7 @@ impl Throughputs {
             .by
             .range((gpu.clone(), job_type.to_string(), 0)..=(gpu, job_type.to_string(), u32::MAX))
             .next_back()?;
-        (largest < scale && t > 0.0 && largest > 1)
+        (largest < scale && t > 0.0)
             .then(|| Rate { steps_per_s: t * f64::from(scale) / f64::from(largest), extrapolated_from: Some(largest) })
     }
 
@@ -301,7 +301,11 @@ mod tests {
             "past 8 GPUs: the 8-GPU rate per GPU"
         );
         assert_eq!(t.rate("v100", "LM", 4), None, "between measured scales nothing is invented");
-        assert_eq!(t.rate("v100", "A3C", 2), None, "a job measured on one GPU only is not scaled");
+        assert_eq!(
+            t.rate("v100", "A3C", 4),
+            Some(Rate { steps_per_s: 12.0, extrapolated_from: Some(1) }),
+            "measured on one GPU only (Gavel has A3C, CycleGAN, Recommendation so), scaled from it"
+        );
         assert_eq!(t.rate("p100", "LM", 1), None);
         let e = |text: &str| Throughputs::parse(text, "t.tsv").unwrap_err().to_string();
         assert_eq!(e("gpu,job\n"), "t.tsv:1: the header must be `gpu\tjob_type\tscale_factor\tsteps_per_s`");

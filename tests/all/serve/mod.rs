@@ -10,6 +10,7 @@ mod load;
 mod one_loop;
 mod otlp;
 mod prometheus;
+mod queues;
 mod rollout;
 
 use std::collections::HashMap;

@@ -165,6 +165,7 @@ fn twinned(adaptive: bool) -> (Vec<Decision>, Vec<PlanMoves>) {
         Executing::new(planner, doc.movement.clone(), SimActuatorConfig { seed: SEED, ..Default::default() });
     let driver = DriverConfig {
         sched: doc.scheduling,
+        queues: doc.queue_tree(),
         telemetry: TelemetryConfig { interval_s: cfg.engine.telemetry_interval_s, ..TelemetryConfig::default() },
         detection: doc.detection,
         seed: SEED,

@@ -31,8 +31,8 @@ pub struct SimArgs {
     #[arg(long, conflicts_with_all = ["online", "time_replay", "reschedule", "bound", "plot"])]
     pub jobs: Option<PathBuf>,
     /// How --jobs are admitted.
-    #[arg(long, value_enum, default_value = "gangs", requires = "jobs")]
-    pub admission: AdmissionArg,
+    #[arg(long, value_enum, default_value = "fair-share", requires = "jobs")]
+    pub admission: tessera::jobs::Admission,
     /// Queues the --jobs are spread over (seeded).
     #[arg(long, default_value_t = 4, requires = "jobs")]
     pub queues: u32,
@@ -78,33 +78,11 @@ pub struct SimArgs {
     pub plot: Option<PathBuf>,
 }
 
-/// How `--jobs` are admitted.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum AdmissionArg {
-    /// Each job a gang, all or nothing (Tessera).
-    Gangs,
-    /// Each pod on its own, no gangs.
-    OneAtATime,
-    /// Gangs, strictly in arrival order.
-    Fifo,
-}
-
-impl AdmissionArg {
-    fn mode(self) -> tessera_core::sim::jobs::JobMode {
-        use tessera_core::sim::jobs::JobMode;
-        match self {
-            AdmissionArg::Gangs => JobMode::Gangs,
-            AdmissionArg::OneAtATime => JobMode::OneAtATime,
-            AdmissionArg::Fifo => JobMode::Fifo,
-        }
-    }
-}
-
 /// `sim --jobs`: one trace, one admission; the table, and the report as
 /// JSON in `out`.
 fn run_jobs(
     file: &std::path::Path,
-    admission: AdmissionArg,
+    admission: tessera::jobs::Admission,
     queues: u32,
     policy: &str,
     seed: u64,
@@ -113,7 +91,7 @@ fn run_jobs(
     use tessera::jobs;
     let (trace, gpus) = jobs::prepare(file, queues, seed)?;
     let rt = tessera::replay::runtime(None)?;
-    let (run, report) = jobs::run_one(&rt, &trace, gpus, admission.mode(), policy, seed)?;
+    let (run, report) = jobs::run_one(&rt, &trace, gpus, admission, policy, seed)?;
     print!("{}", jobs::JobsBench { runs: vec![run] }.to_table());
     if let Some(path) = out {
         let json = serde_json::to_string_pretty(&report)?;

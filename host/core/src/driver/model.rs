@@ -458,6 +458,11 @@ impl Model {
         self.sched.resync();
     }
 
+    /// Replaces the queues (a new policy's `queues:`).
+    pub fn set_queues(&mut self, tree: crate::quota::QueueTree) {
+        self.sched.set_queues(tree);
+    }
+
     /// Keeps a record of every decision attempt from now on (or stops).
     pub fn record_attempts(&mut self, on: bool) {
         self.sched.record_attempts(on);

@@ -10,6 +10,7 @@ use crate::cluster::{Placement, choose_gpus};
 use crate::framework::Placer;
 use crate::model::{NodeId, Pod, PodId, Tier};
 use crate::preempt::{self, Running};
+use crate::quota::Amounts;
 
 /// A victim taken off its node, and what puts it back.
 #[derive(Debug, Clone, Copy)]
@@ -24,51 +25,113 @@ impl Scheduler {
     /// The cheapest victims that let `pod` fit on one node, with every
     /// running member of a victim's gang; none of gang `own` (a gang does
     /// not preempt itself). A gang with a member `pod` may not preempt, or
-    /// one a disruption budget protects, is no victim at all.
+    /// one a disruption budget protects, is no victim at all. With queues,
+    /// a pod preempts by priority only in its own queue; across queues it
+    /// reclaims: its queue below its guarantee takes back from queues over
+    /// theirs, never taking them below it (`queues::reclaimable`).
     pub(super) fn choose_victims(&self, pod: &Pod, now: u64, own: Option<&str>) -> Option<(NodeId, Vec<PodId>)> {
         if !self.cfg.preemption {
             return None;
         }
-        // The least important running pod: if it cannot be preempted, none can.
-        let (&(rank, priority), _) = self.running_keys.first_key_value()?;
-        let least = Pod { tier: Tier::BY_RANK[usize::from(rank)], priority, ..Pod::default() };
-        if !preempt::may_preempt(pod, &least) {
-            return None;
+        let tree = &self.queues.tree;
+        let reclaim = !tree.is_trivial() && tree.reclaim();
+        if !reclaim {
+            // The least important running pod: if it cannot be preempted, none can.
+            let (&(rank, priority), _) = self.running_keys.first_key_value()?;
+            let least = Pod { tier: Tier::BY_RANK[usize::from(rank)], priority, ..Pod::default() };
+            if !preempt::may_preempt(pod, &least) {
+                return None;
+            }
         }
+        // What each gang's running members use (a gang is reclaimed whole).
+        let mut gang_use: BTreeMap<&str, Amounts> = BTreeMap::new();
         let mut members: BTreeMap<&str, u32> = BTreeMap::new();
-        let mut whole_or_none: BTreeSet<&str> = BTreeSet::new();
         for (id, e) in &self.pods {
             if let (State::Running { .. }, Some(g)) = (&e.state, &e.pod.gang) {
                 *members.entry(g.name.as_str()).or_insert(0) += 1;
-                if self.protected.contains(id) || !preempt::may_preempt(pod, &e.pod) || own == Some(g.name.as_str()) {
-                    whole_or_none.insert(g.name.as_str());
+                if let Some((_, a)) = self.queues.charged.get(id) {
+                    gang_use.entry(g.name.as_str()).or_default().add(a);
                 }
             }
         }
-        let (ids, running): (Vec<PodId>, Vec<Running<'_>>) = self
-            .pods
-            .iter()
-            .filter_map(|(&id, e)| match e.state {
-                State::Running { placement, started_at, .. } if !self.protected.contains(&id) => {
-                    let evicts = match &e.pod.gang {
-                        Some(g) if whole_or_none.contains(g.name.as_str()) => return None,
-                        Some(g) => members[g.name.as_str()],
-                        None => 1,
-                    };
-                    Some((id, Running { pod: Cow::Borrowed(&e.pod), placement, started_at, evicts }))
+        let mut excluded: BTreeSet<usize> = BTreeSet::new();
+        // Each round drops the queues a reclaim would take below their
+        // guarantee; each drops one at least, so this ends.
+        loop {
+            // Per running pod: may it be a victim, and as a reclaim?
+            let eligible = |id: PodId, e: &super::Entry, node: NodeId| -> Option<bool> {
+                if self.protected.contains(&id) {
+                    return None;
                 }
-                _ => None,
-            })
-            .unzip();
-        let plan = preempt::plan(self.cluster.nodes(), &running, pod, now)?;
-        let mut victims: BTreeSet<PodId> = plan.victims.iter().map(|&v| ids[v]).collect();
-        let gangs: BTreeSet<&str> =
-            victims.iter().filter_map(|v| self.pods[v].pod.gang.as_ref().map(|g| g.name.as_str())).collect();
-        for g in gangs {
-            let running = self.gangs[g].members.iter().filter(|m| matches!(self.pods[m].state, State::Running { .. }));
-            victims.extend(running);
+                if self.same_queue(pod, &e.pod) && preempt::may_preempt(pod, &e.pod) {
+                    return Some(false);
+                }
+                if !reclaim
+                    || self.queues.tree.leaf_of(&e.pod).is_ok_and(|l| excluded.iter().any(|&b| tree.contains(b, l)))
+                {
+                    return None;
+                }
+                let model = self.cluster.node(node).map_or("", |n| n.gpu_model.as_str());
+                let pod_use = Amounts::of(pod, model);
+                let own_use;
+                let victim_use = match &e.pod.gang {
+                    Some(g) => gang_use.get(g.name.as_str())?,
+                    None => {
+                        own_use = self.queues.charged.get(&id).map(|(_, a)| a.clone()).unwrap_or_default();
+                        &own_use
+                    }
+                };
+                self.reclaimable(pod, &pod_use, &e.pod, victim_use).then_some(true)
+            };
+            let mut whole_or_none: BTreeSet<&str> = BTreeSet::new();
+            let mut flags: BTreeMap<PodId, bool> = BTreeMap::new();
+            for (&id, e) in &self.pods {
+                let State::Running { placement, .. } = e.state else { continue };
+                let ok = eligible(id, e, placement.node);
+                if let Some(r) = ok {
+                    flags.insert(id, r);
+                }
+                if let Some(g) = &e.pod.gang
+                    && (ok.is_none() || own == Some(g.name.as_str()))
+                {
+                    whole_or_none.insert(g.name.as_str());
+                }
+            }
+            let (ids, running): (Vec<PodId>, Vec<Running<'_>>) = self
+                .pods
+                .iter()
+                .filter_map(|(&id, e)| match (e.state, flags.get(&id)) {
+                    (State::Running { placement, started_at, .. }, Some(&reclaim)) => {
+                        let evicts = match &e.pod.gang {
+                            Some(g) if whole_or_none.contains(g.name.as_str()) => return None,
+                            Some(g) => members[g.name.as_str()],
+                            None => 1,
+                        };
+                        Some((id, Running { pod: Cow::Borrowed(&e.pod), placement, started_at, evicts, reclaim }))
+                    }
+                    _ => None,
+                })
+                .unzip();
+            let plan = preempt::plan(self.cluster.nodes(), &running, pod, now)?;
+            let mut victims: BTreeSet<PodId> = plan.victims.iter().map(|&v| ids[v]).collect();
+            let gangs: BTreeSet<&str> =
+                victims.iter().filter_map(|v| self.pods[v].pod.gang.as_ref().map(|g| g.name.as_str())).collect();
+            for g in gangs {
+                let running =
+                    self.gangs[g].members.iter().filter(|m| matches!(self.pods[m].state, State::Running { .. }));
+                victims.extend(running);
+            }
+            if reclaim {
+                let taken: Vec<(PodId, &Amounts)> =
+                    victims.iter().filter_map(|v| self.queues.charged.get(v).map(|(_, a)| (*v, a))).collect();
+                let bad = self.over_reclaimed(pod, &taken);
+                if !bad.is_empty() {
+                    excluded.extend(bad);
+                    continue;
+                }
+            }
+            return Some((plan.node, victims.into_iter().collect()));
         }
-        Some((plan.node, victims.into_iter().collect()))
     }
 
     /// Takes `victims` off their nodes. They wait outside the queue until
@@ -82,7 +145,7 @@ impl Scheduler {
             self.cluster.unbind(&placement, &e.pod);
             e.state = State::Queued;
             let pod = e.pod.clone();
-            self.forget_running(&pod);
+            self.forget_running(id, &pod);
             out.push(Evicted { id, placement, started_at, level });
         }
         out
@@ -99,7 +162,7 @@ impl Scheduler {
     pub(super) fn requeue_victims(&mut self, evicted: &[Evicted], now: u64) {
         for v in evicted {
             let priority = self.pods[&v.id].pod.priority;
-            self.queue.demote(v.id, priority, v.level, now);
+            self.enlist_demoted(v.id, priority, v.level, now);
         }
         self.stats.preemptions += 1;
         self.stats.evicted += evicted.len() as u64;
@@ -111,6 +174,7 @@ impl Scheduler {
         self.cluster.bind(v.placement.node, &e.pod, v.placement.gpus).expect("its room was kept for it");
         e.state = State::Running { placement: v.placement, started_at: v.started_at, level: v.level };
         *self.running_keys.entry((Tier::rank(e.pod.tier), e.pod.priority)).or_insert(0) += 1;
+        self.charge(v.id, v.placement.node);
     }
 
     /// Tells the placer of the preemptor's node and the victims' nodes; a

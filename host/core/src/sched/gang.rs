@@ -171,14 +171,18 @@ impl Scheduler {
             let pod = self.pods[&m].pod.clone();
             self.stats.attempts += 1;
             match self.try_place(&pod, placer) {
-                Ok((placement, candidates)) => held.push(Held {
-                    id: m,
-                    placement,
-                    candidates,
-                    rejected: self.last_rejected,
-                    level: lvl,
-                    victims: Vec::new(),
-                }),
+                Ok((placement, candidates)) => {
+                    // Held room counts against the queue's limits.
+                    self.charge(m, placement.node);
+                    held.push(Held {
+                        id: m,
+                        placement,
+                        candidates,
+                        rejected: self.last_rejected,
+                        level: lvl,
+                        victims: Vec::new(),
+                    })
+                }
                 Err(why) => {
                     let (rejected, candidates) = (self.last_rejected, self.candidates.len());
                     let victims = match why {
@@ -189,6 +193,7 @@ impl Scheduler {
                         Some((node, victims)) => {
                             let evicted = self.evict(&victims);
                             let placement = self.bind_preemptor(node, &pod);
+                            self.charge(m, placement.node);
                             self.tell(placer, evicted.iter().map(|v| v.placement.node).chain([node]));
                             held.push(Held { id: m, placement, candidates, rejected, level: lvl, victims: evicted });
                         }
@@ -236,6 +241,7 @@ impl Scheduler {
         for h in held.iter().rev() {
             let pod = self.pods[&h.id].pod.clone();
             self.cluster.unbind(&h.placement, &pod);
+            self.uncharge(h.id, false);
             touched.push(h.placement.node);
             for v in h.victims.iter().rev() {
                 self.restore(v);

@@ -59,6 +59,7 @@ impl Scheduler {
     /// another chance. Its id.
     pub fn add_node(&mut self, node: Node) -> NodeId {
         let id = self.cluster.add_node(node);
+        self.queues.capacity = None;
         self.dirty.insert(id);
         self.unpark(id);
         id
@@ -149,6 +150,7 @@ impl Scheduler {
             },
         );
         self.join_gang(id, now);
+        self.charge(id, node);
         self.dirty.insert(node);
         Ok(placement)
     }

@@ -185,6 +185,8 @@ struct Jobs<'a, P: Placer> {
     jobs: &'a [Job],
     mode: JobMode,
     gpus_per_node: u32,
+    /// Whether pods wait in their job's queue (the loop has queues).
+    queued: bool,
     events: BinaryHeap<Reverse<(u64, u64, Ev)>>,
     seq: u64,
     states: Vec<State>,
@@ -233,9 +235,13 @@ impl<P: Placer> Jobs<'_, P> {
     }
 
     fn submit(&mut self, j: usize, model: &mut Model, t: u64) {
-        for (id, pod) in
-            self.states[j].members.iter().map(|&(id, _)| id).zip(job_pods(&self.jobs[j], self.gpus_per_node, self.mode))
+        let job = &self.jobs[j];
+        for (id, mut pod) in
+            self.states[j].members.iter().map(|&(id, _)| id).zip(job_pods(job, self.gpus_per_node, self.mode))
         {
+            if self.queued {
+                pod.queue = Some(job.queue.clone());
+            }
             model.submit(id, pod, t).expect("pod ids are unique");
         }
     }
@@ -371,7 +377,8 @@ impl<P: Placer> World for Jobs<'_, P> {
 }
 
 /// Runs `jobs` on `nodes` (GPUs per node: the most any node has) through
-/// the loop, admitted as `mode` says, decided by `placer`.
+/// the loop, admitted as `mode` says, decided by `placer`. When the loop
+/// has queues (`cfg.queues`), each job's pods wait in the queue it names.
 pub fn run_jobs(
     nodes: Vec<Node>,
     jobs: &[Job],
@@ -401,6 +408,7 @@ pub fn run_jobs(
         jobs,
         mode,
         gpus_per_node,
+        queued: !cfg.queues.is_trivial(),
         events: BinaryHeap::new(),
         seq: 0,
         states,

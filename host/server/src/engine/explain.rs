@@ -190,6 +190,7 @@ impl Explain<'_> {
         let mut attrs = vec![
             attr("tessera.pod", pod_name.clone()),
             attr("tessera.workload", workload.clone()),
+            attr("tessera.queue", model.sched().pod(attempt.pod).map_or("", |p| model.sched().queue_of(p)).to_string()),
             attr("tessera.policy", policy_name.clone()),
             attr("tessera.policy.plugins", policy_label.clone()),
             KeyValue::new("tessera.candidates", attempt.candidates as i64),

@@ -77,3 +77,37 @@ fn a_job_runs_at_the_pace_of_its_slowest_member() {
     assert_eq!(r.completed, 0, "16 GPUs of V100 do not exist");
     assert_eq!(r.run.waiting_by_reason.get("SCHED-GANG-UNSCHEDULABLE"), Some(&2), "{:?}", r.run.waiting_by_reason);
 }
+
+/// Team a fills the cluster with long jobs at 0; team b's short jobs come
+/// at 10. In one queue b waits for a's jobs to finish; with a queue each,
+/// guaranteed half the GPUs, b takes its half back at once (a's evicted
+/// job restarts later) and the queues are treated alike.
+#[test]
+fn queues_with_guarantees_give_a_late_team_its_share_at_once() {
+    use crate::quota::{QueueSpec, QueueTree, QueuesConfig, Quota};
+    let mut jobs: Vec<Job> = (0..4).map(|i| Job { queue: "a".into(), ..job(&format!("a{i}"), 0, 8, 1000) }).collect();
+    jobs.extend((0..2).map(|i| Job { queue: "b".into(), ..job(&format!("b{i}"), 10, 8, 100) }));
+    let half = Quota { gpus: Some(8), ..Quota::default() };
+    let list = ["a", "b"]
+        .map(|q| QueueSpec {
+            name: q.into(),
+            parent: None,
+            weight: 1.0,
+            guarantee: half.clone(),
+            limit: Quota::default(),
+        })
+        .to_vec();
+    let fair = DriverConfig {
+        queues: QueueTree::new(&QueuesConfig { list, ..QueuesConfig::default() }).unwrap(),
+        ..DriverConfig::default()
+    };
+    let one = run_jobs(nodes(&["V100", "V100"]), &jobs, &mut First, JobMode::Gangs, &DriverConfig::default());
+    let two = run_jobs(nodes(&["V100", "V100"]), &jobs, &mut First, JobMode::Gangs, &fair);
+    assert_eq!((one.completed, two.completed), (6, 6));
+    assert_eq!(outcome(&one, "b0").started_s, Some(2000), "one queue: b waits behind all of a's jobs");
+    assert_eq!(outcome(&two, "b0").started_s, Some(10), "b reclaims its guarantee when it asks");
+    assert_eq!(outcome(&two, "b1").started_s, Some(110), "then runs within it, not past it");
+    assert!(two.jain_fairness > one.jain_fairness, "{} vs {}", two.jain_fairness, one.jain_fairness);
+    assert_eq!(two.run.preemptions, 1, "one of a's jobs gave back b's half");
+    assert_eq!(run_jobs(nodes(&["V100", "V100"]), &jobs, &mut First, JobMode::Gangs, &fair), two, "deterministic");
+}

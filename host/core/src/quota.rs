@@ -1,0 +1,580 @@
+//! Queues with quotas and fair share: what a team may use of the cluster.
+//!
+//! Queues form a tree; pods wait in leaf queues. Each queue has, per
+//! resource (CPU, memory, GPUs, GPUs of a model):
+//! - a **guarantee**: what it is entitled to whenever it asks for it; idle
+//!   guarantee may be used by others (borrowed) and is taken back by
+//!   preemption (reclaim) when its owner needs it, never taking the
+//!   borrower below its own guarantee;
+//! - a **limit**: what it may never exceed, borrowing included, checked at
+//!   every ancestor too;
+//! - a **weight**: its share of what is left once guarantees are met.
+//!
+//! The loop serves the sibling queue that is furthest below its guarantee
+//! first, then the one with the smallest weighted dominant share
+//! (dominant-resource fairness: a queue's largest share of any one
+//! resource of the cluster, over its weight), down the tree to a leaf.
+//! [`fair_shares`] computes what each queue would get if every queue asked
+//! for what it uses and waits for (guarantee first, then the rest by
+//! weight, water-filled, capped by limit and demand), for metrics and
+//! status.
+//!
+//! Without a `queues:` section there is one queue, `default`, with no
+//! guarantee and no limit: the loop behaves exactly as without queues.
+//!
+//! Deterministic and pure: no clock, no IO.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{GPU_MILLI, Pod};
+
+/// The queue of a pod that names none.
+pub const DEFAULT_QUEUE: &str = "default";
+
+/// Most queues a tree may have.
+pub const MAX_QUEUES: usize = 1024;
+
+/// Largest queue weight.
+pub const MAX_QUEUE_WEIGHT: f64 = 1e6;
+
+/// The `queues:` section of a policy document.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct QueuesConfig {
+    /// The queue of a pod that names none (a leaf; created at the root if
+    /// not listed).
+    pub default_queue: String,
+    /// Whether a queue below its guarantee may preempt pods of queues over
+    /// theirs (reclaim).
+    pub reclaim: bool,
+    /// The queues, parents before or after their children.
+    pub list: Vec<QueueSpec>,
+}
+
+impl Default for QueuesConfig {
+    fn default() -> Self {
+        Self { default_queue: DEFAULT_QUEUE.into(), reclaim: true, list: Vec::new() }
+    }
+}
+
+/// One queue.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueSpec {
+    /// Unique name (1–63 of `[a-z0-9-_.]`).
+    pub name: String,
+    /// Its parent; none: a child of the root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// Share of what is left once guarantees are met (0 < w ≤ 10⁶).
+    #[serde(default = "one")]
+    pub weight: f64,
+    /// Entitled to whenever it asks. Unset resources: nothing guaranteed.
+    #[serde(default)]
+    pub guarantee: Quota,
+    /// Never exceeded. Unset resources: no limit of its own.
+    #[serde(default)]
+    pub limit: Quota,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// Amounts of each resource a quota sets.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Quota {
+    /// CPU, millicores.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_milli: Option<u64>,
+    /// Memory, MiB.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<u64>,
+    /// GPUs of any model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<u32>,
+    /// GPUs of one model (as nodes name it, e.g. `V100`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub gpus_by_model: BTreeMap<String, u32>,
+}
+
+/// One resource a queue is accounted in.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Dim {
+    /// CPU, millicores.
+    Cpu,
+    /// Memory, MiB.
+    Memory,
+    /// GPUs of any model, thousandths.
+    Gpu,
+    /// GPUs of this model, thousandths.
+    Model(String),
+}
+
+impl Dim {
+    /// As metrics and messages name it: `cpu_milli`, `memory_mib`, `gpus`,
+    /// `gpus/V100`.
+    pub fn name(&self) -> String {
+        match self {
+            Dim::Cpu => "cpu_milli".into(),
+            Dim::Memory => "memory_mib".into(),
+            Dim::Gpu => "gpus".into(),
+            Dim::Model(m) => format!("gpus/{m}"),
+        }
+    }
+
+    /// `v` of this resource in its own unit (GPUs, not thousandths).
+    pub fn show(&self, v: u64) -> String {
+        match self {
+            Dim::Gpu | Dim::Model(_) if v.is_multiple_of(u64::from(GPU_MILLI)) => {
+                (v / u64::from(GPU_MILLI)).to_string()
+            }
+            Dim::Gpu | Dim::Model(_) => format!("{:.3}", v as f64 / f64::from(GPU_MILLI)),
+            _ => v.to_string(),
+        }
+    }
+}
+
+/// An amount per resource (GPUs in thousandths); absent = 0.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Amounts(pub BTreeMap<Dim, u64>);
+
+impl Amounts {
+    /// What `pod` uses on a node whose GPUs are `model`.
+    pub fn of(pod: &Pod, model: &str) -> Self {
+        let mut a = BTreeMap::new();
+        if pod.requests.cpu_milli > 0 {
+            a.insert(Dim::Cpu, pod.requests.cpu_milli);
+        }
+        if pod.requests.memory_mib > 0 {
+            a.insert(Dim::Memory, pod.requests.memory_mib);
+        }
+        let gpu = u64::from(pod.gpu_count) * u64::from(pod.gpu_milli.min(GPU_MILLI));
+        if gpu > 0 {
+            a.insert(Dim::Gpu, gpu);
+            a.insert(Dim::Model(model.to_string()), gpu);
+        }
+        Self(a)
+    }
+
+    /// What `pod` uses wherever it runs: CPU, memory and GPUs of any model.
+    pub fn anywhere(pod: &Pod) -> Self {
+        let mut a = Self::of(pod, "");
+        a.0.retain(|d, _| !matches!(d, Dim::Model(_)));
+        a
+    }
+
+    /// Of one resource.
+    pub fn get(&self, d: &Dim) -> u64 {
+        self.0.get(d).copied().unwrap_or(0)
+    }
+
+    /// Adds `other`.
+    pub fn add(&mut self, other: &Amounts) {
+        for (d, v) in &other.0 {
+            *self.0.entry(d.clone()).or_insert(0) += v;
+        }
+    }
+
+    /// Takes away `other` (never below 0); resources left at 0 go.
+    pub fn sub(&mut self, other: &Amounts) {
+        for (d, v) in &other.0 {
+            if let Some(x) = self.0.get_mut(d) {
+                *x = x.saturating_sub(*v);
+            }
+        }
+        self.0.retain(|_, v| *v > 0);
+    }
+
+    /// Whether nothing is used.
+    pub fn is_empty(&self) -> bool {
+        self.0.values().all(|&v| v == 0)
+    }
+}
+
+/// A quota as amounts: each set resource, GPUs in thousandths.
+fn amounts(q: &Quota) -> BTreeMap<Dim, u64> {
+    let mut a = BTreeMap::new();
+    if let Some(v) = q.cpu_milli {
+        a.insert(Dim::Cpu, v);
+    }
+    if let Some(v) = q.memory_mib {
+        a.insert(Dim::Memory, v);
+    }
+    if let Some(v) = q.gpus {
+        a.insert(Dim::Gpu, u64::from(v) * u64::from(GPU_MILLI));
+    }
+    for (m, &v) in &q.gpus_by_model {
+        a.insert(Dim::Model(m.clone()), u64::from(v) * u64::from(GPU_MILLI));
+    }
+    a
+}
+
+/// A queue of the tree.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueNode {
+    /// Name.
+    pub name: String,
+    /// Parent's index; none: a child of the root.
+    pub parent: Option<usize>,
+    /// Children's indices, by name.
+    pub children: Vec<usize>,
+    /// Weight.
+    pub weight: f64,
+    /// Guaranteed amounts (set resources only).
+    pub guarantee: BTreeMap<Dim, u64>,
+    /// Limits (set resources only).
+    pub limit: BTreeMap<Dim, u64>,
+}
+
+impl QueueNode {
+    /// Whether pods may wait in it.
+    pub fn is_leaf(&self) -> bool {
+        self.children.is_empty()
+    }
+
+    /// Guaranteed of `d` (0 if unset).
+    pub fn guaranteed(&self, d: &Dim) -> u64 {
+        self.guarantee.get(d).copied().unwrap_or(0)
+    }
+}
+
+/// A `queues:` section refused, the field first.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct QueuesError {
+    /// The field at fault (`list[2].parent`).
+    pub field: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// The queues, checked: names unique, parents known, no cycle, guarantees
+/// within limits and children's guarantees within their parent's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueTree {
+    nodes: Vec<QueueNode>,
+    by_name: BTreeMap<String, usize>,
+    /// The root's children, by name.
+    roots: Vec<usize>,
+    default: usize,
+    reclaim: bool,
+}
+
+impl Default for QueueTree {
+    fn default() -> Self {
+        Self::new(&QueuesConfig::default()).expect("the default queues are valid")
+    }
+}
+
+impl QueueTree {
+    /// Checks `cfg` and builds its tree.
+    pub fn new(cfg: &QueuesConfig) -> Result<Self, QueuesError> {
+        let err = |field: String, reason: String| QueuesError { field, reason };
+        if cfg.list.len() > MAX_QUEUES {
+            return Err(err("list".into(), format!("{} queues; at most {MAX_QUEUES}", cfg.list.len())));
+        }
+        let mut by_name = BTreeMap::new();
+        for (i, q) in cfg.list.iter().enumerate() {
+            let ok = !q.name.is_empty()
+                && q.name.len() <= 63
+                && q.name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-_.".contains(c));
+            if !ok {
+                let shown = clip(&q.name, 64);
+                return Err(err(
+                    format!("list[{i}].name"),
+                    format!("queue name `{shown}` must be 1-63 of [a-z0-9-_.]"),
+                ));
+            }
+            if by_name.insert(q.name.clone(), i).is_some() {
+                return Err(err(format!("list[{i}].name"), format!("queue `{}` is listed twice", q.name)));
+            }
+            if !(q.weight.is_finite() && q.weight > 0.0 && q.weight <= MAX_QUEUE_WEIGHT) {
+                return Err(err(
+                    format!("list[{i}].weight"),
+                    format!("{} must be within (0, {MAX_QUEUE_WEIGHT}]", q.weight),
+                ));
+            }
+            for (what, quota) in [("guarantee", &q.guarantee), ("limit", &q.limit)] {
+                if let Some(m) = quota.gpus_by_model.keys().find(|m| m.is_empty() || m.len() > 63) {
+                    let shown = clip(m, 64);
+                    return Err(err(
+                        format!("list[{i}].{what}.gpus_by_model"),
+                        format!("`{shown}` is not a GPU model"),
+                    ));
+                }
+            }
+            let (g, l) = (amounts(&q.guarantee), amounts(&q.limit));
+            if let Some((d, gv)) = g.iter().find(|(d, gv)| l.get(*d).is_some_and(|lv| *gv > lv)) {
+                return Err(err(
+                    format!("list[{i}].guarantee.{}", field_name(d)),
+                    format!("queue `{}`: guarantee {} is above its limit {}", q.name, d.show(*gv), d.show(l[d])),
+                ));
+            }
+        }
+        let mut nodes: Vec<QueueNode> = cfg
+            .list
+            .iter()
+            .map(|q| QueueNode {
+                name: q.name.clone(),
+                parent: None,
+                children: Vec::new(),
+                weight: q.weight,
+                guarantee: amounts(&q.guarantee),
+                limit: amounts(&q.limit),
+            })
+            .collect();
+        for (i, q) in cfg.list.iter().enumerate() {
+            if let Some(p) = &q.parent {
+                let Some(&pi) = by_name.get(p) else {
+                    let shown = clip(p, 64);
+                    return Err(err(format!("list[{i}].parent"), format!("queue `{}`: no queue `{shown}`", q.name)));
+                };
+                nodes[i].parent = Some(pi);
+            }
+        }
+        for i in 0..nodes.len() {
+            let (mut at, mut steps) = (nodes[i].parent, 0);
+            while let Some(p) = at {
+                steps += 1;
+                if p == i || steps > nodes.len() {
+                    return Err(err(
+                        format!("list[{i}].parent"),
+                        format!("queue `{}` is its own ancestor", nodes[i].name),
+                    ));
+                }
+                at = nodes[p].parent;
+            }
+        }
+        let default = match by_name.get(&cfg.default_queue) {
+            Some(&d) => d,
+            None => {
+                let ok = !cfg.default_queue.is_empty() && cfg.default_queue.len() <= 63;
+                if !ok {
+                    return Err(err("default_queue".into(), "must be a queue name (1-63 characters)".into()));
+                }
+                nodes.push(QueueNode {
+                    name: cfg.default_queue.clone(),
+                    parent: None,
+                    children: Vec::new(),
+                    weight: 1.0,
+                    guarantee: BTreeMap::new(),
+                    limit: BTreeMap::new(),
+                });
+                by_name.insert(cfg.default_queue.clone(), nodes.len() - 1);
+                nodes.len() - 1
+            }
+        };
+        let mut roots = Vec::new();
+        for &i in by_name.values() {
+            match nodes[i].parent {
+                Some(p) => nodes[p].children.push(i),
+                None => roots.push(i),
+            }
+        }
+        if !nodes[default].is_leaf() {
+            return Err(err(
+                "default_queue".into(),
+                format!("`{}` has child queues; pods wait in leaves", cfg.default_queue),
+            ));
+        }
+        // Children's guarantees within their parent's (a parent with no
+        // guarantee of a resource promises its children none of it).
+        for (p, node) in nodes.iter().enumerate() {
+            if node.is_leaf() {
+                continue;
+            }
+            let mut sum: BTreeMap<&Dim, u64> = BTreeMap::new();
+            for &c in &node.children {
+                for (d, v) in &nodes[c].guarantee {
+                    *sum.entry(d).or_insert(0) += v;
+                }
+            }
+            if let Some((d, v)) = sum.iter().find(|(d, v)| **v > node.guaranteed(d)) {
+                let i = by_name[&node.name];
+                return Err(err(
+                    format!("list[{i}].guarantee.{}", field_name(d)),
+                    format!(
+                        "queue `{}` guarantees {} but its children are guaranteed {} together",
+                        nodes[p].name,
+                        d.show(node.guaranteed(d)),
+                        d.show(*v)
+                    ),
+                ));
+            }
+        }
+        Ok(Self { nodes, by_name, roots, default, reclaim: cfg.reclaim })
+    }
+
+    /// The queues, by index.
+    pub fn nodes(&self) -> &[QueueNode] {
+        &self.nodes
+    }
+
+    /// The root's children.
+    pub fn roots(&self) -> &[usize] {
+        &self.roots
+    }
+
+    /// Whether reclaim is on.
+    pub fn reclaim(&self) -> bool {
+        self.reclaim
+    }
+
+    /// Whether this is the one implicit queue (no `queues:` section).
+    pub fn is_trivial(&self) -> bool {
+        self.nodes.len() == 1 && self.nodes[0].guarantee.is_empty() && self.nodes[0].limit.is_empty()
+    }
+
+    /// Index of queue `name`.
+    pub fn index(&self, name: &str) -> Option<usize> {
+        self.by_name.get(name).copied()
+    }
+
+    /// The leaf `pod` waits in: the one it names, or the default. `Err`:
+    /// the name it gave, which is no leaf queue.
+    pub fn leaf_of<'a>(&self, pod: &'a Pod) -> Result<usize, &'a str> {
+        match &pod.queue {
+            None => Ok(self.default),
+            Some(q) => match self.by_name.get(q) {
+                Some(&i) if self.nodes[i].is_leaf() => Ok(i),
+                _ => Err(q),
+            },
+        }
+    }
+
+    /// `q` and its ancestors, nearest first.
+    pub fn path(&self, q: usize) -> impl Iterator<Item = usize> + '_ {
+        std::iter::successors(Some(q), |&i| self.nodes[i].parent)
+    }
+
+    /// Whether `a` is `q` or one of its ancestors.
+    pub fn contains(&self, a: usize, q: usize) -> bool {
+        self.path(q).any(|i| i == a)
+    }
+
+    /// The queue on `q`'s path whose limit `extra` more would pass, with
+    /// the resource, if any.
+    pub fn over_limit(&self, q: usize, used: &[Amounts], extra: &Amounts) -> Option<(usize, Dim)> {
+        for a in self.path(q) {
+            for (d, lim) in &self.nodes[a].limit {
+                let add = extra.get(d);
+                if add > 0 && used[a].get(d) + add > *lim {
+                    return Some((a, d.clone()));
+                }
+            }
+        }
+        None
+    }
+
+    /// How a queue ranks among its siblings for service, lowest first:
+    /// below its guarantee first (by its dominant share of the guarantee),
+    /// then by weighted dominant share of `capacity`.
+    pub fn rank(&self, q: usize, used: &Amounts, capacity: &Amounts) -> (bool, f64) {
+        let n = &self.nodes[q];
+        let of_guarantee = n
+            .guarantee
+            .iter()
+            .filter(|(_, g)| **g > 0)
+            .map(|(d, g)| used.get(d) as f64 / *g as f64)
+            .fold(None, |m: Option<f64>, s| Some(m.map_or(s, |m| m.max(s))));
+        if let Some(s) = of_guarantee
+            && s < 1.0
+        {
+            return (false, s);
+        }
+        (true, dominant_share(used, capacity) / n.weight)
+    }
+}
+
+/// A name echoed into an error, whole only if short.
+fn clip(text: &str, max: usize) -> String {
+    if text.len() <= max { text.to_string() } else { format!("({} bytes)", text.len()) }
+}
+
+/// A resource's field in a quota (`gpus_by_model.V100`).
+fn field_name(d: &Dim) -> String {
+    match d {
+        Dim::Model(m) => format!("gpus_by_model.{m}"),
+        d => d.name(),
+    }
+}
+
+/// A queue's largest share of any one resource of `capacity`.
+pub fn dominant_share(used: &Amounts, capacity: &Amounts) -> f64 {
+    used.0
+        .iter()
+        .filter_map(|(d, &u)| {
+            let c = capacity.get(d);
+            (c > 0).then(|| u as f64 / c as f64)
+        })
+        .fold(0.0, f64::max)
+}
+
+/// What each queue would get of each resource of `capacity` if it asked
+/// for `demand` (its use plus what waits in it, summed up the tree): its
+/// guarantee (up to demand) first, then what is left divided by weight
+/// among queues that want more (water-filling), capped by limit and demand;
+/// down the tree, each parent's share divided among its children alike.
+pub fn fair_shares(tree: &QueueTree, capacity: &Amounts, demand: &[Amounts]) -> Vec<Amounts> {
+    let mut out = vec![Amounts::default(); tree.nodes.len()];
+    for (d, &cap) in &capacity.0 {
+        divide(tree, &tree.roots, d, cap, demand, &mut out);
+    }
+    out
+}
+
+fn divide(tree: &QueueTree, siblings: &[usize], d: &Dim, total: u64, demand: &[Amounts], out: &mut [Amounts]) {
+    let want: Vec<u64> = siblings
+        .iter()
+        .map(|&q| {
+            let lim = tree.nodes[q].limit.get(d).copied().unwrap_or(u64::MAX);
+            demand[q].get(d).min(lim)
+        })
+        .collect();
+    let mut got: Vec<u64> = siblings.iter().zip(&want).map(|(&q, &w)| tree.nodes[q].guaranteed(d).min(w)).collect();
+    let mut left = total.saturating_sub(got.iter().sum());
+    // Water-filling by weight: each round gives every queue that wants
+    // more its weight's share of what is left, capped by what it wants.
+    loop {
+        let open: Vec<usize> = (0..siblings.len()).filter(|&i| got[i] < want[i]).collect();
+        if open.is_empty() || left == 0 {
+            break;
+        }
+        let weights: f64 = open.iter().map(|&i| tree.nodes[siblings[i]].weight).sum();
+        let mut given = 0;
+        for &i in &open {
+            let share = (left as f64 * tree.nodes[siblings[i]].weight / weights).floor() as u64;
+            let g = share.min(want[i] - got[i]);
+            got[i] += g;
+            given += g;
+        }
+        if given == 0 {
+            // Shares rounded to nothing: the rest goes one unit at a time,
+            // in sibling order.
+            for &i in &open {
+                if left == given {
+                    break;
+                }
+                got[i] += 1;
+                given += 1;
+            }
+        }
+        left -= given;
+    }
+    for (i, &q) in siblings.iter().enumerate() {
+        if got[i] > 0 {
+            out[q].0.insert(d.clone(), got[i]);
+        }
+        let children = &tree.nodes[q].children;
+        if !children.is_empty() {
+            divide(tree, children, d, got[i], demand, out);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,61 @@
+//! Queues in the service: a policy posted with a `queues:` section holds
+//! its queue to its limit, says why a pod waits, and reports each queue's
+//! use, guarantee and fair share on `/metrics`.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+
+use super::{Running, TOKEN, config};
+
+const POLICY: &str = r#"
+name: queued
+plugins:
+  - name: binpack
+    source: builtin:binpack
+queues:
+  default_queue: batch
+  list:
+    - name: batch
+      guarantee: { gpus: 2 }
+      limit: { gpus: 6 }
+    - name: prod
+      weight: 2
+"#;
+
+/// The value of the series `name{labels}` in OpenMetrics `text`.
+fn series(text: &str, name_and_labels: &str) -> Option<f64> {
+    text.lines().find_map(|l| l.strip_prefix(name_and_labels)?.trim().split(' ').next()?.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_posted_queue_is_held_to_its_limit_and_reported() {
+    let svc = Running::start(config(None)).await;
+    let http = reqwest::Client::new();
+    let r = http
+        .post(svc.url("/v1/policies"))
+        .bearer_auth(TOKEN)
+        .header("content-type", "application/yaml")
+        .body(POLICY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK, "{}", r.text().await.unwrap());
+    svc.wait("a pod held by its queue's limit", Duration::from_secs(60), |s| {
+        s.decisions.read().unwrap().newest_first().any(|d| d.reason.as_deref() == Some("SCHED-QUEUE-LIMIT"))
+    })
+    .await;
+    let text = http.get(svc.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let used = series(&text, r#"tessera_queue_used{queue="batch",resource="gpus"}"#).expect("batch's GPUs");
+    assert!(used <= 6.0, "never past its limit: {used}\n{text}");
+    assert!(used > 0.0, "{text}");
+    assert_eq!(series(&text, r#"tessera_queue_guarantee{queue="batch",resource="gpus"}"#), Some(2.0), "{text}");
+    let borrowed = series(&text, r#"tessera_queue_borrowed{queue="batch",resource="gpus"}"#).unwrap();
+    assert_eq!(borrowed, (used - 2.0).max(0.0), "{text}");
+    assert!(series(&text, r#"tessera_queue_pending{queue="batch"}"#).unwrap() > 0.0, "{text}");
+    assert!(series(&text, r#"tessera_queue_fair_share{queue="batch",resource="gpus"}"#).is_some(), "{text}");
+    assert_eq!(series(&text, r#"tessera_queue_running{queue="prod"}"#), Some(0.0), "no pod names prod");
+    let held = series(&text, r#"tessera_scheduling_failures_total{code="SCHED-QUEUE-LIMIT"}"#).unwrap_or(0.0);
+    assert!(held > 0.0, "{text}");
+    svc.stop().await;
+}

@@ -50,9 +50,15 @@ enum Command {
     /// OpenMetrics on /metrics. Without an NVIDIA driver it says so once and
     /// serves CPU and memory only. Stops on SIGINT or SIGTERM.
     Agent(tessera::agent::AgentArgs),
-    /// Print the TesseraPolicy CustomResourceDefinition (generated from
-    /// its Rust type; `deploy/kubernetes/crd.yaml` is this output).
-    Crd,
+    /// Print a CustomResourceDefinition generated from its Rust type:
+    /// `policy` (TesseraPolicy, `deploy/kubernetes/crd.yaml`) or
+    /// `podgroup` (the part of scheduler-plugins' PodGroup Tessera reads,
+    /// `deploy/kubernetes/podgroup-crd.yaml`).
+    Crd {
+        /// Which one.
+        #[arg(value_enum, default_value = "policy")]
+        kind: CrdKind,
+    },
     /// Chaos verification of a policy before rollout.
     #[command(subcommand)]
     Chaos(cmd::chaos::ChaosCmd),
@@ -65,6 +71,15 @@ enum Command {
     /// Validate policy documents.
     #[command(subcommand)]
     Policy(cmd::policy::PolicyCmd),
+}
+
+/// The CustomResourceDefinitions `tessera crd` prints.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum CrdKind {
+    /// TesseraPolicy.
+    Policy,
+    /// scheduler-plugins' PodGroup (the part Tessera reads).
+    Podgroup,
 }
 
 fn main() -> ExitCode {
@@ -93,8 +108,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
             tessera::agent::run(&args)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Crd => {
-            print!("{}", tessera_kube::crd::crd_yaml());
+        Command::Crd { kind } => {
+            match kind {
+                CrdKind::Policy => print!("{}", tessera_kube::crd::crd_yaml()),
+                CrdKind::Podgroup => print!("{}", tessera_kube::podgroup::crd_yaml()),
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Chaos(c) => cmd::chaos::run(c),

@@ -197,7 +197,8 @@ impl KubeBackend {
         let tracker =
             PodTracker::new(&cfg.scheduler_name, live.index.clone(), live.binding.clone()).with_names(names.clone());
         let reporter = (client.clone(), me.clone());
-        tasks.push(tokio::spawn(watch_pods(pod_api, tracker, tx.clone(), synced_tx, reporter)));
+        let group_api: Api<crate::podgroup::PodGroup> = Api::all(client.clone());
+        tasks.push(tokio::spawn(watch_pods((pod_api, group_api), tracker, tx.clone(), synced_tx, reporter)));
         let pdb_api: Api<PodDisruptionBudget> = Api::all(client.clone());
         tasks.push(tokio::spawn(watch_budgets(pdb_api, budget_writer)));
         tasks.push(tokio::spawn(protect_pods(live.budgets.clone(), live.index.clone(), tx)));

@@ -3,7 +3,8 @@
 //! (reflectors on nodes, pods, PodDisruptionBudgets; binding through
 //! `pods/binding`, eviction through `pods/eviction`), leader election on a
 //! `coordination.k8s.io` Lease, the scheduler-extender endpoints for
-//! clusters that keep kube-scheduler, and the `TesseraPolicy` resource.
+//! clusters that keep kube-scheduler, the `TesseraPolicy` resource, and
+//! gangs from scheduler-plugins' `PodGroup`.
 
 pub mod backend;
 pub mod calls;
@@ -15,6 +16,7 @@ pub mod journal;
 pub mod leader;
 pub mod models;
 pub mod oci;
+pub mod podgroup;
 pub mod policies;
 pub mod report;
 pub mod track;

@@ -18,6 +18,7 @@ use tessera_server::backend::ClusterEvent;
 
 use crate::convert::{self, ConvertError};
 use crate::models::ModelNames;
+use crate::podgroup::PodGroup;
 
 /// A pod the loop knows, as the API names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,6 +113,12 @@ pub struct PodTracker {
     pub rejected: Vec<ConvertError>,
     /// GPU model names (a pod's node selector on a GFD product).
     names: ModelNames,
+    /// The gangs of the PodGroups seen, by `ns/name`.
+    groups: HashMap<String, tessera_core::model::Gang>,
+    /// Pods of ours whose PodGroup is not known yet, by group, then uid.
+    awaiting: HashMap<String, HashMap<String, KPod>>,
+    /// PodGroups seen again in a re-list.
+    groups_relist: HashSet<String>,
 }
 
 impl PodTracker {
@@ -125,7 +132,80 @@ impl PodTracker {
             binding,
             rejected: Vec::new(),
             names: ModelNames::default(),
+            groups: HashMap::new(),
+            awaiting: HashMap::new(),
+            groups_relist: HashSet::new(),
         }
+    }
+
+    /// Folds one watch event on PodGroups; the cluster events it means
+    /// (the members that waited for a group that now exists are queued).
+    pub fn on_group(&mut self, ev: Event<PodGroup>) -> Vec<ClusterEvent> {
+        let mut out = Vec::new();
+        match ev {
+            Event::Init => self.groups_relist.clear(),
+            Event::InitApply(g) | Event::Apply(g) => match crate::podgroup::gang(&g) {
+                Ok((key, gang)) => {
+                    self.groups_relist.insert(key.clone());
+                    self.groups.insert(key.clone(), gang);
+                    for p in self.awaiting.remove(&key).into_iter().flat_map(HashMap::into_values) {
+                        self.apply(&p, &mut out);
+                    }
+                }
+                Err(e) => self.reject(e),
+            },
+            Event::InitDone => {
+                let seen = std::mem::take(&mut self.groups_relist);
+                self.groups.retain(|k, _| seen.contains(k));
+            }
+            Event::Delete(g) => {
+                let key = format!(
+                    "{}/{}",
+                    g.metadata.namespace.as_deref().unwrap_or("default"),
+                    g.metadata.name.as_deref().unwrap_or_default()
+                );
+                // Members already queued keep their gang.
+                self.groups.remove(&key);
+            }
+        }
+        out
+    }
+
+    /// Pods of ours waiting for their PodGroup to exist.
+    pub fn awaiting_groups(&self) -> usize {
+        self.awaiting.values().map(HashMap::len).sum()
+    }
+
+    /// `pod` with its gang, if its PodGroup is known; `None` if it names
+    /// one not known yet (it is kept until the group appears).
+    fn with_gang(&mut self, p: &KPod, mut pod: tessera_core::model::Pod) -> Option<tessera_core::model::Pod> {
+        let Some(key) = crate::podgroup::group_of(p) else { return Some(pod) };
+        match self.groups.get(&key) {
+            Some(g) => {
+                pod.gang = Some(g.clone());
+                Some(pod)
+            }
+            None => {
+                let uid = p.metadata.uid.clone().unwrap_or_default();
+                self.awaiting.entry(key.clone()).or_default().insert(uid, p.clone());
+                self.reject(ConvertError {
+                    kind: "pod",
+                    name: convert::pod_key(p),
+                    message: format!(
+                        "its PodGroup {key} (label {}) does not exist yet; it waits for it",
+                        crate::podgroup::POD_GROUP_LABEL
+                    ),
+                });
+                None
+            }
+        }
+    }
+
+    fn stop_awaiting(&mut self, uid: &str) {
+        self.awaiting.retain(|_, pods| {
+            pods.remove(uid);
+            !pods.is_empty()
+        });
     }
 
     /// With GPU model names other than the rule alone.
@@ -143,7 +223,11 @@ impl PodTracker {
     pub fn on(&mut self, ev: Event<KPod>) -> Vec<ClusterEvent> {
         let mut out = Vec::new();
         match ev {
-            Event::Init => self.relist.start(),
+            Event::Init => {
+                self.relist.start();
+                // The re-list brings back whoever still waits.
+                self.awaiting.clear();
+            }
             Event::InitApply(p) => {
                 self.relist.saw(p.metadata.uid.as_ref());
                 self.apply(&p, &mut out);
@@ -156,6 +240,7 @@ impl PodTracker {
             Event::Apply(p) => self.apply(&p, &mut out),
             Event::Delete(p) => {
                 if let Some(uid) = &p.metadata.uid {
+                    self.stop_awaiting(uid);
                     self.forget(uid, &mut out);
                 }
             }
@@ -211,6 +296,7 @@ impl PodTracker {
         // it stays until then; one that never ran just leaves the queue.
         if matches!(phase, Some("Succeeded" | "Failed")) || (p.metadata.deletion_timestamp.is_some() && node.is_none())
         {
+            self.stop_awaiting(&uid);
             self.forget(&uid, out);
             return;
         }
@@ -249,8 +335,10 @@ impl PodTracker {
             (None, Some(node)) => self.adopt(p, &uid, node, out),
             (None, None) if ours => match convert::pod(p, &self.names) {
                 Ok(pod) => {
-                    let id = self.track(p, &uid, &pod, None, None);
-                    out.push(ClusterEvent::Submitted { id, pod });
+                    if let Some(pod) = self.with_gang(p, pod) {
+                        let id = self.track(p, &uid, &pod, None, None);
+                        out.push(ClusterEvent::Submitted { id, pod });
+                    }
                 }
                 Err(e) => self.reject(e),
             },
@@ -259,8 +347,14 @@ impl PodTracker {
     }
 
     fn adopt(&mut self, p: &KPod, uid: &str, node: String, out: &mut Vec<ClusterEvent>) {
+        self.stop_awaiting(uid);
         match convert::pod(p, &self.names).and_then(|pod| Ok((pod, convert::gpu_index(p)?))) {
-            Ok((pod, gpus)) => {
+            Ok((mut pod, gpus)) => {
+                // A running member counts for its gang (and is evicted
+                // with it) when its group is known.
+                if let Some(g) = crate::podgroup::group_of(p).and_then(|k| self.groups.get(&k)) {
+                    pod.gang = Some(g.clone());
+                }
                 let id = self.track(p, uid, &pod, Some(node.clone()), gpus);
                 out.push(ClusterEvent::Running { id, pod, node, gpus });
             }

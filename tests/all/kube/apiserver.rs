@@ -109,6 +109,7 @@ pub const KINDS: &[Kind] = &[
         kind: "TesseraPolicy",
         namespaced: true,
     },
+    Kind { group: "scheduling.x-k8s.io", version: "v1alpha1", plural: "podgroups", kind: "PodGroup", namespaced: true },
 ];
 
 /// A change, as watches stream it.
@@ -260,13 +261,13 @@ fn labels_match(selector: &Value, labels: &Value) -> bool {
 }
 
 impl ApiServer {
-    /// Starts on an ephemeral loopback port with the shipped CRD and RBAC
-    /// (`deploy/kubernetes/crd.yaml`, `rbac.yaml`) applied: Tessera's
+    /// Starts on an ephemeral loopback port with the shipped CRDs and RBAC
+    /// (`deploy/kubernetes/crd.yaml`, `podgroup-crd.yaml`, `rbac.yaml`) applied: Tessera's
     /// requests are the scheduler's service account's and are authorized
     /// by it.
     pub async fn start() -> Self {
         let srv = Self::start_empty().await;
-        for file in ["crd.yaml", "rbac.yaml"] {
+        for file in ["crd.yaml", "podgroup-crd.yaml", "rbac.yaml"] {
             let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/kubernetes");
             let text = std::fs::read_to_string(dir.join(file)).unwrap();
             for doc in serde_yaml_ng::Deserializer::from_str(&text) {

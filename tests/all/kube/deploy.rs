@@ -129,6 +129,11 @@ fn the_crd_is_generated_from_the_rust_type_and_the_embedded_configurations_are_v
         tessera_kube::crd::crd_yaml(),
         "deploy/kubernetes/crd.yaml is stale: run `tessera crd > deploy/kubernetes/crd.yaml`"
     );
+    assert_eq!(
+        std::fs::read_to_string(repo().join("deploy/kubernetes/podgroup-crd.yaml")).unwrap(),
+        tessera_kube::podgroup::crd_yaml(),
+        "deploy/kubernetes/podgroup-crd.yaml is stale: run `tessera crd podgroup > deploy/kubernetes/podgroup-crd.yaml`"
+    );
 
     let docs = documents(&repo().join("deploy/kubernetes/scheduler.yaml"));
     let serve = docs.iter().find(|d| d["kind"] == "ConfigMap").unwrap()["data"]["serve.yaml"].as_str().unwrap();

@@ -9,6 +9,7 @@ pub mod apiserver;
 mod backend;
 mod deploy;
 mod extender;
+mod gangs;
 mod journal;
 mod moves;
 mod policies;

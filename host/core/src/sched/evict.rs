@@ -34,7 +34,7 @@ impl Scheduler {
             return None;
         }
         let tree = &self.queues.tree;
-        let reclaim = !tree.is_trivial() && tree.reclaim();
+        let reclaim = self.may_reclaim(pod);
         if !reclaim {
             // The least important running pod: if it cannot be preempted, none can.
             let (&(rank, priority), _) = self.running_keys.first_key_value()?;

@@ -395,6 +395,39 @@ impl Scheduler {
         })
     }
 
+    /// Whether `pod` may reclaim at all: its own leaf sets a guarantee it
+    /// would use and stays within it with the pod (CPU, memory, GPUs of
+    /// any model; a model's guarantee is checked per node later). A
+    /// necessary condition of [`Self::reclaimable`], cheap enough to ask
+    /// before looking at any victim.
+    pub(super) fn may_reclaim(&self, pod: &Pod) -> bool {
+        let tree = &self.queues.tree;
+        if !tree.reclaim() || tree.is_trivial() {
+            return false;
+        }
+        let Ok(leaf) = tree.leaf_of(pod) else { return false };
+        let need = Amounts::anywhere(pod);
+        let node = &tree.nodes()[leaf];
+        let mut uses_one = false;
+        for (d, &g) in &node.guarantee {
+            let add = match d {
+                Dim::Model(_) => {
+                    uses_one |= pod.gpu_count > 0 && g > 0;
+                    continue;
+                }
+                d => need.get(d),
+            };
+            if add == 0 {
+                continue;
+            }
+            if self.queues.used[leaf].get(d) + add > g {
+                return false;
+            }
+            uses_one = true;
+        }
+        uses_one
+    }
+
     /// The queues that the victims chosen, taken together, would take
     /// below their guarantee (none: the reclaim stands).
     pub(super) fn over_reclaimed(&self, pod: &Pod, victims: &[(PodId, &Amounts)]) -> BTreeSet<usize> {

@@ -45,20 +45,52 @@ pub(super) async fn watch_nodes(
     }
 }
 
+/// Pods, and the PodGroups their gangs come from (one task: a member
+/// waiting for its group is queued the moment the group's event arrives).
 pub(super) async fn watch_pods(
-    api: Api<KPod>,
+    (api, groups): (Api<KPod>, Api<crate::podgroup::PodGroup>),
     mut tracker: PodTracker,
     tx: std::sync::mpsc::Sender<ClusterEvent>,
     synced: tokio::sync::mpsc::Sender<Vec<Pod>>,
     (client, reporter): (Client, String),
 ) {
+    use kube::runtime::WatchStreamExt;
     let mut reported = 0;
     let names = tracker.names().clone();
     // The GPU pods of the first list (every namespace watched, whatever
     // their scheduler): the target workload is learnt from them.
     let mut first_list: Option<Vec<Pod>> = Some(Vec::new());
     let mut stream = watcher(api, watcher::Config::default()).boxed();
-    while let Some(ev) = stream.next().await {
+    // Without the PodGroup CRD the watch fails; it is tried again with a
+    // backoff and said once.
+    let mut group_stream = watcher(groups, watcher::Config::default()).default_backoff().boxed();
+    let mut group_error_said = false;
+    loop {
+        let ev = tokio::select! {
+            ev = stream.next() => match ev {
+                Some(ev) => ev,
+                None => return,
+            },
+            Some(g) = group_stream.next() => {
+                match g {
+                    Ok(g) => {
+                        group_error_said = false;
+                        for e in tracker.on_group(g) {
+                            if tx.send(e).is_err() {
+                                return;
+                            }
+                        }
+                        report_rejected(&tracker, &mut reported, &client, &reporter);
+                    }
+                    Err(e) if !group_error_said => {
+                        tracing::warn!("PodGroup watch (scheduling.x-k8s.io/v1alpha1): {e}; pods in a PodGroup wait until it works");
+                        group_error_said = true;
+                    }
+                    Err(e) => tracing::debug!("PodGroup watch: {e}"),
+                }
+                continue;
+            }
+        };
         match ev {
             Ok(ev) => {
                 if let (Some(shapes), watcher::Event::InitApply(p)) = (&mut first_list, &ev)
@@ -76,20 +108,7 @@ pub(super) async fn watch_pods(
                 if done && let Some(shapes) = first_list.take() {
                     let _ = synced.try_send(shapes);
                 }
-                for r in &tracker.rejected[reported..] {
-                    tracing::warn!("{r}; the pod is not scheduled");
-                    let (namespace, name) = r.name.split_once('/').unwrap_or(("default", &r.name));
-                    let w = crate::report::Waiting {
-                        namespace: namespace.to_string(),
-                        name: name.to_string(),
-                        uid: None,
-                        reason: "SchedulerError",
-                        message: format!("Tessera cannot schedule this pod: {}", r.message),
-                        reporter: reporter.clone(),
-                    };
-                    tokio::spawn(crate::report::waiting(client.clone(), w));
-                }
-                reported = tracker.rejected.len();
+                report_rejected(&tracker, &mut reported, &client, &reporter);
             }
             Err(e) => {
                 tracing::warn!("pod watch: {e}; retrying");
@@ -97,6 +116,29 @@ pub(super) async fn watch_pods(
             }
         }
     }
+}
+
+/// Says what the tracker could not take since `reported`: a pod gets a
+/// `FailedScheduling` event and condition, anything else a log line.
+fn report_rejected(tracker: &PodTracker, reported: &mut usize, client: &Client, reporter: &str) {
+    for r in &tracker.rejected[*reported..] {
+        if r.kind != "pod" {
+            tracing::warn!("{r}; its pods are not scheduled as a gang until it is fixed");
+            continue;
+        }
+        tracing::warn!("{r}; the pod is not scheduled");
+        let (namespace, name) = r.name.split_once('/').unwrap_or(("default", &r.name));
+        let w = crate::report::Waiting {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            uid: None,
+            reason: "SchedulerError",
+            message: format!("Tessera cannot schedule this pod: {}", r.message),
+            reporter: reporter.to_string(),
+        };
+        tokio::spawn(crate::report::waiting(client.clone(), w));
+    }
+    *reported = tracker.rejected.len();
 }
 
 /// Keeps the disruption budgets in view: an eviction a budget refuses

@@ -154,3 +154,65 @@ fn ids_are_the_same_on_every_replica_and_readiness_follows_the_pod() {
     assert!(a.on(Event::Apply(ready)).is_empty(), "no event for the loop");
     assert!(index.lock().unwrap()[&x].ready);
 }
+
+fn member(name: &str, uid: &str, group: &str, node: Option<&str>) -> KPod {
+    let mut p = kpod(name, uid, "tessera", node, if node.is_some() { "Running" } else { "Pending" });
+    p.metadata.labels = Some([(crate::podgroup::POD_GROUP_LABEL.to_string(), group.to_string())].into());
+    p
+}
+
+fn group(name: &str, min: i32) -> crate::podgroup::PodGroup {
+    let mut g = crate::podgroup::PodGroup::new(
+        name,
+        crate::podgroup::PodGroupSpec { min_member: Some(min), schedule_timeout_seconds: Some(30) },
+    );
+    g.metadata.namespace = Some("ml".into());
+    g
+}
+
+#[test]
+fn members_carry_their_pod_groups_gang_and_wait_for_a_group_not_yet_seen() {
+    let (mut t, index, _) = tracker();
+    // The group exists: its members are queued as a gang named ns/name.
+    assert!(t.on_group(Event::Apply(group("job", 2))).is_empty());
+    let ev = t.on(Event::Apply(member("w0", "u-w0", "job", None)));
+    let gang = tessera_core::model::Gang { name: "ml/job".into(), min_member: 2, timeout_s: Some(30) };
+    assert!(matches!(&ev[..], [ClusterEvent::Submitted { pod, .. }] if pod.gang.as_ref() == Some(&gang)), "{ev:?}");
+    // A member of a group not seen yet waits, said once; the group's
+    // arrival queues it.
+    assert!(t.on(Event::Apply(member("v0", "u-v0", "late", None))).is_empty());
+    assert!(t.on(Event::Apply(member("v1", "u-v1", "late", None))).is_empty(), "a second member");
+    assert_eq!(t.awaiting_groups(), 2);
+    assert!(t.rejected.iter().any(|r| r.message.contains("PodGroup ml/late")), "{:?}", t.rejected);
+    assert!(!index.lock().unwrap().contains_key(&id("u-v0")), "not queued yet");
+    let ev = t.on_group(Event::Apply(group("late", 2)));
+    let mut queued: Vec<&str> = ev
+        .iter()
+        .filter_map(|e| match e {
+            ClusterEvent::Submitted { pod, .. } if pod.gang.as_ref().is_some_and(|g| g.name == "ml/late") => {
+                Some(pod.name.as_str())
+            }
+            _ => None,
+        })
+        .collect();
+    queued.sort();
+    assert_eq!(queued, ["ml/v0", "ml/v1"], "{ev:?}");
+    assert_eq!(t.awaiting_groups(), 0);
+    // A member deleted while it waits is forgotten with it.
+    t.on(Event::Apply(member("x0", "u-x0", "other", None)));
+    t.on(Event::Delete(member("x0", "u-x0", "other", None)));
+    assert_eq!(t.awaiting_groups(), 0);
+    assert!(t.on_group(Event::Apply(group("other", 1))).is_empty(), "nothing left to queue");
+    // A running member is adopted with its gang (preemption takes it whole).
+    let ev = t.on(Event::Apply(member("w1", "u-w1", "job", Some("n1"))));
+    assert!(matches!(&ev[..], [ClusterEvent::Running { pod, .. }] if pod.gang.as_ref() == Some(&gang)), "{ev:?}");
+}
+
+#[test]
+fn a_malformed_pod_group_is_reported_and_its_members_keep_waiting() {
+    let (mut t, _, _) = tracker();
+    assert!(t.on_group(Event::Apply(group("bad", 0))).is_empty());
+    assert!(t.rejected.iter().any(|r| r.kind == "podgroup" && r.message.contains("minMember = 0")), "{:?}", t.rejected);
+    assert!(t.on(Event::Apply(member("w0", "u-w0", "bad", None))).is_empty());
+    assert_eq!(t.awaiting_groups(), 1);
+}

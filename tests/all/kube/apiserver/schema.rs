@@ -23,7 +23,7 @@ pub fn served(store: &Store, kind: &Kind) -> bool {
 }
 
 fn is_custom(kind: &Kind) -> bool {
-    kind.group == "tessera.io"
+    kind.group == "tessera.io" || kind.group == "scheduling.x-k8s.io"
 }
 
 /// Checks `object` (of `kind`, in namespace `ns`) for a write; drops the

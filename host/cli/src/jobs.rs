@@ -97,6 +97,26 @@ pub fn equal_queues(queues: u32, gpus: [u32; 3]) -> Result<QueueTree> {
     Ok(QueueTree::new(&QueuesConfig { list, ..QueuesConfig::default() })?)
 }
 
+/// One leaf queue per virtual cluster, named as its trace, guaranteed the
+/// GPUs of each model its spec gives it (Philly's VC quotas), reclaim on.
+pub fn vc_queues(vcs: &[(String, [u32; 3])]) -> Result<QueueTree> {
+    let list = vcs
+        .iter()
+        .map(|(name, gpus)| {
+            let by_model: BTreeMap<String, u32> =
+                SPEC_MODELS.iter().zip(gpus).filter(|(_, g)| **g > 0).map(|(m, g)| (m.to_string(), *g)).collect();
+            QueueSpec {
+                name: name.clone(),
+                parent: None,
+                weight: 1.0,
+                guarantee: Quota { gpus: Some(gpus.iter().sum()), gpus_by_model: by_model, ..Quota::default() },
+                limit: Quota::default(),
+            }
+        })
+        .collect();
+    Ok(QueueTree::new(&QueuesConfig { list, ..QueuesConfig::default() })?)
+}
+
 /// A job trace as the simulator takes it.
 #[derive(Debug, Clone)]
 pub struct JobTrace {
@@ -271,12 +291,27 @@ pub fn run_one(
     seed: u64,
 ) -> Result<(JobRun, JobReport)> {
     let doc = policy_document(policy, seed)?;
-    let mut placer = load::load_policy(rt, &doc)?.without_timeout();
     let queues = match admission {
         Admission::FairShare if !doc.queues.list.is_empty() => doc.queue_tree(),
         Admission::FairShare => equal_queues(trace.queues, gpus)?,
         _ => QueueTree::default(),
     };
+    run_with(rt, trace, gpus, admission, Some(queues), policy, seed)
+}
+
+/// [`run_one`] with these queues (none: one queue).
+fn run_with(
+    rt: &tessera_wasm::Runtime,
+    trace: &JobTrace,
+    gpus: [u32; 3],
+    admission: Admission,
+    queues: Option<QueueTree>,
+    policy: &str,
+    seed: u64,
+) -> Result<(JobRun, JobReport)> {
+    let doc = policy_document(policy, seed)?;
+    let mut placer = load::load_policy(rt, &doc)?.without_timeout();
+    let queues = queues.unwrap_or_default();
     let mode = admission.mode();
     let cfg = DriverConfig {
         sched: doc.scheduling,
@@ -328,6 +363,10 @@ pub struct JobsOptions {
     pub seed: u64,
     /// Only these traces (file stems).
     pub only: Vec<String>,
+    /// Run the traces together on one cluster (the sum of theirs), each
+    /// trace (a Philly virtual cluster) its own queue, guaranteed its own
+    /// cluster's GPUs under `fair-share`.
+    pub mix: bool,
 }
 
 /// Runs the bench.
@@ -345,6 +384,9 @@ pub fn bench(opts: &JobsOptions) -> Result<JobsBench> {
     if files.is_empty() {
         bail!("--traces {}: no *.trace files (Philly/Gavel job traces)", opts.traces.display());
     }
+    if opts.mix {
+        return mixed(&files, opts);
+    }
     let mut runs = Vec::new();
     for f in files {
         let (trace, gpus) = prepare(&f, opts.queues, opts.seed)?;
@@ -356,6 +398,33 @@ pub fn bench(opts: &JobsOptions) -> Result<JobsBench> {
         }
     }
     Ok(JobsBench { runs })
+}
+
+/// `bench jobs --mix`: the traces' jobs together, arrivals overlaid from
+/// each trace's start, each job in its trace's queue.
+fn mixed(files: &[PathBuf], opts: &JobsOptions) -> Result<JobsBench> {
+    let mut vcs = Vec::new();
+    let mut all = JobTrace { name: String::new(), jobs: Vec::new(), skipped: 0, queues: 0, extrapolated: 0 };
+    for f in files {
+        let (trace, gpus) = prepare(f, 1, opts.seed)?;
+        all.jobs.extend(trace.jobs.into_iter().map(|j| Job { queue: trace.name.clone(), ..j }));
+        all.skipped += trace.skipped;
+        all.extrapolated += trace.extrapolated;
+        vcs.push((trace.name, gpus));
+    }
+    all.name = format!("mix:{}", vcs.len());
+    let mut gpus = [0u32; 3];
+    for (_, g) in &vcs {
+        for (sum, x) in gpus.iter_mut().zip(g) {
+            *sum += x;
+        }
+    }
+    let fair = vc_queues(&vcs)?;
+    let results = crate::replay::run_parallel(Admission::ALL.to_vec(), |rt, admission| {
+        let queues = (admission == Admission::FairShare).then(|| fair.clone());
+        run_with(rt, &all, gpus, admission, queues, &opts.policy, opts.seed).map(|(run, _)| run)
+    })?;
+    Ok(JobsBench { runs: results.into_iter().collect::<Result<_>>()? })
 }
 
 impl JobsBench {

@@ -120,3 +120,42 @@ fn bench_jobs_runs_the_small_shared_philly_traces() {
         assert_eq!(r["completed"].as_u64(), r["jobs"].as_u64().map(|j| j - r["skipped"].as_u64().unwrap()), "{r}");
     }
 }
+
+/// Two virtual clusters on one: t1 fills the shared cluster at 0, t2's
+/// short jobs come at 100. With fair-share each VC is a queue guaranteed
+/// its own cluster's 8 GPUs, so t2 takes its share back at once; in one
+/// queue it waits behind all of t1.
+#[test]
+fn bench_jobs_mix_gives_each_virtual_cluster_its_guarantee() {
+    let dir = tempfile::tempdir().unwrap();
+    let line = |steps: u64, at: u64| format!("ResNet-50 (batch size 64)\tcd %s\t-n\t1\t{steps}\t{at}.000000\t8\n");
+    std::fs::write(dir.path().join("t1.trace"), (0..4).map(|_| line(200_000, 0)).collect::<String>()).unwrap();
+    std::fs::write(dir.path().join("t2.trace"), (0..2).map(|_| line(20_000, 100)).collect::<String>()).unwrap();
+    std::fs::write(dir.path().join("vc_cluster_specs.json"), r#"{"t1": ["8:0:0"], "t2": ["8:0:0"]}"#).unwrap();
+    let (ok, out, err) = tessera(&[
+        "bench",
+        "jobs",
+        "--traces",
+        dir.path().to_str().unwrap(),
+        "--mix",
+        "--policy",
+        "binpack",
+        "--format",
+        "json",
+    ]);
+    assert!(ok, "{out}\n{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    let row = |p: &str| runs.iter().find(|r| r["policy"] == p).unwrap();
+    for r in runs {
+        assert_eq!(
+            (r["trace"].as_str(), r["jobs"].as_u64(), r["completed"].as_u64()),
+            (Some("mix:2"), Some(6), Some(6)),
+            "{r}"
+        );
+        assert_eq!(r["gpus"], serde_json::json!([16, 0, 0]), "the two clusters together");
+    }
+    let (fair, one) = (row("fair-share"), row("gangs"));
+    assert!(fair["jain_fairness"].as_f64() > one["jain_fairness"].as_f64(), "{fair}\n{one}");
+    assert!(fair["queue_delay_p50_s"].as_u64() < one["queue_delay_p50_s"].as_u64(), "{fair}\n{one}");
+}

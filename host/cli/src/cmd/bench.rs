@@ -85,8 +85,8 @@ pub enum BenchCmd {
         format: Format,
     },
     /// Multi-GPU training jobs: every Philly/Gavel job trace in DIR with
-    /// gangs (Tessera), one pod at a time without gangs, and a strict FIFO
-    /// queue of gangs: completion times, queue delay, useful GPU
+    /// gangs and fair-share queues (Tessera), gangs in one queue, one pod
+    /// at a time without gangs, and a strict FIFO queue of gangs: completion times, queue delay, useful GPU
     /// utilisation, fairness across queues, GPU-seconds held by partly
     /// placed jobs.
     Jobs {
@@ -105,6 +105,11 @@ pub enum BenchCmd {
         /// Only these traces (file stems, comma-separated).
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
+        /// The traces together on one cluster (the sum of theirs), each a
+        /// queue (a Philly virtual cluster) guaranteed its own cluster's
+        /// GPUs under fair-share.
+        #[arg(long)]
+        mix: bool,
         #[arg(long, value_enum, default_value = "table")]
         format: Format,
     },
@@ -151,11 +156,12 @@ pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
             }
             emit(&report, format)?;
         }
-        BenchCmd::Jobs { traces, policy, queues, seed, only, format } => {
+        BenchCmd::Jobs { traces, policy, queues, seed, only, mix, format } => {
             if queues == 0 {
                 anyhow::bail!("--queues must be at least 1");
             }
-            emit(&tessera::jobs::bench(&tessera::jobs::JobsOptions { traces, policy, queues, seed, only })?, format)?;
+            let opts = tessera::jobs::JobsOptions { traces, policy, queues, seed, only, mix };
+            emit(&tessera::jobs::bench(&opts)?, format)?;
         }
         BenchCmd::Reschedule { nodes, pods, seed, reps, format } => {
             emit(&tessera_resched::bench::run(nodes, pods, seed, reps), format)?;

@@ -186,10 +186,18 @@ pub async fn start_kube(cfg: ServiceConfig, config: kube::Config) -> Result<(Ser
     server.mount(tessera_kube::extender::routes(server.extender(), names));
     // TesseraPolicy objects in the service's namespace reach the loop
     // through the rollout path.
-    let controller =
-        tessera_kube::policies::PolicyController::new(client, Some(namespace), cache, server.policies(), leadership);
+    let controller = tessera_kube::policies::PolicyController::new(
+        client.clone(),
+        Some(namespace),
+        cache,
+        server.policies(),
+        leadership.clone(),
+    );
     let task = tokio::spawn(controller.run());
     server.own(task);
+    // TesseraQueue objects, while any exist, are the loop's queues.
+    let queues = tessera_kube::queues::QueueController::new(client, server.queues(), leadership);
+    server.own(tokio::spawn(queues.run()));
     Ok((server, listener))
 }
 

@@ -139,12 +139,14 @@ pub struct PolicyCondition {
     pub observed_generation: i64,
 }
 
-/// The CustomResourceDefinition, as YAML.
+/// Tessera's CustomResourceDefinitions, as YAML: `TesseraPolicy`, then
+/// `TesseraQueue` (`crate::queues`).
 pub fn crd_yaml() -> String {
     use kube::CustomResourceExt;
     let crd = TesseraPolicy::crd();
     let body = serde_yaml_ng::to_string(&crd).expect("a CRD serialises");
+    let queues = crate::queues::crd_body();
     format!(
-        "# Generated from host/kube/src/crd.rs by `tessera crd`; do not edit.\n# A test checks it is current.\n{body}"
+        "# Generated from host/kube/src/crd.rs and queues.rs by `tessera crd`; do not edit.\n# A test checks it is current.\n{body}---\n{queues}"
     )
 }

@@ -4,7 +4,8 @@
 //! `pods/binding`, eviction through `pods/eviction`), leader election on a
 //! `coordination.k8s.io` Lease, the scheduler-extender endpoints for
 //! clusters that keep kube-scheduler, the `TesseraPolicy` resource, and
-//! gangs from scheduler-plugins' `PodGroup`.
+//! gangs from scheduler-plugins' `PodGroup`, queues as `TesseraQueue`
+//! objects.
 
 pub mod backend;
 pub mod calls;
@@ -18,6 +19,7 @@ pub mod models;
 pub mod oci;
 pub mod podgroup;
 pub mod policies;
+pub mod queues;
 pub mod report;
 pub mod track;
 pub mod wait;

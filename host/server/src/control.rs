@@ -89,6 +89,20 @@ pub enum Control {
         /// Told them.
         done: Reply<ChaosInputs>,
     },
+    /// Queues from outside the policy (the Kubernetes `TesseraQueue`
+    /// objects) replace the policy's `queues:`, across policy changes;
+    /// none: the policy's own again.
+    SetQueues {
+        /// The queues, checked by the loop.
+        queues: Option<tessera_core::quota::QueuesConfig>,
+        /// Told once in use, or why they were refused (nothing changed).
+        done: Reply<Result<(), tessera_core::quota::QueuesError>>,
+    },
+    /// The queues as the loop sees them now.
+    Queues {
+        /// Told them.
+        done: Reply<Vec<tessera_core::sched::QueueStatus>>,
+    },
 }
 
 /// The loop did not answer.
@@ -184,6 +198,30 @@ impl PolicyHandle {
     pub async fn replace(&self, doc: PolicyDocument) -> Result<(), ApplyError> {
         let policy = self.load(&doc).await?;
         Ok(self.handle.ask(|done| Control::SwapPolicy { policy, doc: Box::new(doc), done }).await?)
+    }
+}
+
+/// Sets and reads the loop's queues from outside the API (the Kubernetes
+/// `TesseraQueue` controller).
+#[derive(Debug, Clone)]
+pub struct QueueHandle {
+    /// The loop.
+    pub handle: LoopHandle,
+}
+
+impl QueueHandle {
+    /// Makes `queues` the loop's queues (none: the policy's own again);
+    /// refused with the field at fault, nothing changed.
+    pub async fn set(
+        &self,
+        queues: Option<tessera_core::quota::QueuesConfig>,
+    ) -> Result<Result<(), tessera_core::quota::QueuesError>, ControlError> {
+        self.handle.ask(|done| Control::SetQueues { queues, done }).await
+    }
+
+    /// Each queue's use, guarantee, limit and fair share now.
+    pub async fn status(&self) -> Result<Vec<tessera_core::sched::QueueStatus>, ControlError> {
+        self.handle.ask(|done| Control::Queues { done }).await
     }
 }
 

@@ -62,6 +62,9 @@ fn driver_config(cfg: &EngineConfig, doc: &PolicyDocument, seed: u64) -> DriverC
 pub struct Engine {
     driver: Driver,
     svc: Service,
+    /// Queues set from outside the policy (`Control::SetQueues`), kept
+    /// across policy changes.
+    queues: Option<tessera_core::quota::QueueTree>,
 }
 
 impl Engine {
@@ -83,7 +86,7 @@ impl Engine {
         driver.model_mut().record_attempts(true);
         shared.metrics.gpus.set(driver.model().cluster().total_gpus() as i64);
         let svc = Service::new(backend, Recorder::new(policy), doc, cfg, top_k, tracing, shared);
-        let mut e = Self { driver, svc };
+        let mut e = Self { driver, svc, queues: None };
         e.publish_policy();
         e
     }
@@ -193,6 +196,21 @@ impl Engine {
             Control::Extender { call, done } => {
                 let _ = done.send(self.svc.extend(self.driver.model_mut(), *call));
             }
+            Control::SetQueues { queues, done } => {
+                let r = match queues {
+                    Some(cfg) => tessera_core::quota::QueueTree::new(&cfg).map(Some),
+                    None => Ok(None),
+                };
+                let r = r.map(|tree| {
+                    let active = tree.clone().unwrap_or_else(|| self.svc.doc.queue_tree());
+                    self.queues = tree;
+                    self.driver.model_mut().set_queues(active);
+                });
+                let _ = done.send(r);
+            }
+            Control::Queues { done } => {
+                let _ = done.send(self.driver.model().sched().queues());
+            }
             Control::ChaosInputs { done } => {
                 let candidate_id = self.svc.shared.rollout.read().unwrap_or_else(|p| p.into_inner()).candidate_id;
                 let _ = done.send(ChaosInputs {
@@ -209,7 +227,7 @@ impl Engine {
     /// any) start afresh.
     fn install(&mut self, policy: Policy, doc: PolicyDocument) {
         self.driver.set_weight_sets(doc.adaptive.as_ref().map(|a| a.weight_sets.clone()).unwrap_or_default());
-        let queues = doc.queue_tree();
+        let queues = self.queues.clone().unwrap_or_else(|| doc.queue_tree());
         self.svc.install(policy, doc);
         self.driver.model_mut().resync();
         self.driver.model_mut().set_queues(queues);

@@ -33,7 +33,7 @@ pub mod wall;
 pub use backend::{Backend, SimBackend};
 pub use campaigns::CampaignRunner;
 pub use config::{ConfigError, ServeConfig};
-pub use control::PolicyHandle;
+pub use control::{PolicyHandle, QueueHandle};
 pub use loader::{LoadError, Loader};
 pub use observe::Tracing;
 pub use server::{ServeError, Server};

@@ -151,6 +151,12 @@ impl Server {
         PolicyHandle { handle: self.handle(), loader: self.loader.clone() }
     }
 
+    /// Sets and reads the loop's queues (the Kubernetes `TesseraQueue`
+    /// controller).
+    pub fn queues(&self) -> crate::control::QueueHandle {
+        crate::control::QueueHandle { handle: self.handle() }
+    }
+
     /// Sends scheduler-extender calls to the loop.
     pub fn extender(&self) -> ExtenderHandle {
         ExtenderHandle { handle: self.handle() }

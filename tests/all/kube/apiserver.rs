@@ -110,6 +110,7 @@ pub const KINDS: &[Kind] = &[
         namespaced: true,
     },
     Kind { group: "scheduling.x-k8s.io", version: "v1alpha1", plural: "podgroups", kind: "PodGroup", namespaced: true },
+    Kind { group: "tessera.io", version: "v1alpha1", plural: "tesseraqueues", kind: "TesseraQueue", namespaced: false },
 ];
 
 /// A change, as watches stream it.

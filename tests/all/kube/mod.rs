@@ -13,6 +13,7 @@ mod gangs;
 mod journal;
 mod moves;
 mod policies;
+mod queues;
 mod races;
 mod service;
 

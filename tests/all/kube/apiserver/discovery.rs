@@ -14,7 +14,10 @@ pub(super) fn discovery_groups(store: &Store) -> Response {
         .filter(|k| !k.group.is_empty() && super::schema::served(store, k))
         .map(|k| (k.group, k.version))
         .collect();
-    groups.dedup();
+    // Each group once, where it first appears (its kinds need not be
+    // listed together).
+    let mut seen = std::collections::BTreeSet::new();
+    groups.retain(|g| seen.insert(*g));
     let groups: Vec<Value> = groups
         .into_iter()
         .map(|(g, v)| {

@@ -7,6 +7,7 @@ pub mod bench_api;
 pub mod chaos;
 pub mod check;
 pub mod fidelity;
+pub mod gang_bench;
 pub mod jobs;
 pub mod load;
 pub mod native;

@@ -42,6 +42,7 @@ reports!(
     crate::bench_api::LoadReport,
     crate::check::CheckReport,
     crate::fidelity::FidelityReport,
+    crate::gang_bench::GangBench,
     crate::jobs::JobsBench,
     crate::plan::PlanOutcome,
     crate::quality::QualityReport,

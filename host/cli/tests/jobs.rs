@@ -159,3 +159,34 @@ fn bench_jobs_mix_gives_each_virtual_cluster_its_guarantee() {
     assert!(fair["jain_fairness"].as_f64() > one["jain_fairness"].as_f64(), "{fair}\n{one}");
     assert!(fair["queue_delay_p50_s"].as_u64() < one["queue_delay_p50_s"].as_u64(), "{fair}\n{one}");
 }
+
+#[test]
+fn bench_gangs_times_each_gangs_pass_with_and_without_queues() {
+    let (ok, out, err) = tessera(&[
+        "bench",
+        "gangs",
+        "--nodes",
+        "300",
+        "--gangs",
+        "30",
+        "--members",
+        "3",
+        "--policy",
+        "binpack",
+        "--format",
+        "json",
+    ]);
+    assert!(ok, "{out}\n{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.iter().map(|r| r["queues"].as_str().unwrap()).collect::<Vec<_>>(), ["one queue", "4 queues"]);
+    for r in runs {
+        let (a, b) = (r["admitted"].as_u64().unwrap(), r["rolled_back"].as_u64().unwrap());
+        assert_eq!(a + b, 30, "every gang is placed whole or released: {r}");
+        assert!(a > 0, "{r}");
+        assert!(r["p99_ms"].as_f64().unwrap() >= r["p50_ms"].as_f64().unwrap(), "{r}");
+        assert_eq!(r["plugin_errors"], 0, "{r}");
+    }
+    let (ok, _, err) = tessera(&["bench", "gangs", "--members", "1"]);
+    assert!(!ok && err.contains("--members at least 2"), "{err}");
+}

@@ -84,6 +84,34 @@ pub enum BenchCmd {
         #[arg(long, value_enum, default_value = "table")]
         format: Format,
     },
+    /// Gang decisions on a large fragmented cluster through the Wasm
+    /// policy: each gang's pass (hold room member by member, bind all or
+    /// release all) timed, with one queue and with queues.
+    Gangs {
+        /// Nodes.
+        #[arg(long, default_value_t = 10_000)]
+        nodes: u32,
+        /// Gangs, one pass each.
+        #[arg(long, default_value_t = 300)]
+        gangs: usize,
+        /// Members per gang.
+        #[arg(long, default_value_t = 4)]
+        members: u32,
+        /// Whole GPUs per member.
+        #[arg(long, default_value_t = 2)]
+        member_gpus: u32,
+        /// Queues of the second run.
+        #[arg(long, default_value_t = 4)]
+        queues: u32,
+        /// A shipped policy or a policy file.
+        #[arg(long, default_value = "throughput")]
+        policy: String,
+        /// Seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[arg(long, value_enum, default_value = "table")]
+        format: Format,
+    },
     /// Multi-GPU training jobs: every Philly/Gavel job trace in DIR with
     /// gangs and fair-share queues (Tessera), gangs in one queue, one pod
     /// at a time without gangs, and a strict FIFO queue of gangs: completion times, queue delay, useful GPU
@@ -155,6 +183,10 @@ pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
                 }
             }
             emit(&report, format)?;
+        }
+        BenchCmd::Gangs { nodes, gangs, members, member_gpus, queues, policy, seed, format } => {
+            let opts = tessera::gang_bench::GangOptions { nodes, gangs, members, member_gpus, queues, policy, seed };
+            emit(&tessera::gang_bench::run(&opts)?, format)?;
         }
         BenchCmd::Jobs { traces, policy, queues, seed, only, mix, format } => {
             if queues == 0 {

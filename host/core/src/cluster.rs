@@ -171,8 +171,10 @@ pub fn choose_gpus(node: &Node, pod: &Pod, hint: Option<u8>) -> Option<GpuSet> {
     }
     let free: Vec<usize> =
         (0..node.gpus.len()).filter(|&i| usable(&node.gpus[i]) && node.gpus[i].free_milli == GPU_MILLI).collect();
-    (free.len() as u32 >= pod.gpu_count)
-        .then(|| GpuSet(free[..pod.gpu_count as usize].iter().fold(0, |acc, &i| acc | (1 << i))))
+    // The best-connected set (`topology`): within an NVLink island when
+    // one has room; on a node that says nothing, the lowest indices.
+    let set = crate::topology::best_set(&node.gpus, &free, pod.gpu_count as usize)?;
+    Some(GpuSet(set.iter().fold(0, |acc, &i| acc | (1 << i))))
 }
 
 /// Gives back to `node` the CPU, memory and GPU share `pod` held on `gpus`

@@ -21,5 +21,6 @@ pub mod sim;
 pub mod snapshot;
 pub mod synthetic;
 pub mod telemetry;
+pub mod topology;
 
 pub use model::{Arrival, Gpu, GpuHealth, Node, NodeId, Pod, Resources, Tier};

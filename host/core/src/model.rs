@@ -73,11 +73,26 @@ pub struct Gpu {
     /// Device memory in use, MiB, as telemetry reports it.
     #[serde(default)]
     pub memory_used_mib: u32,
+    /// Where it sits in the node's interconnect (`crate::topology`);
+    /// unset: the same island as every other GPU of the node.
+    #[serde(default, skip_serializing_if = "is_default_link")]
+    pub link: crate::topology::GpuLink,
+}
+
+fn is_default_link(l: &crate::topology::GpuLink) -> bool {
+    *l == crate::topology::GpuLink::default()
 }
 
 impl Default for Gpu {
     fn default() -> Self {
-        Self { free_milli: GPU_MILLI, memory_mib: 0, health: GpuHealth::Healthy, util_permille: 0, memory_used_mib: 0 }
+        Self {
+            free_milli: GPU_MILLI,
+            memory_mib: 0,
+            health: GpuHealth::Healthy,
+            util_permille: 0,
+            memory_used_mib: 0,
+            link: crate::topology::GpuLink::default(),
+        }
     }
 }
 

@@ -26,6 +26,10 @@ pub const MODEL_LABEL: &str = "tessera.io/gpu-model";
 /// Per-GPU health on a node, comma-separated by index
 /// (`healthy,failed,degraded,…`), as the node agent publishes it.
 pub const HEALTH_ANNOTATION: &str = "tessera.io/gpu-health";
+/// How a node's GPUs are connected, one `island/pcie/numa` per GPU
+/// index (`tessera_core::topology::format`), as the node agent publishes
+/// it from NVML or an operator writes it.
+pub const TOPOLOGY_ANNOTATION: &str = "tessera.io/gpu-topology";
 /// Share of one GPU a pod needs, milli (1..=1000).
 pub const SHARE_ANNOTATION: &str = "tessera.io/gpu-milli";
 /// GPUs of that share (default 1; more than 1 needs whole GPUs).
@@ -134,6 +138,13 @@ pub fn node(n: &KNode, names: &ModelNames) -> Result<Node, ConvertError> {
             if let Some(g) = node.gpus.get_mut(i) {
                 g.health = health;
             }
+        }
+    }
+    if let Some(t) = n.metadata.annotations.as_ref().and_then(|a| a.get(TOPOLOGY_ANNOTATION)) {
+        let links = tessera_core::topology::parse(t, node.gpus.len())
+            .map_err(|e| bad(format!("{TOPOLOGY_ANNOTATION}: {e}")))?;
+        for (g, l) in node.gpus.iter_mut().zip(links) {
+            g.link = l;
         }
     }
     node.zone = label(ZONE_LABEL).or_else(|| label("failure-domain.beta.kubernetes.io/zone")).unwrap_or_default();

@@ -82,6 +82,24 @@ fn a_gpu_node_becomes_a_model_node() {
     assert_eq!((n.gpus.len(), n.gpu_model.as_str(), n.ready), (0, "", false));
 }
 
+#[test]
+fn a_nodes_gpu_topology_comes_from_its_annotation_and_steers_a_multi_gpu_pod() {
+    let mut n = h100_node();
+    n["metadata"]["annotations"] =
+        json!({"tessera.io/gpu-topology": "0/0/0,0/0/0,0/1/0,0/1/0,1/2/1,1/2/1,1/3/1,1/3/1"});
+    let mut model = node(&knode(n.clone()), &ModelNames::default()).unwrap();
+    assert_eq!(model.gpus[5].link, tessera_core::topology::GpuLink { island: 1, pcie: 2, numa: 1 });
+    // GPUs 0 and 1 taken: a 4-GPU pod gets island 1 whole, not 2-5.
+    model.gpus[0].free_milli = 0;
+    model.gpus[1].free_milli = 0;
+    let pod = tessera_core::model::Pod { gpu_count: 4, gpu_milli: 1000, ..tessera_core::model::Pod::default() };
+    let set = tessera_core::cluster::choose_gpus(&model, &pod, None).unwrap();
+    assert_eq!(set.indices().collect::<Vec<_>>(), [4, 5, 6, 7]);
+    n["metadata"]["annotations"]["tessera.io/gpu-topology"] = json!("0/0/0,0/0/0");
+    let e = node(&knode(n), &ModelNames::default()).unwrap_err().to_string();
+    assert!(e.contains("gpu-node-7") && e.contains("tessera.io/gpu-topology: 2 entries for 8 GPUs"), "{e}");
+}
+
 fn training_pod() -> serde_json::Value {
     json!({
         "apiVersion": "v1", "kind": "Pod",

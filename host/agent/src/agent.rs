@@ -16,6 +16,8 @@ pub struct Agent {
     nvml: NvmlStatus,
     host: HostSource,
     tracker: Tracker,
+    /// The GPUs' links as published, read once.
+    topology: Option<String>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -40,14 +42,23 @@ impl Agent {
         host: HostSource,
         tracker: Tracker,
     ) -> Self {
-        let (gpus, nvml) = match gpus {
+        let (mut gpus, nvml) = match gpus {
             Ok(g) => {
                 let nvml = NvmlStatus { available: true, driver_version: g.driver_version(), message: None };
                 (Some(g), nvml)
             }
             Err(e) => (None, NvmlStatus { available: false, driver_version: None, message: Some(e.to_string()) }),
         };
-        Self { node: node.into(), gpus, nvml, host, tracker }
+        // The interconnect is read once; a reading that does not add up is
+        // said and left out.
+        let topology = gpus.as_mut().and_then(|g| g.topology()).and_then(|t| match crate::topology::links(&t) {
+            Ok(l) => Some(tessera_core::topology::format(&l)),
+            Err(e) => {
+                tracing::warn!("NVML topology left out: {e}");
+                None
+            }
+        });
+        Self { node: node.into(), gpus, nvml, host, tracker, topology }
     }
 
     /// The node's name.
@@ -82,7 +93,15 @@ impl Agent {
                 }
             }
         }
-        Ok(AgentSample { node: self.node.clone(), taken_at_unix_ms, cpu, memory, gpus, nvml })
+        Ok(AgentSample {
+            node: self.node.clone(),
+            taken_at_unix_ms,
+            cpu,
+            memory,
+            gpus,
+            nvml,
+            gpu_topology: self.topology.clone(),
+        })
     }
 }
 
@@ -111,6 +130,27 @@ mod tests {
             Some("no NVIDIA driver (NVML: libnvidia-ml.so: cannot open shared object file)")
         );
         assert!(s.cpu.cores > 0 && s.memory.total_mib > 0);
+    }
+
+    #[test]
+    fn the_recorded_interconnect_is_published_with_every_sample() {
+        let f = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/nvml-h100x8.json");
+        let mut a =
+            Agent::new("h100", Ok(Box::new(RecordedSource::from_file(&f).unwrap())), host(), Tracker::default());
+        let want = "0/0/0,0/0/0,0/1/0,0/1/0,0/2/1,0/2/1,0/3/1,0/3/1";
+        for _ in 0..2 {
+            assert_eq!(
+                a.sample().unwrap().gpu_topology.as_deref(),
+                Some(want),
+                "one NVSwitch island, pairs, two sockets"
+            );
+        }
+        // A reading that does not add up is left out, the samples go on.
+        let json =
+            r#"{"samples": [{"gpus": []}], "topology": {"bus_ids": ["a"], "ancestors": [], "nvlink_peers": []}}"#;
+        let src = RecordedSource::from_json(Path::new("t.json"), json).unwrap();
+        let mut a = Agent::new("n1", Ok(Box::new(src)), host(), Tracker::default());
+        assert_eq!(a.sample().unwrap().gpu_topology, None);
     }
 
     #[test]

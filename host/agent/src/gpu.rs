@@ -58,6 +58,12 @@ pub trait GpuSource: Send {
     /// One reading of every GPU. A measurement a GPU does not support is
     /// `None` in its reading; only a failure for the whole node is an error.
     fn sample(&mut self) -> Result<Vec<GpuReading>, AgentError>;
+
+    /// How the GPUs are connected (read once: it does not change while
+    /// the node runs); `None` when the source cannot tell.
+    fn topology(&mut self) -> Option<crate::topology::TopologyReading> {
+        None
+    }
 }
 
 /// What a [`RecordedSource`] does after its last recorded sample.
@@ -83,6 +89,9 @@ pub struct Recording {
     pub driver_version: Option<String>,
     /// One entry per call of [`GpuSource::sample`].
     pub samples: Vec<RecordedSample>,
+    /// The interconnect, as NVML reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<crate::topology::TopologyReading>,
 }
 
 /// One recorded sample of every GPU.
@@ -135,6 +144,10 @@ impl RecordedSource {
 impl GpuSource for RecordedSource {
     fn driver_version(&self) -> Option<String> {
         self.recording.driver_version.clone()
+    }
+
+    fn topology(&mut self) -> Option<crate::topology::TopologyReading> {
+        self.recording.topology.clone()
     }
 
     fn sample(&mut self) -> Result<Vec<GpuReading>, AgentError> {

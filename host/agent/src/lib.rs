@@ -21,6 +21,7 @@ pub mod host;
 pub mod metrics;
 pub mod sample;
 pub mod serve;
+pub mod topology;
 
 pub use agent::Agent;
 pub use error::AgentError;

@@ -225,6 +225,7 @@ mod tests {
             memory: MemorySample { total_mib: 2048, used_mib: 1024, util_permille: 500 },
             gpus,
             nvml: NvmlStatus { available: true, ..NvmlStatus::default() },
+            gpu_topology: None,
         }
     }
 

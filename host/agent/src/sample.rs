@@ -21,6 +21,10 @@ pub struct AgentSample {
     pub gpus: Vec<GpuSample>,
     /// Whether NVML is there, and why not.
     pub nvml: NvmlStatus,
+    /// How the GPUs are connected, one `island/pcie/numa` per GPU
+    /// (`tessera_core::topology::format`), when NVML could tell.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_topology: Option<String>,
 }
 
 /// CPU of the node.
@@ -205,6 +209,7 @@ mod tests {
             memory: MemorySample { total_mib: 1000, used_mib: 500, util_permille: 500 },
             gpus: vec![gpu(1, 900, 2000, Health::Failed), gpu(0, 100, 1000, Health::Healthy)],
             nvml: NvmlStatus { available: true, driver_version: Some("550.90.07".into()), message: None },
+            gpu_topology: None,
         }
     }
 

@@ -26,6 +26,11 @@ fn nvml_reads_the_gpus_of_this_machine() {
         assert!(r.temperature_c.is_none_or(|t| (1..=120).contains(&t)), "{r:?}");
         assert!(r.power_mw.is_none_or(|p| p < 2_000_000), "{r:?}");
     }
+    // The interconnect: one bus id per GPU, pairwise ancestors that add up.
+    let t = src.topology().expect("NVML tells the topology on Linux");
+    assert_eq!(t.bus_ids.len(), readings.len(), "{t:?}");
+    let links = tessera_agent::topology::links(&t).expect("a consistent reading");
+    eprintln!("topology: {}", tessera_core::topology::format(&links));
     // Through the agent: published samples with health.
     let src: Box<dyn GpuSource> = Box::new(src);
     let mut a = Agent::new(

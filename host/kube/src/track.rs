@@ -378,6 +378,8 @@ pub struct NodeTracker {
     base: HashMap<String, Node>,
     /// GPU health the node agents report, by node (index order).
     agents: HashMap<String, Vec<tessera_core::model::GpuHealth>>,
+    /// GPU links the node agents read from NVML, by node (index order).
+    agent_links: HashMap<String, Vec<tessera_core::topology::GpuLink>>,
     relist: Relist,
     /// Nodes that could not be taken, with why.
     pub rejected: Vec<ConvertError>,
@@ -445,7 +447,54 @@ impl NodeTracker {
         out
     }
 
+    /// Folds one report of node `name`'s agent: its GPUs' health and,
+    /// when NVML told, their links; at most one event.
+    pub fn agent_report(
+        &mut self,
+        name: &str,
+        health: Vec<tessera_core::model::GpuHealth>,
+        links: Option<Vec<tessera_core::topology::GpuLink>>,
+    ) -> Vec<ClusterEvent> {
+        let mut out = self.agent_health(name, health);
+        if let Some(l) = links {
+            out.extend(self.agent_topology(name, l));
+        }
+        // The last upsert of the node is the node as it now is.
+        if out.len() > 1 {
+            out.drain(..out.len() - 1);
+        }
+        out
+    }
+
+    /// Folds the GPU links node `name`'s agent read from NVML: they apply
+    /// where the node's own annotation says nothing and their count is its
+    /// GPUs'.
+    pub fn agent_topology(&mut self, name: &str, links: Vec<tessera_core::topology::GpuLink>) -> Vec<ClusterEvent> {
+        let mut out = Vec::new();
+        let fits = self.base.get(name).is_none_or(|n| n.gpus.len() == links.len());
+        if !fits || self.agent_links.get(name) == Some(&links) {
+            return out;
+        }
+        self.agent_links.insert(name.to_string(), links);
+        if let Some(mut node) = self.base.get(name).cloned() {
+            self.overlay(&mut node);
+            if self.known.get(name) != Some(&node) {
+                self.known.insert(name.to_string(), node.clone());
+                out.push(ClusterEvent::NodeUpsert { node });
+            }
+        }
+        out
+    }
+
     fn overlay(&self, node: &mut Node) {
+        if let Some(links) = self.agent_links.get(&node.name)
+            && links.len() == node.gpus.len()
+            && node.gpus.iter().all(|g| g.link == tessera_core::topology::GpuLink::default())
+        {
+            for (g, l) in node.gpus.iter_mut().zip(links) {
+                g.link = *l;
+            }
+        }
         use tessera_core::model::GpuHealth;
         let rank = |h: GpuHealth| match h {
             GpuHealth::Healthy => 0,

@@ -237,6 +237,12 @@ fn node_agents_are_scraped_for_telemetry_and_gpu_health() {
         matches!(&ev[..], [ClusterEvent::NodeUpsert { node }] if node.gpus[5].health == GpuHealth::Degraded),
         "{ev:?}"
     );
+    // The interconnect NVML told the agent reaches the model with it.
+    let ClusterEvent::NodeUpsert { node: seen } = &ev[0] else { unreachable!() };
+    assert_eq!(
+        tessera_core::topology::format(&seen.gpus.iter().map(|g| g.link).collect::<Vec<_>>()),
+        "0/0/0,0/0/0,0/1/0,0/1/0,0/2/1,0/2/1,0/3/1,0/3/1"
+    );
     // The second: GPU 3's uncorrected ECC errors fail it in the model.
     rt.block_on(sample_and_publish(agent, &published));
     let ev = events_until(&mut b, |e| {

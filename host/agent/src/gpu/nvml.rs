@@ -198,6 +198,64 @@ impl GpuSource for NvmlSource {
         }
         Ok((0..count).map(|i| self.read(i)).collect())
     }
+
+    fn topology(&mut self) -> Option<crate::topology::TopologyReading> {
+        read_topology(self.nvml)
+    }
+}
+
+/// Most NVLinks of one GPU NVML knows (`NVML_NVLINK_MAX_LINKS`).
+const MAX_NVLINKS: u32 = 18;
+
+/// The interconnect as NVML tells it: bus ids, pairwise common ancestors
+/// and the far ends of active NVLinks. `None` if a GPU cannot even be
+/// named by its bus id.
+#[cfg(target_os = "linux")]
+fn read_topology(nvml: &Nvml) -> Option<crate::topology::TopologyReading> {
+    use crate::topology::{Ancestor, TopologyReading};
+    use nvml_wrapper::enum_wrappers::device::TopologyLevel;
+    let n = nvml.device_count().ok()?;
+    let bus_ids: Vec<String> = (0..n)
+        .map(|i| nvml.device_by_index(i).and_then(|d| d.pci_info()).map(|p| p.bus_id))
+        .collect::<Result<_, _>>()
+        .ok()?;
+    let ancestors = (0..n)
+        .map(|i| {
+            (i + 1..n)
+                .map(|j| {
+                    let (a, b) = (nvml.device_by_index(i).ok()?, nvml.device_by_index(j).ok()?);
+                    Some(match a.topology_common_ancestor(b).ok()? {
+                        TopologyLevel::Internal => Ancestor::Internal,
+                        TopologyLevel::Single => Ancestor::Single,
+                        TopologyLevel::Multiple => Ancestor::Multiple,
+                        TopologyLevel::HostBridge => Ancestor::HostBridge,
+                        TopologyLevel::Node => Ancestor::Node,
+                        TopologyLevel::System => Ancestor::System,
+                    })
+                })
+                .collect()
+        })
+        .collect();
+    let nvlink_peers = (0..n)
+        .map(|i| {
+            let Ok(d) = nvml.device_by_index(i) else { return Vec::new() };
+            (0..MAX_NVLINKS)
+                .filter_map(|l| {
+                    let link = d.link_wrapper_for(l);
+                    // A link past the GPU's last answers an error: not active.
+                    link.is_active().ok().filter(|&on| on)?;
+                    link.remote_pci_info().ok().map(|p| p.bus_id)
+                })
+                .collect()
+        })
+        .collect();
+    Some(TopologyReading { bus_ids, ancestors, nvlink_peers })
+}
+
+/// Topology queries are Linux-only in NVML.
+#[cfg(not(target_os = "linux"))]
+fn read_topology(_nvml: &Nvml) -> Option<crate::topology::TopologyReading> {
+    None
 }
 
 #[cfg(test)]

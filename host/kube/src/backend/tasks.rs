@@ -4,12 +4,16 @@
 
 use super::*;
 
+/// What a node agent reported that changes the node: its GPUs' health and,
+/// when NVML told, their links.
+pub(super) type AgentView = (String, Vec<tessera_core::model::GpuHealth>, Option<Vec<tessera_core::topology::GpuLink>>);
+
 pub(super) async fn watch_nodes(
     api: Api<KNode>,
     mut tracker: NodeTracker,
     tx: std::sync::mpsc::Sender<ClusterEvent>,
     addresses: Arc<Mutex<HashMap<String, String>>>,
-    mut health: tokio::sync::mpsc::Receiver<(String, Vec<tessera_core::model::GpuHealth>)>,
+    mut health: tokio::sync::mpsc::Receiver<AgentView>,
 ) {
     let mut reported = 0;
     let mut stream = watcher(api, watcher::Config::default()).boxed();
@@ -31,7 +35,7 @@ pub(super) async fn watch_nodes(
                     continue;
                 }
             },
-            Some((node, h)) = health.recv() => tracker.agent_health(&node, h),
+            Some((node, h, links)) = health.recv() => tracker.agent_report(&node, h, links),
         };
         for e in events {
             if tx.send(e).is_err() {
@@ -233,7 +237,7 @@ pub(super) async fn scrape_agents(
     every: Duration,
     addresses: Arc<Mutex<HashMap<String, String>>>,
     samples: Arc<Mutex<HashMap<String, NodeSample>>>,
-    health: tokio::sync::mpsc::Sender<(String, Vec<tessera_core::model::GpuHealth>)>,
+    health: tokio::sync::mpsc::Sender<AgentView>,
 ) {
     let http = match reqwest::Client::builder().timeout(Duration::from_secs(2)).build() {
         Ok(h) => h,
@@ -251,7 +255,10 @@ pub(super) async fn scrape_agents(
             match got.await {
                 Ok(s) => {
                     samples.lock().unwrap_or_else(|p| p.into_inner()).insert(node.clone(), s.to_node_sample());
-                    if health.send((node, s.gpu_health())).await.is_err() {
+                    // Links that do not parse for the GPUs the agent saw are left out.
+                    let links =
+                        s.gpu_topology.as_deref().and_then(|t| tessera_core::topology::parse(t, s.gpus.len()).ok());
+                    if health.send((node, s.gpu_health(), links)).await.is_err() {
                         return;
                     }
                 }

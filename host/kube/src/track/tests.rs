@@ -216,3 +216,18 @@ fn a_malformed_pod_group_is_reported_and_its_members_keep_waiting() {
     assert!(t.on(Event::Apply(member("w0", "u-w0", "bad", None))).is_empty());
     assert_eq!(t.awaiting_groups(), 1);
 }
+
+#[test]
+fn an_agents_nvml_topology_applies_where_the_node_says_none() {
+    use tessera_core::topology::GpuLink;
+    let mut t = NodeTracker::default();
+    t.on(Event::Apply(knode("n1", "True", "4")));
+    let links: Vec<GpuLink> = (0..4u8).map(|i| GpuLink { island: i / 2, pcie: i / 2, numa: 0 }).collect();
+    let ev = t.agent_topology("n1", links.clone());
+    assert!(
+        matches!(&ev[..], [ClusterEvent::NodeUpsert { node }] if node.gpus.iter().map(|g| g.link).collect::<Vec<_>>() == links),
+        "{ev:?}"
+    );
+    assert!(t.agent_topology("n1", links.clone()).is_empty(), "no change, no event");
+    assert!(t.agent_topology("n1", links[..2].to_vec()).is_empty(), "a count that is not the node's is left out");
+}

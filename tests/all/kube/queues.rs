@@ -95,3 +95,45 @@ async fn tessera_queues_hold_their_pods_to_their_limits_and_report_their_use() {
     svc.stop().await;
     srv.assert_sound();
 }
+
+/// The same on a real cluster (`KUBECONFIG`; `deploy/kubernetes/crd.yaml`
+/// applied): a queue is accepted and its pod bound and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs cluster"]
+async fn needs_cluster_a_tessera_queue_is_accepted_and_counts_its_pod() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, DeleteParams, PostParams};
+    use tessera_kube::queues::TesseraQueue;
+    let config = kube::Config::infer().await.expect("KUBECONFIG names a reachable cluster");
+    let client = kube::Client::try_from(config.clone()).unwrap();
+    let mut cfg = replica("tessera-test");
+    cfg.kube.leader_election = false;
+    cfg.kube.namespace = Some("default".into());
+    let (server, listener) = tessera::serve::start_kube(cfg, config).await.unwrap();
+    let svc = Running::serve(server, listener).await;
+    let queues: Api<TesseraQueue> = Api::all(client.clone());
+    let q: TesseraQueue = serde_json::from_value(queue("tessera-e2e", json!({"limit": {"cpu": "1"}}))).unwrap();
+    queues.create(&PostParams::default(), &q).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let mut m = in_queue("tessera-e2e-q", "tessera-e2e", 0);
+    m["metadata"]["namespace"] = json!("default");
+    let mut p: Pod = serde_json::from_value(m).unwrap();
+    p.spec.as_mut().unwrap().containers[0].resources = None;
+    p.status = None;
+    pods.create(&PostParams::default(), &p).await.unwrap();
+    let t0 = Instant::now();
+    loop {
+        let bound = pods.get("tessera-e2e-q").await.unwrap().spec.and_then(|s| s.node_name).is_some();
+        let st = queues.get("tessera-e2e").await.unwrap().status;
+        if bound
+            && st.as_ref().is_some_and(|s| s.running == 1 && s.conditions.first().is_some_and(|c| c.status == "True"))
+        {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "not bound and counted within a minute: {st:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    pods.delete("tessera-e2e-q", &DeleteParams::default()).await.unwrap();
+    queues.delete("tessera-e2e", &DeleteParams::default()).await.unwrap();
+    svc.stop().await;
+}

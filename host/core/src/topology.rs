@@ -34,7 +34,7 @@ pub fn format(links: &[GpuLink]) -> String {
     links.iter().map(|l| format!("{}/{}/{}", l.island, l.pcie, l.numa)).collect::<Vec<_>>().join(",")
 }
 
-/// Reads [`format`]'s text for a node of `gpus` GPUs; `Err` says which
+/// Reads [`format()`]'s text for a node of `gpus` GPUs; `Err` says which
 /// GPU's entry is wrong.
 pub fn parse(text: &str, gpus: usize) -> Result<Vec<GpuLink>, String> {
     let entries: Vec<&str> = text.split(',').map(str::trim).collect();

@@ -367,6 +367,9 @@ pub struct JobsOptions {
     /// trace (a Philly virtual cluster) its own queue, guaranteed its own
     /// cluster's GPUs under `fair-share`.
     pub mix: bool,
+    /// With `mix`: the pooled cluster as a share of the clusters' sum, %
+    /// (each VC guaranteed that share of its own), 10..=100.
+    pub capacity_pct: u32,
 }
 
 /// Runs the bench.
@@ -403,6 +406,10 @@ pub fn bench(opts: &JobsOptions) -> Result<JobsBench> {
 /// `bench jobs --mix`: the traces' jobs together, arrivals overlaid from
 /// each trace's start, each job in its trace's queue.
 fn mixed(files: &[PathBuf], opts: &JobsOptions) -> Result<JobsBench> {
+    if !(10..=100).contains(&opts.capacity_pct) {
+        bail!("--capacity must be 10..=100 (% of the clusters' sum), not {}", opts.capacity_pct);
+    }
+    let scale = |g: u32| g * opts.capacity_pct / 100;
     let mut vcs = Vec::new();
     let mut all = JobTrace { name: String::new(), jobs: Vec::new(), skipped: 0, queues: 0, extrapolated: 0 };
     for f in files {
@@ -410,9 +417,12 @@ fn mixed(files: &[PathBuf], opts: &JobsOptions) -> Result<JobsBench> {
         all.jobs.extend(trace.jobs.into_iter().map(|j| Job { queue: trace.name.clone(), ..j }));
         all.skipped += trace.skipped;
         all.extrapolated += trace.extrapolated;
-        vcs.push((trace.name, gpus));
+        vcs.push((trace.name, gpus.map(scale)));
     }
-    all.name = format!("mix:{}", vcs.len());
+    all.name = match opts.capacity_pct {
+        100 => format!("mix:{}", vcs.len()),
+        pct => format!("mix:{}@{pct}%", vcs.len()),
+    };
     let mut gpus = [0u32; 3];
     for (_, g) in &vcs {
         for (sum, x) in gpus.iter_mut().zip(g) {

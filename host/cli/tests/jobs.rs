@@ -158,6 +158,15 @@ fn bench_jobs_mix_gives_each_virtual_cluster_its_guarantee() {
     let (fair, one) = (row("fair-share"), row("gangs"));
     assert!(fair["jain_fairness"].as_f64() > one["jain_fairness"].as_f64(), "{fair}\n{one}");
     assert!(fair["queue_delay_p50_s"].as_u64() < one["queue_delay_p50_s"].as_u64(), "{fair}\n{one}");
+    // Half the pooled cluster: each VC guaranteed half of its own.
+    let d = dir.path().to_str().unwrap();
+    let (ok, out, err) = tessera(&["bench", "jobs", "--traces", d, "--mix", "--capacity", "50", "--format", "json"]);
+    assert!(ok, "{out}\n{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["runs"][0]["trace"], "mix:2@50%");
+    assert_eq!(v["runs"][0]["gpus"], serde_json::json!([8, 0, 0]));
+    let (ok, _, err) = tessera(&["bench", "jobs", "--traces", d, "--mix", "--capacity", "5"]);
+    assert!(!ok && err.contains("--capacity must be 10..=100"), "{err}");
 }
 
 #[test]

@@ -138,6 +138,10 @@ pub enum BenchCmd {
         /// GPUs under fair-share.
         #[arg(long)]
         mix: bool,
+        /// With --mix: the pooled cluster as a share of the clusters' sum,
+        /// % (each virtual cluster guaranteed that share of its own).
+        #[arg(long, default_value_t = 100, requires = "mix")]
+        capacity: u32,
         #[arg(long, value_enum, default_value = "table")]
         format: Format,
     },
@@ -188,11 +192,11 @@ pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
             let opts = tessera::gang_bench::GangOptions { nodes, gangs, members, member_gpus, queues, policy, seed };
             emit(&tessera::gang_bench::run(&opts)?, format)?;
         }
-        BenchCmd::Jobs { traces, policy, queues, seed, only, mix, format } => {
+        BenchCmd::Jobs { traces, policy, queues, seed, only, mix, capacity, format } => {
             if queues == 0 {
                 anyhow::bail!("--queues must be at least 1");
             }
-            let opts = tessera::jobs::JobsOptions { traces, policy, queues, seed, only, mix };
+            let opts = tessera::jobs::JobsOptions { traces, policy, queues, seed, only, mix, capacity_pct: capacity };
             emit(&tessera::jobs::bench(&opts)?, format)?;
         }
         BenchCmd::Reschedule { nodes, pods, seed, reps, format } => {

@@ -8,6 +8,16 @@ fn tessera(args: &[&str]) -> (bool, String, String) {
     (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
 }
 
+/// `tessera bench jobs --traces DIR --policy binpack --format json` with
+/// `extra` arguments; its JSON.
+fn bench_jobs(dir: &std::path::Path, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["bench", "jobs", "--traces", dir.to_str().unwrap(), "--policy", "binpack", "--format", "json"];
+    args.extend_from_slice(extra);
+    let (ok, out, err) = tessera(&args);
+    assert!(ok, "{out}\n{err}");
+    serde_json::from_str(out.trim()).unwrap()
+}
+
 /// A job trace written here (not a shared one): x holds one of two nodes
 /// for hours; a (both nodes) arrives next, c (one node) after it.
 fn job_trace(dir: &std::path::Path) -> std::path::PathBuf {
@@ -30,18 +40,7 @@ fn job_trace(dir: &std::path::Path) -> std::path::PathBuf {
 fn bench_jobs_prints_the_documented_json_and_gangs_hold_nothing_partly() {
     let dir = tempfile::tempdir().unwrap();
     job_trace(dir.path());
-    let (ok, out, err) = tessera(&[
-        "bench",
-        "jobs",
-        "--traces",
-        dir.path().to_str().unwrap(),
-        "--policy",
-        "binpack",
-        "--format",
-        "json",
-    ]);
-    assert!(ok, "{out}\n{err}");
-    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let v = bench_jobs(dir.path(), &[]);
     let runs = v["runs"].as_array().unwrap();
     assert_eq!(
         runs.iter().map(|r| r["policy"].as_str().unwrap()).collect::<Vec<_>>(),
@@ -99,20 +98,7 @@ fn bench_jobs_runs_the_small_shared_philly_traces() {
         assert!(std::env::var_os("CI").is_none(), "{} is missing in CI", dir.display());
         return;
     }
-    let (ok, out, err) = tessera(&[
-        "bench",
-        "jobs",
-        "--traces",
-        dir.to_str().unwrap(),
-        "--only",
-        "23dbec,795a4c",
-        "--policy",
-        "binpack",
-        "--format",
-        "json",
-    ]);
-    assert!(ok, "{out}\n{err}");
-    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let v = bench_jobs(&dir, &["--only", "23dbec,795a4c"]);
     let runs = v["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 8, "{v}");
     for r in runs.iter().filter(|r| r["policy"] == "gangs" || r["policy"] == "fair-share") {
@@ -132,19 +118,7 @@ fn bench_jobs_mix_gives_each_virtual_cluster_its_guarantee() {
     std::fs::write(dir.path().join("t1.trace"), (0..4).map(|_| line(200_000, 0)).collect::<String>()).unwrap();
     std::fs::write(dir.path().join("t2.trace"), (0..2).map(|_| line(20_000, 100)).collect::<String>()).unwrap();
     std::fs::write(dir.path().join("vc_cluster_specs.json"), r#"{"t1": ["8:0:0"], "t2": ["8:0:0"]}"#).unwrap();
-    let (ok, out, err) = tessera(&[
-        "bench",
-        "jobs",
-        "--traces",
-        dir.path().to_str().unwrap(),
-        "--mix",
-        "--policy",
-        "binpack",
-        "--format",
-        "json",
-    ]);
-    assert!(ok, "{out}\n{err}");
-    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let v = bench_jobs(dir.path(), &["--mix"]);
     let runs = v["runs"].as_array().unwrap();
     let row = |p: &str| runs.iter().find(|r| r["policy"] == p).unwrap();
     for r in runs {
@@ -159,13 +133,11 @@ fn bench_jobs_mix_gives_each_virtual_cluster_its_guarantee() {
     assert!(fair["jain_fairness"].as_f64() > one["jain_fairness"].as_f64(), "{fair}\n{one}");
     assert!(fair["queue_delay_p50_s"].as_u64() < one["queue_delay_p50_s"].as_u64(), "{fair}\n{one}");
     // Half the pooled cluster: each VC guaranteed half of its own.
-    let d = dir.path().to_str().unwrap();
-    let (ok, out, err) = tessera(&["bench", "jobs", "--traces", d, "--mix", "--capacity", "50", "--format", "json"]);
-    assert!(ok, "{out}\n{err}");
-    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let v = bench_jobs(dir.path(), &["--mix", "--capacity", "50"]);
     assert_eq!(v["runs"][0]["trace"], "mix:2@50%");
     assert_eq!(v["runs"][0]["gpus"], serde_json::json!([8, 0, 0]));
-    let (ok, _, err) = tessera(&["bench", "jobs", "--traces", d, "--mix", "--capacity", "5"]);
+    let (ok, _, err) =
+        tessera(&["bench", "jobs", "--traces", dir.path().to_str().unwrap(), "--mix", "--capacity", "5"]);
     assert!(!ok && err.contains("--capacity must be 10..=100"), "{err}");
 }
 

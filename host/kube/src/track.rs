@@ -432,19 +432,23 @@ impl NodeTracker {
     /// The node agent on `name` reports its GPUs' health: a GPU is as
     /// unhealthy as the worse of the agent and the node's annotation say.
     pub fn agent_health(&mut self, name: &str, health: Vec<tessera_core::model::GpuHealth>) -> Vec<ClusterEvent> {
-        let mut out = Vec::new();
         if self.agents.get(name) == Some(&health) {
-            return out;
+            return Vec::new();
         }
         self.agents.insert(name.to_string(), health);
-        if let Some(mut node) = self.base.get(name).cloned() {
-            self.overlay(&mut node);
-            if self.known.get(name) != Some(&node) {
-                self.known.insert(name.to_string(), node.clone());
-                out.push(ClusterEvent::NodeUpsert { node });
-            }
+        self.refresh(name)
+    }
+
+    /// Node `name` with what its agent said laid over it: an upsert if
+    /// that changed what the loop knows.
+    fn refresh(&mut self, name: &str) -> Vec<ClusterEvent> {
+        let Some(mut node) = self.base.get(name).cloned() else { return Vec::new() };
+        self.overlay(&mut node);
+        if self.known.get(name) == Some(&node) {
+            return Vec::new();
         }
-        out
+        self.known.insert(name.to_string(), node.clone());
+        vec![ClusterEvent::NodeUpsert { node }]
     }
 
     /// Folds one report of node `name`'s agent: its GPUs' health and,
@@ -470,20 +474,12 @@ impl NodeTracker {
     /// where the node's own annotation says nothing and their count is its
     /// GPUs'.
     pub fn agent_topology(&mut self, name: &str, links: Vec<tessera_core::topology::GpuLink>) -> Vec<ClusterEvent> {
-        let mut out = Vec::new();
         let fits = self.base.get(name).is_none_or(|n| n.gpus.len() == links.len());
         if !fits || self.agent_links.get(name) == Some(&links) {
-            return out;
+            return Vec::new();
         }
         self.agent_links.insert(name.to_string(), links);
-        if let Some(mut node) = self.base.get(name).cloned() {
-            self.overlay(&mut node);
-            if self.known.get(name) != Some(&node) {
-                self.known.insert(name.to_string(), node.clone());
-                out.push(ClusterEvent::NodeUpsert { node });
-            }
-        }
-        out
+        self.refresh(name)
     }
 
     fn overlay(&self, node: &mut Node) {

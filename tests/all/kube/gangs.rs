@@ -110,24 +110,14 @@ async fn needs_cluster_binds_a_pod_group_on_a_real_cluster() {
     use k8s_openapi::api::core::v1::Pod;
     use kube::api::{Api, DeleteParams, PostParams};
     use tessera_kube::podgroup::PodGroup;
-    let config = kube::Config::infer().await.expect("KUBECONFIG names a reachable cluster");
-    let client = kube::Client::try_from(config.clone()).unwrap();
-    let mut cfg = replica("tessera-test");
-    cfg.kube.leader_election = false;
-    cfg.kube.namespace = Some("default".into());
-    let (server, listener) = tessera::serve::start_kube(cfg, config).await.unwrap();
-    let svc = Running::serve(server, listener).await;
+    let (client, svc) = super::service::on_real_cluster().await;
     let groups: Api<PodGroup> = Api::namespaced(client.clone(), "default");
     let mut g: PodGroup = serde_json::from_value(pod_group("tessera-e2e", 2)).unwrap();
     g.metadata.namespace = Some("default".into());
     groups.create(&PostParams::default(), &g).await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client, "default");
     for i in 0..2 {
-        let mut m = member(&format!("tessera-e2e-{i}"), "tessera-e2e", 0);
-        m["metadata"]["namespace"] = json!("default");
-        let mut p: Pod = serde_json::from_value(m).unwrap();
-        p.spec.as_mut().unwrap().containers[0].resources = None;
-        p.status = None;
+        let p = super::service::real_pod(member(&format!("tessera-e2e-{i}"), "tessera-e2e", 0));
         pods.create(&PostParams::default(), &p).await.unwrap();
     }
     let t0 = Instant::now();

@@ -104,22 +104,12 @@ async fn needs_cluster_a_tessera_queue_is_accepted_and_counts_its_pod() {
     use k8s_openapi::api::core::v1::Pod;
     use kube::api::{Api, DeleteParams, PostParams};
     use tessera_kube::queues::TesseraQueue;
-    let config = kube::Config::infer().await.expect("KUBECONFIG names a reachable cluster");
-    let client = kube::Client::try_from(config.clone()).unwrap();
-    let mut cfg = replica("tessera-test");
-    cfg.kube.leader_election = false;
-    cfg.kube.namespace = Some("default".into());
-    let (server, listener) = tessera::serve::start_kube(cfg, config).await.unwrap();
-    let svc = Running::serve(server, listener).await;
+    let (client, svc) = super::service::on_real_cluster().await;
     let queues: Api<TesseraQueue> = Api::all(client.clone());
     let q: TesseraQueue = serde_json::from_value(queue("tessera-e2e", json!({"limit": {"cpu": "1"}}))).unwrap();
     queues.create(&PostParams::default(), &q).await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client, "default");
-    let mut m = in_queue("tessera-e2e-q", "tessera-e2e", 0);
-    m["metadata"]["namespace"] = json!("default");
-    let mut p: Pod = serde_json::from_value(m).unwrap();
-    p.spec.as_mut().unwrap().containers[0].resources = None;
-    p.status = None;
+    let p = super::service::real_pod(in_queue("tessera-e2e-q", "tessera-e2e", 0));
     pods.create(&PostParams::default(), &p).await.unwrap();
     let t0 = Instant::now();
     loop {

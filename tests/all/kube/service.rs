@@ -109,6 +109,28 @@ async fn the_leader_binds_the_standby_follows_and_takes_over_without_a_double_bi
     srv.assert_sound();
 }
 
+/// Tessera serving the cluster `KUBECONFIG` names (one replica, no
+/// election, the `default` namespace), and a client of that cluster.
+pub async fn on_real_cluster() -> (kube::Client, Running) {
+    let config = kube::Config::infer().await.expect("KUBECONFIG names a reachable cluster");
+    let client = kube::Client::try_from(config.clone()).unwrap();
+    let mut cfg = replica("tessera-test");
+    cfg.kube.leader_election = false;
+    cfg.kube.namespace = Some("default".into());
+    let (server, listener) = tessera::serve::start_kube(cfg, config).await.unwrap();
+    (client, Running::serve(server, listener).await)
+}
+
+/// A test pod (`pod`'s JSON) as a real cluster takes it: in `default`, no
+/// resources asked (no GPU nodes needed), no status.
+pub fn real_pod(mut v: serde_json::Value) -> k8s_openapi::api::core::v1::Pod {
+    v["metadata"]["namespace"] = serde_json::json!("default");
+    let mut p: k8s_openapi::api::core::v1::Pod = serde_json::from_value(v).unwrap();
+    p.spec.as_mut().unwrap().containers[0].resources = None;
+    p.status = None;
+    p
+}
+
 /// The same scenario's first half against a real cluster: Tessera binds a
 /// pod that names it. Needs `KUBECONFIG`, GPU nodes are not required (the
 /// pod asks for none). With `needs_cluster_eviction_honours_a_disruption_budget`
@@ -120,17 +142,9 @@ async fn the_leader_binds_the_standby_follows_and_takes_over_without_a_double_bi
 async fn needs_cluster_binds_a_pod_on_a_real_cluster() {
     use k8s_openapi::api::core::v1::Pod;
     use kube::api::{Api, DeleteParams, PostParams};
-    let config = kube::Config::infer().await.expect("KUBECONFIG names a reachable cluster");
-    let client = kube::Client::try_from(config.clone()).unwrap();
-    let mut cfg = replica("tessera-test");
-    cfg.kube.leader_election = false;
-    cfg.kube.namespace = Some("default".into());
-    let (server, listener) = tessera::serve::start_kube(cfg, config).await.unwrap();
-    let svc = Running::serve(server, listener).await;
+    let (client, svc) = on_real_cluster().await;
     let pods: Api<Pod> = Api::namespaced(client, "default");
-    let mut p: Pod = serde_json::from_value(pod("default", "tessera-e2e", "tessera", None, 0, "e2e")).unwrap();
-    p.spec.as_mut().unwrap().containers[0].resources = None;
-    p.status = None;
+    let p = real_pod(pod("default", "tessera-e2e", "tessera", None, 0, "e2e"));
     pods.create(&PostParams::default(), &p).await.unwrap();
     let t0 = Instant::now();
     loop {

@@ -434,6 +434,11 @@ impl QueueTree {
         self.by_name.get(name).copied()
     }
 
+    /// The leaf a pod that names no queue waits in.
+    pub fn default_leaf(&self) -> usize {
+        self.default
+    }
+
     /// The leaf `pod` waits in: the one it names, or the default. `Err`:
     /// the name it gave, which is no leaf queue.
     pub fn leaf_of<'a>(&self, pod: &'a Pod) -> Result<usize, &'a str> {

@@ -43,13 +43,14 @@ impl Scheduler {
                 return None;
             }
         }
-        // What each gang's running members use (a gang is reclaimed whole).
+        // What each gang's running members use (a gang is reclaimed whole;
+        // only a reclaim asks).
         let mut gang_use: BTreeMap<&str, Amounts> = BTreeMap::new();
         let mut members: BTreeMap<&str, u32> = BTreeMap::new();
         for (id, e) in &self.pods {
             if let (State::Running { .. }, Some(g)) = (&e.state, &e.pod.gang) {
                 *members.entry(g.name.as_str()).or_insert(0) += 1;
-                if let Some((_, a)) = self.queues.charged.get(id) {
+                if reclaim && let Some((_, a)) = self.queues.charged.get(id) {
                     gang_use.entry(g.name.as_str()).or_default().add(a);
                 }
             }
@@ -83,25 +84,29 @@ impl Scheduler {
                 };
                 self.reclaimable(pod, &pod_use, &e.pod, victim_use).then_some(true)
             };
+            // Each pod's eligibility, in `self.pods` order (the pass below
+            // walks it again).
             let mut whole_or_none: BTreeSet<&str> = BTreeSet::new();
-            let mut flags: BTreeMap<PodId, bool> = BTreeMap::new();
-            for (&id, e) in &self.pods {
-                let State::Running { placement, .. } = e.state else { continue };
-                let ok = eligible(id, e, placement.node);
-                if let Some(r) = ok {
-                    flags.insert(id, r);
-                }
-                if let Some(g) = &e.pod.gang
-                    && (ok.is_none() || own == Some(g.name.as_str()))
-                {
-                    whole_or_none.insert(g.name.as_str());
-                }
-            }
+            let flags: Vec<Option<bool>> = self
+                .pods
+                .iter()
+                .map(|(&id, e)| {
+                    let State::Running { placement, .. } = e.state else { return None };
+                    let ok = eligible(id, e, placement.node);
+                    if let Some(g) = &e.pod.gang
+                        && (ok.is_none() || own == Some(g.name.as_str()))
+                    {
+                        whole_or_none.insert(g.name.as_str());
+                    }
+                    ok
+                })
+                .collect();
             let (ids, running): (Vec<PodId>, Vec<Running<'_>>) = self
                 .pods
                 .iter()
-                .filter_map(|(&id, e)| match (e.state, flags.get(&id)) {
-                    (State::Running { placement, started_at, .. }, Some(&reclaim)) => {
+                .zip(&flags)
+                .filter_map(|((&id, e), &flag)| match (e.state, flag) {
+                    (State::Running { placement, started_at, .. }, Some(reclaim)) => {
                         let evicts = match &e.pod.gang {
                             Some(g) if whole_or_none.contains(g.name.as_str()) => return None,
                             Some(g) => members[g.name.as_str()],

@@ -52,7 +52,7 @@ impl Queues {
     /// The leaf `pod` waits in; a pod naming no leaf waits in the default
     /// queue's list until it is decided (and parked).
     fn list_of(&self, pod: &Pod) -> usize {
-        self.tree.leaf_of(pod).unwrap_or_else(|_| self.tree.leaf_of(&Pod::default()).expect("the default is a leaf"))
+        self.tree.leaf_of(pod).unwrap_or(self.tree.default_leaf())
     }
 
     /// Whether any leaf under `q` has pods listed.

@@ -9,17 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::apiserver::ApiServer;
-use super::service::replica;
-use super::{node, pod};
-use crate::serve::Running;
-
-async fn until(what: &str, timeout: Duration, f: impl Fn() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(t0.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+use super::{node, pod, until};
 
 fn member(name: &str, group: &str, gpus: u32) -> serde_json::Value {
     let mut p = pod("ml", name, "tessera", None, gpus, "train");
@@ -46,10 +36,7 @@ async fn a_pod_group_is_bound_all_or_nothing_and_its_members_wait_for_it() {
     for i in 0..3 {
         srv.put(node(&format!("gpu-{i}"), 8, "zone-a"));
     }
-    let mut cfg = replica("solo");
-    cfg.kube.leader_election = false;
-    let (server, listener) = tessera::serve::start_kube(cfg, srv.config()).await.unwrap();
-    let svc = Running::serve(server, listener).await;
+    let svc = super::service::solo(&srv).await;
 
     // Members before their group: they wait, whatever room there is.
     srv.put(member("job-0", "job", 8));

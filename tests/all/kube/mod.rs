@@ -17,8 +17,20 @@ mod queues;
 mod races;
 mod service;
 
+use std::time::{Duration, Instant};
+
 use serde_json::{Value, json};
 use tessera_kube::KubeBackendConfig;
+
+/// Polls `f` every 50 ms until it holds; panics naming `what` after
+/// `timeout`.
+pub async fn until(what: &str, timeout: Duration, f: impl Fn() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
 
 /// A ready node with `gpus` H100s in `zone`.
 pub fn node(name: &str, gpus: u32, zone: &str) -> Value {

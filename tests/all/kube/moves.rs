@@ -17,8 +17,8 @@ use tessera_movement::journal::{Entry, Journal};
 use tessera_server::record::{MoveState, PlanState};
 
 use super::apiserver::ApiServer;
-use super::node;
 use super::service::replica;
+use super::{node, until};
 use crate::serve::Running;
 
 const RS_UID: &str = "rs-web-0001";
@@ -120,14 +120,6 @@ fn nodes_of(srv: &ApiServer) -> BTreeMap<String, Vec<String>> {
         }
     }
     by
-}
-
-async fn until(what: &str, timeout: Duration, f: impl Fn() -> bool) {
-    let t0 = std::time::Instant::now();
-    while !f() {
-        assert!(t0.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 fn journal(srv: &ApiServer) -> Vec<Entry> {

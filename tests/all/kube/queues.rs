@@ -10,17 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::apiserver::ApiServer;
-use super::service::replica;
-use super::{node, pod};
-use crate::serve::Running;
-
-async fn until(what: &str, timeout: Duration, f: impl Fn() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(t0.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+use super::{node, pod, until};
 
 fn queue(name: &str, spec: Value) -> Value {
     json!({"apiVersion": "tessera.io/v1alpha1", "kind": "TesseraQueue", "metadata": {"name": name}, "spec": spec})
@@ -45,10 +35,7 @@ async fn tessera_queues_hold_their_pods_to_their_limits_and_report_their_use() {
     }
     srv.put(queue("research", json!({"guarantee": {"gpus": 4}, "limit": {"gpus": 8, "cpu": "64"}})));
     srv.put(queue("prod", json!({"weight": 2, "guarantee": {"gpus": 8}})));
-    let mut cfg = replica("solo");
-    cfg.kube.leader_election = false;
-    let (server, listener) = tessera::serve::start_kube(cfg, srv.config()).await.unwrap();
-    let svc = Running::serve(server, listener).await;
+    let svc = super::service::solo(&srv).await;
 
     until("research accepted", Duration::from_secs(20), || {
         status(&srv, "research")["conditions"][0]["status"] == "True"

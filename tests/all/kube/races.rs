@@ -6,16 +6,8 @@ use std::time::{Duration, Instant};
 
 use super::apiserver::ApiServer;
 use super::service::replica;
-use super::{node, pod};
+use super::{node, pod, until};
 use crate::serve::Running;
-
-async fn until(what: &str, timeout: Duration, f: impl Fn() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(t0.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 /// Another scheduler binds the pod first, to the very node Tessera chose;
 /// Tessera's bind gets 409. The pod is taken where it runs (not queued
@@ -26,10 +18,7 @@ async fn a_bind_that_loses_a_race_to_the_same_node_books_no_gpu_twice() {
     let srv = ApiServer::start().await;
     srv.put(node("gpu-0", 1, "zone-a"));
     srv.race_binding("ml", "job-0", "gpu-0");
-    let mut cfg = replica("solo");
-    cfg.kube.leader_election = false;
-    let (server, listener) = tessera::serve::start_kube(cfg, srv.config()).await.unwrap();
-    let svc = Running::serve(server, listener).await;
+    let svc = super::service::solo(&srv).await;
 
     srv.put(pod("ml", "job-0", "tessera", None, 1, "train"));
     until("the lost race", Duration::from_secs(20), || srv.counters().binding_conflicts == 1).await;
@@ -57,10 +46,7 @@ async fn one_gpu_taken(srv: &ApiServer) -> Running {
     let mut low = pod("ml", "low", "default-scheduler", Some("gpu-0"), 1, "batch");
     low["metadata"]["annotations"] = serde_json::json!({"tessera.io/tier": "opportunistic"});
     srv.put(low);
-    let mut cfg = replica("solo");
-    cfg.kube.leader_election = false;
-    let (server, listener) = tessera::serve::start_kube(cfg, srv.config()).await.unwrap();
-    let svc = Running::serve(server, listener).await;
+    let svc = super::service::solo(srv).await;
     svc.wait("the running pod in the model", Duration::from_secs(20), |s| s.status.read().unwrap().pods_running == 1)
         .await;
     svc

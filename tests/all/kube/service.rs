@@ -11,7 +11,7 @@ use tessera::serve::ServiceConfig;
 use tessera_server::config::BackendKind;
 
 use super::apiserver::ApiServer;
-use super::{kube_config, node, pod};
+use super::{kube_config, node, pod, until};
 use crate::serve::{Running, config};
 
 pub fn replica(identity: &str) -> ServiceConfig {
@@ -21,18 +21,18 @@ pub fn replica(identity: &str) -> ServiceConfig {
     ServiceConfig { serve, kube: kube_config(identity, true) }
 }
 
+/// One replica without an election on `srv`: it leads at once.
+pub async fn solo(srv: &ApiServer) -> Running {
+    let mut cfg = replica("solo");
+    cfg.kube.leader_election = false;
+    let (server, listener) = tessera::serve::start_kube(cfg, srv.config()).await.unwrap();
+    Running::serve(server, listener).await
+}
+
 async fn start(srv: &ApiServer, identity: &str) -> Running {
     let (server, listener) =
         tessera::serve::start_kube(replica(identity), srv.config()).await.expect("tessera serve starts on Kubernetes");
     Running::serve(server, listener).await
-}
-
-async fn until(what: &str, timeout: Duration, f: impl Fn() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(t0.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 fn holder(srv: &ApiServer) -> Option<String> {
@@ -167,10 +167,7 @@ async fn a_pod_that_waits_says_why_on_its_condition_and_in_an_event() {
     let mut bad = pod("ml", "bad", "tessera", None, 0, "train");
     bad["metadata"]["annotations"] = serde_json::json!({"tessera.io/gpu-milli": "2000"});
     srv.put(bad);
-    let mut cfg = replica("solo");
-    cfg.kube.leader_election = false;
-    let (server, listener) = tessera::serve::start_kube(cfg, srv.config()).await.unwrap();
-    let svc = Running::serve(server, listener).await;
+    let svc = solo(&srv).await;
     let condition = |name: &str| {
         srv.get("pods", "ml", name)
             .and_then(|p| p["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == "PodScheduled").cloned())

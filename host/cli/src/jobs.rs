@@ -22,7 +22,7 @@ use serde::Serialize;
 use tessera_core::driver::DriverConfig;
 use tessera_core::model::{Node, Resources};
 use tessera_core::quota::{QueueSpec, QueueTree, QueuesConfig, Quota};
-use tessera_core::sim::jobs::{Job, JobMode, JobReport, run_jobs};
+use tessera_core::sim::jobs::{Job, JobMode, JobReport, JobSummary, run_jobs};
 use tessera_core::telemetry::TelemetryConfig;
 use tessera_trace::jobs::{JobRow, Throughputs, read_jobs};
 
@@ -255,27 +255,14 @@ pub struct JobRun {
     pub policy: &'static str,
     /// GPUs per model (V100, P100, K80).
     pub gpus: [u32; 3],
-    /// Jobs in the trace.
-    pub jobs: u64,
     /// Jobs skipped for want of a measured throughput.
     pub skipped: u64,
     /// Jobs run with an extrapolated run time (more GPUs than Gavel
     /// measured).
     pub extrapolated: u64,
-    /// Jobs finished.
-    pub completed: u64,
-    /// Job completion time, median, s.
-    pub jct_p50_s: u64,
-    /// 99th percentile, s.
-    pub jct_p99_s: u64,
-    /// Queue delay, median, s.
-    pub queue_delay_p50_s: u64,
-    /// Useful GPU utilisation.
-    pub gpu_util: f64,
-    /// Jain's index across queues.
-    pub jain_fairness: f64,
-    /// GPU-seconds held by partly placed jobs.
-    pub partial_gang_gpu_s: u64,
+    /// The run's figures; `jobs` counts the skipped ones too.
+    #[serde(flatten)]
+    pub summary: JobSummary,
     /// Wall time of the run, s.
     pub wall_s: f64,
 }
@@ -296,21 +283,20 @@ pub fn run_one(
         Admission::FairShare => equal_queues(trace.queues, gpus)?,
         _ => QueueTree::default(),
     };
-    run_with(rt, trace, gpus, admission, Some(queues), policy, seed)
+    run_with(rt, trace, gpus, admission, Some(queues), &doc, seed)
 }
 
-/// [`run_one`] with these queues (none: one queue).
+/// [`run_one`] with these queues (none: one queue) and the policy `doc`.
 fn run_with(
     rt: &tessera_wasm::Runtime,
     trace: &JobTrace,
     gpus: [u32; 3],
     admission: Admission,
     queues: Option<QueueTree>,
-    policy: &str,
+    doc: &tessera_policy::PolicyDocument,
     seed: u64,
 ) -> Result<(JobRun, JobReport)> {
-    let doc = policy_document(policy, seed)?;
-    let mut placer = load::load_policy(rt, &doc)?.without_timeout();
+    let mut placer = load::load_policy(rt, doc)?.without_timeout();
     let queues = queues.unwrap_or_default();
     let mode = admission.mode();
     let cfg = DriverConfig {
@@ -327,16 +313,9 @@ fn run_with(
         trace: trace.name.clone(),
         policy: admission.name(),
         gpus,
-        jobs: report.jobs + trace.skipped,
         skipped: trace.skipped,
         extrapolated: trace.extrapolated,
-        completed: report.completed,
-        jct_p50_s: report.jct_p50_s,
-        jct_p99_s: report.jct_p99_s,
-        queue_delay_p50_s: report.queue_delay_p50_s,
-        gpu_util: report.gpu_util,
-        jain_fairness: report.jain_fairness,
-        partial_gang_gpu_s: report.partial_gang_gpu_s,
+        summary: JobSummary { jobs: report.summary.jobs + trace.skipped, ..report.summary.clone() },
         wall_s: started.elapsed().as_secs_f64(),
     };
     Ok((run, report))
@@ -430,9 +409,10 @@ fn mixed(files: &[PathBuf], opts: &JobsOptions) -> Result<JobsBench> {
         }
     }
     let fair = vc_queues(&vcs)?;
+    let doc = policy_document(&opts.policy, opts.seed)?;
     let results = crate::replay::run_parallel(Admission::ALL.to_vec(), |rt, admission| {
         let queues = (admission == Admission::FairShare).then(|| fair.clone());
-        run_with(rt, &all, gpus, admission, queues, &opts.policy, opts.seed).map(|(run, _)| run)
+        run_with(rt, &all, gpus, admission, queues, &doc, opts.seed).map(|(run, _)| run)
     })?;
     Ok(JobsBench { runs: results.into_iter().collect::<Result<_>>()? })
 }
@@ -459,14 +439,14 @@ impl JobsBench {
                 "{:<8} {:<14} {:>6} {:>9} {:>10} {:>10} {:>10} {:>6.3} {:>6.3} {:>12} {:>7.1}\n",
                 r.trace,
                 r.policy,
-                r.jobs,
-                r.completed,
-                r.jct_p50_s,
-                r.jct_p99_s,
-                r.queue_delay_p50_s,
-                r.gpu_util,
-                r.jain_fairness,
-                r.partial_gang_gpu_s,
+                r.summary.jobs,
+                r.summary.completed,
+                r.summary.jct_p50_s,
+                r.summary.jct_p99_s,
+                r.summary.queue_delay_p50_s,
+                r.summary.gpu_util,
+                r.summary.jain_fairness,
+                r.summary.partial_gang_gpu_s,
                 r.wall_s
             );
         }

@@ -127,11 +127,9 @@ pub struct JobOutcome {
     pub restarts: u32,
 }
 
-/// What a run of jobs came to.
+/// What a run of jobs came to, in figures.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct JobReport {
-    /// How jobs were admitted.
-    pub mode: JobMode,
+pub struct JobSummary {
     /// Jobs in the trace.
     pub jobs: u64,
     /// Jobs that finished.
@@ -152,6 +150,16 @@ pub struct JobReport {
     pub partial_gang_gpu_s: u64,
     /// From the first arrival to the last finish, s.
     pub makespan_s: u64,
+}
+
+/// What a run of jobs came to.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobReport {
+    /// How jobs were admitted.
+    pub mode: JobMode,
+    /// The figures.
+    #[serde(flatten)]
+    pub summary: JobSummary,
     /// Each job.
     pub outcomes: Vec<JobOutcome>,
     /// The loop's own report.
@@ -480,8 +488,7 @@ fn report(
     let (sum, squares) = (x.iter().sum::<f64>(), x.iter().map(|v| v * v).sum::<f64>());
     let jain = if squares > 0.0 { sum * sum / (x.len() as f64 * squares) } else { 1.0 };
     let makespan = end.saturating_sub(first);
-    JobReport {
-        mode,
+    let summary = JobSummary {
         jobs: jobs.len() as u64,
         completed: done.len() as u64,
         jct_p50_s: percentile(&jct, 0.5),
@@ -491,9 +498,8 @@ fn report(
         jain_fairness: jain,
         partial_gang_gpu_s: partial_gpu_s,
         makespan_s: makespan,
-        outcomes,
-        run,
-    }
+    };
+    JobReport { mode, summary, outcomes, run }
 }
 
 #[cfg(test)]

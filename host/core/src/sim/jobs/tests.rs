@@ -47,21 +47,21 @@ fn gangs_hold_nothing_while_they_wait_and_let_small_jobs_run() {
     let jobs = [job("x", 0, 8, 100), job("a", 1, 16, 100), job("c", 2, 8, 50)];
     let run = |mode| run_jobs(nodes(&["V100", "V100"]), &jobs, &mut First, mode, &DriverConfig::default());
     let gangs = run(JobMode::Gangs);
-    assert_eq!(gangs.completed, 3);
-    assert_eq!(gangs.partial_gang_gpu_s, 0);
+    assert_eq!(gangs.summary.completed, 3);
+    assert_eq!(gangs.summary.partial_gang_gpu_s, 0);
     assert_eq!(
         ["x", "a", "c"].map(|n| (outcome(&gangs, n).started_s, outcome(&gangs, n).finished_s)),
         [(Some(0), Some(100)), (Some(100), Some(200)), (Some(2), Some(52))]
     );
     let single = run(JobMode::OneAtATime);
-    assert_eq!(single.completed, 3);
-    assert_eq!(single.partial_gang_gpu_s, 8 * 99, "a's first pod held 8 GPUs from 1 to 100");
+    assert_eq!(single.summary.completed, 3);
+    assert_eq!(single.summary.partial_gang_gpu_s, 8 * 99, "a's first pod held 8 GPUs from 1 to 100");
     assert_eq!(outcome(&single, "c").finished_s, Some(250));
     let fifo = run(JobMode::Fifo);
-    assert_eq!((fifo.partial_gang_gpu_s, outcome(&fifo, "c").finished_s), (0, Some(250)));
+    assert_eq!((fifo.summary.partial_gang_gpu_s, outcome(&fifo, "c").finished_s), (0, Some(250)));
     // Useful GPU-seconds over 200 s of 16 GPUs: x 800 + a 1600 + c 400.
-    assert!((gangs.gpu_util - 2800.0 / 3200.0).abs() < 1e-9, "{}", gangs.gpu_util);
-    assert!(gangs.jct_p50_s <= single.jct_p50_s && gangs.jct_p50_s <= fifo.jct_p50_s);
+    assert!((gangs.summary.gpu_util - 2800.0 / 3200.0).abs() < 1e-9, "{}", gangs.summary.gpu_util);
+    assert!(gangs.summary.jct_p50_s <= single.summary.jct_p50_s && gangs.summary.jct_p50_s <= fifo.summary.jct_p50_s);
     assert_eq!(run(JobMode::Gangs), gangs, "deterministic");
 }
 
@@ -74,7 +74,7 @@ fn a_job_runs_at_the_pace_of_its_slowest_member() {
     // A model the job cannot use is never given to it.
     let v100_only = job("v", 0, 16, 100);
     let r = run_jobs(nodes(&["V100", "K80"]), &[v100_only], &mut First, JobMode::Gangs, &DriverConfig::default());
-    assert_eq!(r.completed, 0, "16 GPUs of V100 do not exist");
+    assert_eq!(r.summary.completed, 0, "16 GPUs of V100 do not exist");
     assert_eq!(r.run.waiting_by_reason.get("SCHED-GANG-UNSCHEDULABLE"), Some(&2), "{:?}", r.run.waiting_by_reason);
 }
 
@@ -103,11 +103,16 @@ fn queues_with_guarantees_give_a_late_team_its_share_at_once() {
     };
     let one = run_jobs(nodes(&["V100", "V100"]), &jobs, &mut First, JobMode::Gangs, &DriverConfig::default());
     let two = run_jobs(nodes(&["V100", "V100"]), &jobs, &mut First, JobMode::Gangs, &fair);
-    assert_eq!((one.completed, two.completed), (6, 6));
+    assert_eq!((one.summary.completed, two.summary.completed), (6, 6));
     assert_eq!(outcome(&one, "b0").started_s, Some(2000), "one queue: b waits behind all of a's jobs");
     assert_eq!(outcome(&two, "b0").started_s, Some(10), "b reclaims its guarantee when it asks");
     assert_eq!(outcome(&two, "b1").started_s, Some(110), "then runs within it, not past it");
-    assert!(two.jain_fairness > one.jain_fairness, "{} vs {}", two.jain_fairness, one.jain_fairness);
+    assert!(
+        two.summary.jain_fairness > one.summary.jain_fairness,
+        "{} vs {}",
+        two.summary.jain_fairness,
+        one.summary.jain_fairness
+    );
     assert_eq!(two.run.preemptions, 1, "one of a's jobs gave back b's half");
     assert_eq!(run_jobs(nodes(&["V100", "V100"]), &jobs, &mut First, JobMode::Gangs, &fair), two, "deterministic");
 }

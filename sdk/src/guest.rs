@@ -8,11 +8,23 @@ use std::thread::LocalKey;
 
 use crate::{Detector, DetectorHarness, Scorer, ScorerHarness};
 
+// The contract the component is built against: the current one (`wit/`),
+// or, with the `contract-0-1` feature, the frozen 0.1.0 (`wit/0.1.0/`).
+
 /// Bindings of the `scorer` world.
 pub mod scorer_bindings {
+    #[cfg(not(feature = "contract-0-1"))]
     wit_bindgen::generate!({
         world: "scorer",
         path: "../wit",
+        pub_export_macro: true,
+        export_macro_name: "__tessera_export_scorer",
+        default_bindings_module: "tessera_sdk::guest::scorer_bindings",
+    });
+    #[cfg(feature = "contract-0-1")]
+    wit_bindgen::generate!({
+        world: "scorer",
+        path: "../wit/0.1.0",
         pub_export_macro: true,
         export_macro_name: "__tessera_export_scorer",
         default_bindings_module: "tessera_sdk::guest::scorer_bindings",
@@ -21,9 +33,18 @@ pub mod scorer_bindings {
 
 /// Bindings of the `detector` world.
 pub mod detector_bindings {
+    #[cfg(not(feature = "contract-0-1"))]
     wit_bindgen::generate!({
         world: "detector",
         path: "../wit",
+        pub_export_macro: true,
+        export_macro_name: "__tessera_export_detector",
+        default_bindings_module: "tessera_sdk::guest::detector_bindings",
+    });
+    #[cfg(feature = "contract-0-1")]
+    wit_bindgen::generate!({
+        world: "detector",
+        path: "../wit/0.1.0",
         pub_export_macro: true,
         export_macro_name: "__tessera_export_detector",
         default_bindings_module: "tessera_sdk::guest::detector_bindings",
@@ -35,6 +56,18 @@ use scorer_bindings::tessera::policy::types as st;
 fn resources(r: st::Resources) -> crate::Resources {
     let sat = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
     crate::Resources { cpu_milli: sat(r.cpu_milli), memory_mib: sat(r.memory_mib) }
+}
+
+#[cfg(not(feature = "contract-0-1"))]
+fn link(g: &st::Gpu) -> crate::GpuLink {
+    crate::GpuLink { island: g.link.island, pcie: g.link.pcie_switch, numa: g.link.numa_node }
+}
+
+/// 0.1.0 has no links: every GPU in one island, as on a node that reports
+/// none.
+#[cfg(feature = "contract-0-1")]
+fn link(_: &st::Gpu) -> crate::GpuLink {
+    crate::GpuLink::default()
 }
 
 fn node(n: st::Node) -> crate::NodeRecord {
@@ -57,6 +90,7 @@ fn node(n: st::Node) -> crate::NodeRecord {
                     st::GpuHealth::Failed => crate::GpuHealth::Failed,
                 },
                 util_permille: g.util_permille,
+                link: link(&g),
             })
             .collect(),
         cpu_util_permille: n.cpu_util_permille,

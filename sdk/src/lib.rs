@@ -6,8 +6,9 @@
 //! A placement policy implements [`Scorer`]: a per-node [`Scorer::score`]
 //! (and optionally [`Scorer::filter`]). The SDK keeps the node table that the
 //! host feeds with deltas, runs one host call per pod over all candidates, and
-//! returns one value per candidate, as the contract `tessera:policy@0.1.0`
-//! demands. [`export_scorer!`] turns the type into the component's export.
+//! returns one value per candidate, as the contract `tessera:policy@0.2.0`
+//! demands (or 0.1.0, frozen, with the `contract-0-1` feature).
+//! [`export_scorer!`] turns the type into the component's export.
 //!
 //! ```
 //! use tessera_sdk::{Node, Pod, Score, Scorer};
@@ -47,6 +48,9 @@ mod harness;
 mod mirror;
 pub mod residue;
 pub mod simd;
+/// How a node's GPUs are connected: the host's own implementation
+/// ([`tessera_topology`]), so a plugin rates the GPU set the host picks.
+pub use tessera_topology as topology;
 mod types;
 
 pub use harness::{DetectorHarness, ScorerHarness, Window, parse_config};

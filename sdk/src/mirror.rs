@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use crate::types::{EMPTY_SYM, GpuList, Node, NodeDelta, NodeId, NodeRecord, NodeState, Sym, WorkloadCount};
+use crate::types::{EMPTY_SYM, GpuLink, GpuList, Node, NodeDelta, NodeId, NodeRecord, NodeState, Sym, WorkloadCount};
 
 /// What a node carries besides its compact [`Node`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -17,6 +17,10 @@ pub struct NodeMeta {
     pub gpu_classes: Vec<WorkloadCount>,
     /// Device memory in use per GPU, MiB (empty if unknown).
     pub gpu_memory_used_mib: Vec<u32>,
+    /// Where each GPU sits in the node's interconnect, by index (all zero
+    /// when the node reports no topology, or the plugin was built against
+    /// contract 0.1.0). See [`crate::topology`].
+    pub gpu_links: Vec<GpuLink>,
 }
 
 impl NodeMeta {
@@ -184,7 +188,9 @@ impl NodeTable {
         self.nodes[i] = Some(node);
         self.gpus[i] = gpus;
         let gpu_memory_mib = rec.gpus.first().map_or(0, |g| g.memory_mib);
+        let gpu_links = rec.gpus.iter().map(|g| g.link).collect();
         self.meta[i] = NodeMeta {
+            gpu_links,
             name: rec.name,
             gpu_memory_mib,
             workloads: rec.workloads,

@@ -10,6 +10,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use tessera_topology::GpuLink;
+
 /// Dense node identifier assigned by the host.
 pub type NodeId = u32;
 
@@ -330,6 +332,9 @@ pub struct GpuRecord {
     pub health: GpuHealth,
     /// Utilisation, tenths of a percent.
     pub util_permille: u16,
+    /// Where it sits in the node's interconnect (contract 0.2.0).
+    #[serde(default)]
+    pub link: GpuLink,
 }
 
 /// A node as the host describes it (the WIT `node` record).

@@ -3,6 +3,7 @@
 
 mod cache;
 mod containment;
+mod contract;
 mod detector;
 mod kube;
 mod load;

@@ -80,12 +80,7 @@ pub fn check_file(rt: &Runtime, path: &Path, config_json: &str) -> CheckReport {
     };
     r.loadable = true;
     r.world = Some(version.kind().to_string());
-    r.contract = report
-        .exports
-        .iter()
-        .find(|e| e.starts_with("tessera:policy/"))
-        .and_then(|e| e.split_once('@'))
-        .map(|(_, v)| v.to_string());
+    r.contract = Some(report.contract.to_string());
     r.plugin = Some(format!("{} {}", version.info().name, version.info().version));
     r.description = Some(version.info().description.clone());
     r.filter_reasons = version.info().filter_reasons.clone();

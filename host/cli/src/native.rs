@@ -34,6 +34,7 @@ pub fn sdk_node(n: &Node) -> sdk::NodeRecord {
                     GpuHealth::Failed => sdk::GpuHealth::Failed,
                 },
                 util_permille: g.util_permille,
+                link: g.link,
             })
             .collect(),
         cpu_util_permille: n.cpu_util_permille,

@@ -172,8 +172,9 @@ pub fn choose_gpus(node: &Node, pod: &Pod, hint: Option<u8>) -> Option<GpuSet> {
     let free: Vec<usize> =
         (0..node.gpus.len()).filter(|&i| usable(&node.gpus[i]) && node.gpus[i].free_milli == GPU_MILLI).collect();
     // The best-connected set (`topology`): within an NVLink island when
-    // one has room; on a node that says nothing, the lowest indices.
-    let set = crate::topology::best_set(&node.gpus, &free, pod.gpu_count as usize)?;
+    // one has room, from an island already broken into before a whole
+    // one; on a node that says nothing, the lowest indices.
+    let set = crate::topology::best_set(&crate::topology::links(&node.gpus), &free, pod.gpu_count as usize)?;
     Some(GpuSet(set.iter().fold(0, |acc, &i| acc | (1 << i))))
 }
 

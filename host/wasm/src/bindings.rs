@@ -1,5 +1,9 @@
-//! The host-side bindings of `tessera:policy@0.1.0`: the only place where
-//! WIT becomes Rust in this crate. The `detector` world reuses the types and
+//! The host-side bindings of the contract versions the host speaks: the
+//! only place where WIT becomes Rust in this crate. The current version
+//! (`tessera:policy@0.2.0`, `wit/`) is what the rest of the crate works
+//! in; [`v0_1`] binds the frozen `tessera:policy@0.1.0` (`wit/0.1.0/`) so
+//! that components built against it keep loading (`crate::contract`
+//! converts). In each version the `detector` world reuses the types and
 //! the `host` interface generated for the `scorer` world.
 #![allow(missing_docs, clippy::all)]
 
@@ -25,3 +29,29 @@ pub mod detector {
 
 pub use scorer::tessera::policy::host as host_iface;
 pub use scorer::tessera::policy::types;
+
+/// `tessera:policy@0.1.0`, frozen.
+pub mod v0_1 {
+    /// Bindings of its `scorer` world.
+    pub mod scorer {
+        wasmtime::component::bindgen!({
+            world: "scorer",
+            path: "../../wit/0.1.0",
+        });
+    }
+
+    /// Bindings of its `detector` world.
+    pub mod detector {
+        wasmtime::component::bindgen!({
+            world: "detector",
+            path: "../../wit/0.1.0",
+            with: {
+                "tessera:policy/types": super::scorer::tessera::policy::types,
+                "tessera:policy/host": super::scorer::tessera::policy::host,
+            },
+        });
+    }
+
+    pub use scorer::tessera::policy::host as host_iface;
+    pub use scorer::tessera::policy::types;
+}

@@ -37,7 +37,8 @@ pub enum LoadError {
     },
     /// The component exports neither world of the contract.
     #[error(
-        "plugin {plugin}: exports [{}], which is neither the `scorer` nor the `detector` world of tessera:policy@0.1.0",
+        "plugin {plugin}: exports [{}], which is neither the `scorer` nor the `detector` world of tessera:policy \
+         (0.2.0, or 0.1.0)",
         .exports.join(", ")
     )]
     WrongWorld {
@@ -82,7 +83,7 @@ pub enum LoadError {
     },
 }
 
-/// The two worlds of `tessera:policy@0.1.0`.
+/// The two worlds of `tessera:policy` (every version has both).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WorldKind {
     /// `scorer`: filter and score.

@@ -190,6 +190,7 @@ pub fn to_wit_node(n: &Node) -> wit::Node {
                     GpuHealth::Failed => wit::GpuHealth::Failed,
                 },
                 util_permille: g.util_permille,
+                link: wit::GpuLink { island: g.link.island, pcie_switch: g.link.pcie, numa_node: g.link.numa },
             })
             .collect(),
         cpu_util_permille: n.cpu_util_permille,

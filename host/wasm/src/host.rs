@@ -187,3 +187,32 @@ impl host_iface::Host for HostState {
         self.gpu_memory.get(&node).cloned().unwrap_or_default()
     }
 }
+
+impl crate::bindings::v0_1::types::Host for HostState {}
+
+/// 0.1.0's `host` interface is 0.2.0's: the same functions, answered alike.
+impl crate::bindings::v0_1::host_iface::Host for HostState {
+    fn log(&mut self, level: crate::bindings::v0_1::host_iface::LogLevel, message: String) {
+        use crate::bindings::v0_1::host_iface::LogLevel as Old;
+        let level = match level {
+            Old::Trace => LogLevel::Trace,
+            Old::Debug => LogLevel::Debug,
+            Old::Info => LogLevel::Info,
+            Old::Warn => LogLevel::Warn,
+            Old::Error => LogLevel::Error,
+        };
+        host_iface::Host::log(self, level, message);
+    }
+
+    fn random_u64(&mut self) -> u64 {
+        host_iface::Host::random_u64(self)
+    }
+
+    fn zone_carbon_intensity(&mut self, zone: String) -> Option<u32> {
+        host_iface::Host::zone_carbon_intensity(self, zone)
+    }
+
+    fn gpu_memory_used(&mut self, node: u32) -> Vec<u32> {
+        host_iface::Host::gpu_memory_used(self, node)
+    }
+}

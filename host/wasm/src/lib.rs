@@ -1,7 +1,8 @@
 //! # tessera-wasm
 //!
 //! The sandboxed plugin runtime. Policies are WebAssembly components of the
-//! `tessera:policy@0.1.0` contract, run by wasmtime with:
+//! `tessera:policy` contract (0.2.0; components built against 0.1.0 load
+//! and decide as before, see [`ContractVersion`]), run by wasmtime with:
 //!
 //! - **compile once**: precompiled artifacts cached by component digest and
 //!   engine settings ([`ArtifactCache`]), verified before use;
@@ -23,6 +24,7 @@ mod bindings;
 pub mod budget;
 mod cache;
 mod check;
+mod contract;
 mod error;
 mod feed;
 mod host;
@@ -37,6 +39,7 @@ pub use bindings::types as wit;
 pub use budget::{CallBudget, FUEL_PER_MS, SYNC_FUEL_PER_DELTA, SYNC_US_PER_DELTA};
 pub use cache::{ArtifactCache, CacheOutcome, content_key, sha256_hex};
 pub use check::{canned_frame, canned_nodes, canned_pods};
+pub use contract::ContractVersion;
 pub use error::{CallError, CallFault, LoadError, WorldKind};
 pub use feed::{NodeFeed, to_wit_node, to_wit_pod};
 pub use plugin::{

@@ -9,8 +9,9 @@ use std::time::Duration;
 use tessera_policy::{Grants, Limits};
 use wasmtime::{Engine, Store, Trap};
 
-use crate::bindings::{detector, scorer, types as wit};
+use crate::bindings::types as wit;
 use crate::budget::{self, CallBudget, CallClock, HostStarved};
+use crate::contract::{Bound, ContractVersion, Pre};
 use crate::error::{CallError, CallFault, WorldKind};
 use crate::feed::NodeFeed;
 use crate::host::HostState;
@@ -39,16 +40,6 @@ pub struct PluginInfo {
     pub description: String,
     /// Filter reason codes, by verdict `k - 1`.
     pub filter_reasons: Vec<String>,
-}
-
-pub(crate) enum Pre {
-    Scorer(scorer::ScorerPre<HostState>),
-    Detector(detector::DetectorPre<HostState>),
-}
-
-enum Bound {
-    Scorer(scorer::Scorer),
-    Detector(detector::Detector),
 }
 
 /// A live instance, the feed its mirror follows and the generation of that
@@ -171,6 +162,11 @@ impl PluginVersion {
         self.kind
     }
 
+    /// The contract version the component was built against.
+    pub fn contract(&self) -> ContractVersion {
+        self.pre.contract()
+    }
+
     /// The limits it runs under.
     pub fn limits(&self) -> &Limits {
         &self.limits
@@ -275,11 +271,7 @@ impl PluginVersion {
     /// A fresh, configured instance.
     fn instantiate(&self) -> Result<Instance, CallFault> {
         let mut store = self.store();
-        let bound = match &self.pre {
-            Pre::Scorer(pre) => pre.instantiate(&mut store).map(Bound::Scorer),
-            Pre::Detector(pre) => pre.instantiate(&mut store).map(Bound::Detector),
-        };
-        let bound = bound.map_err(|e| match self.classify(&store, e) {
+        let bound = self.pre.instantiate(&mut store).map_err(|e| match self.classify(&store, e) {
             CallFault::Trap { trap, .. } if trap.contains("type mismatch") => {
                 // wasmtime does not say which export: find it.
                 let wrong = crate::signature::mismatched(self, self.store());
@@ -289,11 +281,7 @@ impl PluginVersion {
             other => other,
         })?;
         self.arm(&mut store);
-        let configured = match &bound {
-            Bound::Scorer(b) => b.tessera_policy_scoring().call_configure(&mut store, &self.config_json),
-            Bound::Detector(b) => b.tessera_policy_detection().call_configure(&mut store, &self.config_json),
-        };
-        match configured {
+        match bound.configure(&mut store, &self.config_json) {
             Ok(Ok(())) => Ok(Instance { store, bound, feed: None, synced: 0 }),
             Ok(Err(msg)) => Err(CallFault::Guest(format!("configure: {}", clip(msg)))),
             Err(e) => Err(self.classify(&store, e)),
@@ -361,11 +349,11 @@ impl PluginVersion {
             }
             (deltas, feed.generation(), feed.id())
         };
-        let Bound::Scorer(b) = &inst.bound else {
+        if !inst.bound.mirrors() {
             return Ok(());
-        };
+        }
         self.arm_sync(&mut inst.store, deltas.len());
-        match b.tessera_policy_scoring().call_apply(&mut inst.store, &deltas) {
+        match inst.bound.apply(&mut inst.store, &deltas) {
             Ok(Ok(())) => {
                 inst.synced = generation;
                 inst.feed = Some(id);
@@ -389,9 +377,8 @@ impl PluginVersion {
     /// Filters `candidates` for `pod`: one verdict per candidate.
     pub fn filter(&self, feed: &RwLock<NodeFeed>, pod: &wit::Pod, candidates: &[u32]) -> Result<Vec<u8>, CallError> {
         self.with_instance("filter", Some(feed), |this, inst| {
-            let Bound::Scorer(b) = &inst.bound else { unreachable!("scorer call on a detector") };
             this.arm(&mut inst.store);
-            match b.tessera_policy_scoring().call_filter(&mut inst.store, pod, candidates) {
+            match inst.bound.filter(&mut inst.store, pod, candidates) {
                 Ok(Ok(v)) => {
                     if v.len() != candidates.len() {
                         return Err((wrong_len("verdicts", candidates.len(), v.len(), 1), false));
@@ -411,9 +398,8 @@ impl PluginVersion {
     /// Scores `candidates` for `pod`: one value per candidate.
     pub fn score(&self, feed: &RwLock<NodeFeed>, pod: &wit::Pod, candidates: &[u32]) -> Result<ScoreOutput, CallError> {
         self.with_instance("score", Some(feed), |this, inst| {
-            let Bound::Scorer(b) = &inst.bound else { unreachable!("scorer call on a detector") };
             this.arm(&mut inst.store);
-            match b.tessera_policy_scoring().call_score(&mut inst.store, pod, candidates) {
+            match inst.bound.score(&mut inst.store, pod, candidates) {
                 Ok(Ok(s)) => {
                     let n = candidates.len();
                     if s.values.len() != n {
@@ -435,9 +421,8 @@ impl PluginVersion {
     /// kept for detection (detectors are called from one loop).
     pub fn observe(&self, frame: &wit::TelemetryFrame) -> Result<(), CallError> {
         self.with_instance("observe", None, |this, inst| {
-            let Bound::Detector(b) = &inst.bound else { unreachable!("detector call on a scorer") };
             this.arm(&mut inst.store);
-            match b.tessera_policy_detection().call_observe(&mut inst.store, frame) {
+            match inst.bound.observe(&mut inst.store, frame) {
                 Ok(Ok(())) => Ok(()),
                 Ok(Err(msg)) => Err((CallFault::Guest(clip(msg)), true)),
                 Err(e) => Err((this.classify(&inst.store, e), false)),
@@ -448,9 +433,8 @@ impl PluginVersion {
     /// Findings over the detector's window.
     pub fn detect(&self) -> Result<Vec<wit::Finding>, CallError> {
         self.with_instance("detect", None, |this, inst| {
-            let Bound::Detector(b) = &inst.bound else { unreachable!("detector call on a scorer") };
             this.arm(&mut inst.store);
-            match b.tessera_policy_detection().call_detect(&mut inst.store) {
+            match inst.bound.detect(&mut inst.store) {
                 Ok(Ok(f)) => {
                     let bytes: usize = f.iter().map(|x| 16 + x.message.len()).sum();
                     if bytes > 16 << 20 {
@@ -473,11 +457,7 @@ impl PluginVersion {
             self.err(call, k)
         })?;
         self.arm(&mut inst.store);
-        let info = match &inst.bound {
-            Bound::Scorer(b) => b.tessera_policy_scoring().call_info(&mut inst.store),
-            Bound::Detector(b) => b.tessera_policy_detection().call_info(&mut inst.store),
-        };
-        let info = info.map_err(|e| self.err("info", self.classify(&inst.store, e)))?;
+        let info = inst.bound.info(&mut inst.store).map_err(|e| self.err("info", self.classify(&inst.store, e)))?;
         // What the plugin says of itself is copied into every decision it
         // filters (its reasons, per rejected node) and every report: bounded.
         let sizes =

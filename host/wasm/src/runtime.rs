@@ -9,12 +9,13 @@ use tessera_policy::{Grants, Limits, Role};
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
-use crate::bindings::{detector, scorer};
+use crate::bindings::{scorer, v0_1};
 use crate::cache::{ArtifactCache, CacheOutcome, content_key, sha256_hex};
 use crate::check;
+use crate::contract::Pre;
 use crate::error::{LoadError, WorldKind};
 use crate::host::HostState;
-use crate::plugin::{PluginVersion, Pre};
+use crate::plugin::PluginVersion;
 
 /// Settings of the runtime (engine-wide).
 #[derive(Debug, Clone)]
@@ -99,6 +100,8 @@ pub struct LoadReport {
     pub exports: Vec<String>,
     /// Imported interface names.
     pub imports: Vec<String>,
+    /// The contract version the component was built against.
+    pub contract: crate::contract::ContractVersion,
 }
 
 /// Stops the epoch ticker thread when dropped.
@@ -157,7 +160,11 @@ impl Runtime {
 
         let mut linker = Linker::<HostState>::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| rt(&e))?;
+        // Every contract version's `host` and `types`: a component built
+        // against any of them links.
         scorer::Scorer::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s| s).map_err(|e| rt(&e))?;
+        v0_1::scorer::Scorer::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s| s)
+            .map_err(|e| rt(&e))?;
 
         let cache = match &config.cache_dir {
             Some(dir) => Some(
@@ -263,13 +270,10 @@ impl Runtime {
             .linker
             .instantiate_pre(&component)
             .map_err(|e| LoadError::Link { plugin: plugin.clone(), reason: format!("{e:#}") })?;
-        let (kind, pre) = if let Ok(p) = scorer::ScorerPre::new(instance_pre.clone()) {
-            (WorldKind::Scorer, Pre::Scorer(p))
-        } else if let Ok(p) = detector::DetectorPre::new(instance_pre) {
-            (WorldKind::Detector, Pre::Detector(p))
-        } else {
+        let Some(pre) = Pre::find(instance_pre) else {
             return Err(LoadError::WrongWorld { plugin, exports });
         };
+        let (kind, contract) = (pre.kind(), pre.contract());
         let expected = match spec.role {
             Some(Role::Scorer) => Some(WorldKind::Scorer),
             Some(Role::Detector) => Some(WorldKind::Detector),
@@ -300,7 +304,7 @@ impl Runtime {
         version.fetch_info().map_err(|e| LoadError::Check { plugin: plugin.clone(), error: Box::new(e) })?;
         check::canned(&version).map_err(|e| LoadError::Check { plugin: plugin.clone(), error: Box::new(e) })?;
         let check = t2.elapsed();
-        let report = LoadReport { key, cache, compile, link, check, exports, imports };
+        let report = LoadReport { key, cache, compile, link, check, exports, imports, contract };
         Ok((Arc::new(version), report))
     }
 }

@@ -4,41 +4,59 @@
 //! type (built against a stale or edited WIT); wasmtime then refuses to
 //! instantiate it with "type mismatch" and no name. This instantiates the
 //! component without the typed bindings and checks each function of the
-//! world's interface against the contract's Rust types, so the load error
-//! names the culprit (`score`).
+//! world's interface against the Rust types of the contract version it
+//! claims, so the load error names the culprit (`score`).
 
 use wasmtime::Store;
 use wasmtime::component::{ComponentNamedList, Instance, Lift, Lower};
 
-use crate::bindings::types as wit;
+use crate::contract::Pre;
+use crate::error::WorldKind;
 use crate::host::HostState;
-use crate::plugin::{PluginVersion, Pre};
+use crate::plugin::PluginVersion;
+
+/// Checks each export of a world against one version's types (`$w`).
+macro_rules! check_exports {
+    ($w:ident, $kind:expr, $check:ident) => {{
+        $check("info", typed::<(), ($w::PluginInfo,)>);
+        $check("configure", typed::<(String,), (Result<(), String>,)>);
+        match $kind {
+            WorldKind::Scorer => {
+                $check("apply", typed::<(Vec<$w::NodeDelta>,), (Result<(), String>,)>);
+                $check("filter", typed::<($w::Pod, Vec<u32>), (Result<Vec<u8>, String>,)>);
+                $check("score", typed::<($w::Pod, Vec<u32>), (Result<$w::Scores, String>,)>);
+            }
+            WorldKind::Detector => {
+                $check("observe", typed::<($w::TelemetryFrame,), (Result<(), String>,)>);
+                $check("detect", typed::<(), (Result<Vec<$w::Finding>, String>,)>);
+            }
+        }
+    }};
+}
 
 /// The exports of `version`'s world interface whose types differ from the
 /// contract's (empty if none can be told).
 pub(crate) fn mismatched(version: &PluginVersion, mut store: Store<HostState>) -> Vec<&'static str> {
-    let (pre, iface) = match &version.pre {
-        Pre::Scorer(p) => (p.instance_pre(), "tessera:policy/scoring@0.1.0"),
-        Pre::Detector(p) => (p.instance_pre(), "tessera:policy/detection@0.1.0"),
-    };
-    let Ok(instance) = pre.instantiate(&mut store) else { return Vec::new() };
+    let pre = &version.pre;
+    let iface = pre.contract().interface(match pre.kind() {
+        WorldKind::Scorer => "scoring",
+        WorldKind::Detector => "detection",
+    });
+    let Ok(instance) = pre.instance_pre().instantiate(&mut store) else { return Vec::new() };
     let mut wrong = Vec::new();
     let mut check = |name: &'static str, ok: fn(&Instance, &mut Store<HostState>, &str, &str) -> bool| {
-        if !ok(&instance, &mut store, iface, name) {
+        if !ok(&instance, &mut store, &iface, name) {
             wrong.push(name);
         }
     };
-    check("info", typed::<(), (wit::PluginInfo,)>);
-    check("configure", typed::<(String,), (Result<(), String>,)>);
-    match &version.pre {
-        Pre::Scorer(_) => {
-            check("apply", typed::<(Vec<wit::NodeDelta>,), (Result<(), String>,)>);
-            check("filter", typed::<(wit::Pod, Vec<u32>), (Result<Vec<u8>, String>,)>);
-            check("score", typed::<(wit::Pod, Vec<u32>), (Result<wit::Scores, String>,)>);
+    match pre {
+        Pre::Scorer(_) | Pre::Detector(_) => {
+            use crate::bindings::types as w;
+            check_exports!(w, pre.kind(), check)
         }
-        Pre::Detector(_) => {
-            check("observe", typed::<(wit::TelemetryFrame,), (Result<(), String>,)>);
-            check("detect", typed::<(), (Result<Vec<wit::Finding>, String>,)>);
+        Pre::ScorerV0_1(_) | Pre::DetectorV0_1(_) => {
+            use crate::bindings::v0_1::types as w;
+            check_exports!(w, pre.kind(), check)
         }
     }
     wrong

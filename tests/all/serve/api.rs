@@ -163,12 +163,14 @@ async fn the_api_explains_recent_decisions_and_guards_its_mutations() {
     )
     .await;
 
-    // A good component swaps into its slot.
+    // A good component swaps into its slot: here today's plugin built
+    // against the older contract, which the service still runs.
+    let spread_0_1 = tessera_plugins::CONTRACT_0_1.iter().find(|a| a.name == "topology-spread").unwrap();
     let (s, loaded) = json(
         http.post(svc.url("/v1/plugins?name=topology-spread"))
             .bearer_auth(TOKEN)
             .header("content-type", "application/wasm")
-            .body(TOPOLOGY_SPREAD.bytes)
+            .body(spread_0_1.bytes)
             .send()
             .await
             .unwrap(),
@@ -180,6 +182,8 @@ async fn the_api_explains_recent_decisions_and_guards_its_mutations() {
     let ts = plugins.as_array().unwrap().iter().find(|p| p["name"] == "topology-spread").unwrap();
     assert_eq!(ts["versions_loaded"], 2, "{plugins}");
     assert_eq!(ts["kind"], "scorer");
+    assert_eq!(ts["contract"], "0.1.0", "{ts}");
+    assert!(plugins.as_array().unwrap().iter().all(|p| p["name"] == "topology-spread" || p["contract"] == "0.2.0"));
     assert!(plugins.as_array().unwrap().iter().any(|p| p["name"] == "overload" && p["kind"] == "detector"));
 
     // A new policy: the next decisions are made by it.

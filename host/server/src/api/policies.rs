@@ -30,6 +30,9 @@ pub struct PluginView {
     pub kind: String,
     /// Version serving calls.
     pub version: String,
+    /// The `tessera:policy` contract version its component was built
+    /// against (`0.2.0`, or `0.1.0`).
+    pub contract: String,
     /// Its content key (SHA-256 of the component and its configuration).
     pub key: String,
     /// What it does, as it says.
@@ -63,6 +66,7 @@ fn plugin_view(m: &tessera_wasm::Member) -> PluginView {
         name: m.name.clone(),
         kind: v.kind().to_string(),
         version: v.version().to_string(),
+        contract: v.contract().to_string(),
         key: v.key().to_string(),
         description: v.info().description.clone(),
         weight: m.weight,

@@ -10,6 +10,7 @@ mod load;
 mod reload;
 mod scoring;
 mod serve;
+mod topology;
 
 use std::sync::{Arc, OnceLock};
 

@@ -241,10 +241,12 @@ pub fn ordered(rows: &[PodRow], order: &[u32]) -> Vec<Pod> {
 
 /// The policies shipped in `deploy/policies`, by name: `default` is the
 /// recommended one, `throughput` the four-scorer policy of
-/// `tessera bench throughput`.
+/// `tessera bench throughput`, `training` the one for multi-GPU jobs
+/// (GPU topology first).
 pub const SHIPPED: &[(&str, &str)] = &[
     ("default", include_str!("../../../deploy/policies/default.yaml")),
     ("throughput", include_str!("../../../deploy/policies/throughput.yaml")),
+    ("training", include_str!("../../../deploy/policies/training.yaml")),
 ];
 
 /// The policy document for `--policy`: a shipped policy's name, a built-in

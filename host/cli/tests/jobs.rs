@@ -171,3 +171,19 @@ fn bench_gangs_times_each_gangs_pass_with_and_without_queues() {
     let (ok, _, err) = tessera(&["bench", "gangs", "--members", "1"]);
     assert!(!ok && err.contains("--members at least 2"), "{err}");
 }
+
+/// The shipped `training` policy (GPU topology first) checks and runs a
+/// job trace by name.
+#[test]
+fn the_training_policy_runs_a_job_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = job_trace(dir.path());
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let file = root.join("deploy/policies/training.yaml");
+    let (ok, out, err) = tessera(&["policy", "check", file.to_str().unwrap()]);
+    assert!(ok && out.contains("policy training is valid"), "{out}\n{err}");
+    let (ok, out, err) = tessera(&["sim", "--jobs", trace.to_str().unwrap(), "--policy", "training"]);
+    assert!(ok, "{out}\n{err}");
+    let row: Vec<&str> = out.lines().find(|l| l.starts_with("t1")).expect(&out).split_whitespace().collect();
+    assert_eq!(row[2..4], ["3", "3"], "every job completed: {out}");
+}

@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::{Result, bail};
 use serde::Serialize;
 use tessera_core::metrics::percentile;
-use tessera_core::model::{GPU_MILLI, Gang, Pod, Resources, Tier};
+use tessera_core::model::{GPU_MILLI, Gang, Node, Pod, Resources, Tier};
 use tessera_core::quota::{QueueSpec, QueueTree, QueuesConfig, Quota};
 use tessera_core::sched::{Event, SchedConfig, Scheduler};
 use tessera_wasm::{Runtime, RuntimeConfig};
@@ -26,6 +26,9 @@ pub struct GangOptions {
     pub members: u32,
     /// Whole GPUs of each member.
     pub member_gpus: u32,
+    /// Share of the nodes (%) idle at the start (every GPU, CPU and byte
+    /// free), drawn by the seed; the rest are fragmented.
+    pub idle_pct: u32,
     /// Queues of the second run (gangs spread over them in turn).
     pub queues: u32,
     /// Policy: a shipped policy's name or a file.
@@ -64,6 +67,8 @@ pub struct GangBench {
     pub members: u32,
     /// GPUs per member.
     pub member_gpus: u32,
+    /// Nodes idle at the start.
+    pub idle_nodes: u32,
     /// One run per queue set-up.
     pub runs: Vec<GangRun>,
 }
@@ -84,10 +89,31 @@ fn members(g: usize, opts: &GangOptions, queue: Option<String>) -> Vec<Pod> {
         .collect()
 }
 
+/// The throughput bench's fragmented cluster with `idle_pct` % of its
+/// nodes idle (a training cluster keeps whole nodes for its gangs; on the
+/// fragmented ones alone no member of 8 GPUs would fit).
+fn cluster(opts: &GangOptions) -> Vec<Node> {
+    let mut nodes = bench::synthetic_cluster(opts.nodes);
+    for n in &mut nodes {
+        let draw = tessera_core::hash::fnv1a(opts.seed.to_le_bytes().into_iter().chain(n.id.to_le_bytes()));
+        if draw % 100 < u64::from(opts.idle_pct) {
+            n.free = n.capacity;
+            for g in &mut n.gpus {
+                g.free_milli = GPU_MILLI;
+            }
+        }
+    }
+    nodes
+}
+
+fn is_idle(n: &Node) -> bool {
+    n.free == n.capacity && n.gpus.iter().all(|g| g.free_milli == GPU_MILLI)
+}
+
 fn one_run(rt: &Runtime, opts: &GangOptions, queues: u32) -> Result<GangRun> {
     let doc = sim::policy_document(&opts.policy, opts.seed)?;
     let mut placer = load::load_policy(rt, &doc)?.without_timeout();
-    let mut s = Scheduler::new(bench::synthetic_cluster(opts.nodes), SchedConfig::default());
+    let mut s = Scheduler::new(cluster(opts), SchedConfig::default());
     if queues > 1 {
         let total = opts.nodes * 8;
         let list = (0..queues)
@@ -135,20 +161,34 @@ fn one_run(rt: &Runtime, opts: &GangOptions, queues: u32) -> Result<GangRun> {
 
 /// Runs the bench: one queue, then `opts.queues` queues.
 pub fn run(opts: &GangOptions) -> Result<GangBench> {
-    if opts.nodes == 0 || opts.gangs == 0 || opts.members < 2 || opts.member_gpus == 0 || opts.member_gpus > 8 {
-        bail!("--nodes and --gangs must be positive, --members at least 2, --member-gpus 1..=8");
+    if opts.nodes == 0
+        || opts.gangs == 0
+        || opts.members < 2
+        || opts.member_gpus == 0
+        || opts.member_gpus > 8
+        || opts.idle_pct > 100
+    {
+        bail!("--nodes and --gangs must be positive, --members at least 2, --member-gpus 1..=8, --idle 0..=100");
     }
     let rt = Runtime::new(RuntimeConfig::default())?;
     let runs = vec![one_run(&rt, opts, 1)?, one_run(&rt, opts, opts.queues.max(2))?];
-    Ok(GangBench { nodes: opts.nodes, gangs: opts.gangs, members: opts.members, member_gpus: opts.member_gpus, runs })
+    Ok(GangBench {
+        nodes: opts.nodes,
+        gangs: opts.gangs,
+        members: opts.members,
+        member_gpus: opts.member_gpus,
+        idle_nodes: cluster(opts).iter().filter(|n| is_idle(n)).count() as u32,
+        runs,
+    })
 }
 
 impl GangBench {
     /// The table.
     pub fn to_table(&self) -> String {
         let mut out = format!(
-            "{} nodes, {} gangs of {} × {} GPUs, one pass each\n{:<12} {:>9} {:>11} {:>8} {:>8} {:>8} {:>7}\n",
+            "{} nodes ({} idle), {} gangs of {} × {} GPUs, one pass each\n{:<12} {:>9} {:>11} {:>8} {:>8} {:>8} {:>7}\n",
             self.nodes,
+            self.idle_nodes,
             self.gangs,
             self.members,
             self.member_gpus,

@@ -127,6 +127,7 @@ pub fn builtin(name: &str, config_json: &str) -> Option<Result<Box<dyn NativeSco
         "gpu-aware" => boxed::<tessera_placement_policies::GpuAware>(config_json),
         "load-aware" => boxed::<tessera_placement_policies::LoadAware>(config_json),
         "hybrid-score" => boxed::<tessera_placement_policies::HybridScore>(config_json),
+        "gpu-topology" => boxed::<tessera_plugin_gpu_topology::GpuTopology>(config_json),
         _ => return None,
     })
 }

@@ -165,7 +165,10 @@ fn sim_rejects_a_malformed_trace_before_simulating() {
     assert!(!out.contains("pods submitted"), "nothing was simulated: {out}");
     let (ok, _, err) = tessera(&["sim", "--node-count", "10", "--policy", "no-such-policy"]);
     assert!(!ok);
-    assert!(err.contains("not a file, a shipped policy (default, throughput, training), or a built-in plugin"), "{err}");
+    assert!(
+        err.contains("not a file, a shipped policy (default, throughput, training), or a built-in plugin"),
+        "{err}"
+    );
 }
 
 #[test]

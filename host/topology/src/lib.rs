@@ -109,15 +109,27 @@ pub fn cost(links: &[GpuLink], set: &[usize]) -> u32 {
 /// cutting into an intact one, so the next pod that needs a whole island
 /// still finds it.
 pub fn wholeness_after(links: &[GpuLink], free: &[usize], set: &[usize]) -> u32 {
-    let mut left = [0u32; 256];
-    for &i in free {
-        left[usize::from(links[i].island)] += 1;
+    islands(links, |members| {
+        let left = members.filter(|j| free.contains(j) && !set.contains(j)).count() as u32;
+        left * left
+    })
+}
+
+/// The sum of `f` over the islands of `links`, each given the indices of
+/// its GPUs. A node has a handful of GPUs: this compares pairs rather than
+/// keeping a table of every possible island (it runs once per candidate
+/// node in a scorer).
+fn islands(links: &[GpuLink], mut f: impl FnMut(&mut dyn Iterator<Item = usize>) -> u32) -> u32 {
+    let mut sum = 0;
+    for (i, l) in links.iter().enumerate() {
+        // Each island counted at its first GPU.
+        if links[..i].iter().any(|m| m.island == l.island) {
+            continue;
+        }
+        let mut members = links.iter().enumerate().skip(i).filter(|(_, m)| m.island == l.island).map(|(j, _)| j);
+        sum += f(&mut members);
     }
-    for &i in set {
-        let c = &mut left[usize::from(links[i].island)];
-        *c = c.saturating_sub(1);
-    }
-    left.iter().map(|c| c * c).sum()
+    sum
 }
 
 /// Free GPUs (indices, ascending) up to which every subset is tried.
@@ -191,15 +203,14 @@ fn subsets(free: &[usize], k: usize, from: usize, set: &mut Vec<usize>, visit: &
 /// Free GPUs that sit in islands none of whose GPUs is taken: what a pod
 /// that needs a whole island can still get.
 pub fn in_whole_islands(links: &[GpuLink], free: &[usize]) -> u32 {
-    let mut size = [0u32; 256];
-    let mut left = [0u32; 256];
-    for l in links {
-        size[usize::from(l.island)] += 1;
-    }
-    for &i in free {
-        left[usize::from(links[i].island)] += 1;
-    }
-    size.iter().zip(&left).filter(|(s, l)| **s > 0 && s == l).map(|(_, l)| *l).sum()
+    islands(links, |members| {
+        let (mut size, mut left) = (0, 0);
+        for j in members {
+            size += 1;
+            left += u32::from(free.contains(&j));
+        }
+        if size == left { left } else { 0 }
+    })
 }
 
 #[cfg(test)]

@@ -74,7 +74,28 @@ pub fn placement(node: &Node<'_>, k: usize) -> Option<Placement> {
         return None;
     }
     let free: Vec<usize> = gpus.iter().filter(|g| g.fits(1000)).map(|g| usize::from(g.index)).collect();
-    let set = topology::best_set(links, &free, k)?;
+    if free.len() < k {
+        return None;
+    }
+    if links.iter().all(|l| l.island == links[0].island) {
+        // One island (or no topology reported): every set costs nothing,
+        // and the island stops being whole only if it was (this runs for
+        // every candidate: no search for what is known).
+        let whole = free.len() == links.len() && k > 0;
+        return Some(Placement {
+            set: free[..k].to_vec(),
+            cost: 0,
+            span: Distance::Nvlink,
+            islands_broken: if whole { free.len() as u32 } else { 0 },
+        });
+    }
+    searched(links, &free, k)
+}
+
+/// [`placement`] by the host's search (what the one-island shortcut must
+/// agree with).
+fn searched(links: &[topology::GpuLink], free: &[usize], k: usize) -> Option<Placement> {
+    let set = topology::best_set(links, free, k)?;
     let rest: Vec<usize> = free.iter().copied().filter(|i| !set.contains(i)).collect();
     let mut span = Distance::Nvlink;
     for (n, &i) in set.iter().enumerate() {
@@ -85,7 +106,7 @@ pub fn placement(node: &Node<'_>, k: usize) -> Option<Placement> {
     Some(Placement {
         cost: topology::cost(links, &set),
         span,
-        islands_broken: topology::in_whole_islands(links, &free) - topology::in_whole_islands(links, &rest),
+        islands_broken: topology::in_whole_islands(links, free) - topology::in_whole_islands(links, &rest),
         set,
     })
 }
@@ -117,7 +138,17 @@ impl Scorer for GpuTopology {
     }
 
     fn score(&self, pod: &Pod, node: &Node<'_>) -> Score {
-        let Some(p) = whole_gpus(pod).and_then(|k| placement(node, k)) else { return Score::new(0) };
+        let Some(k) = whole_gpus(pod) else { return Score::new(0) };
+        // One island (the common case, and every node without topology):
+        // counted without building the set; it runs for every candidate.
+        let links = node.meta().map(|m| m.gpu_links.as_slice()).unwrap_or_default();
+        let gpus = node.gpus();
+        if links.len() == gpus.len() && links.iter().all(|l| l.island == links[0].island) {
+            let free = gpus.iter().filter(|g| g.fits(1000)).count();
+            let broken = if free == gpus.len() && free >= k { free as i64 } else { 0 };
+            return Score::new(-broken);
+        }
+        let Some(p) = placement(node, k) else { return Score::new(0) };
         Score::new(-(COST_WEIGHT * i64::from(p.cost) + i64::from(p.islands_broken)))
     }
 }
@@ -215,6 +246,41 @@ mod tests {
             n
         };
         assert_eq!(scores("null", vec![flat(0, &[3]), flat(1, &[])], &gpus(2, 1000)).0, [0, -8]);
+    }
+
+    /// The shortcut for nodes of one island gives what the search gives,
+    /// for every set of free GPUs and every request.
+    #[test]
+    fn one_island_needs_no_search() {
+        for island in [0u8, 5] {
+            let links: Vec<GpuLink> = (0..8u8).map(|g| GpuLink { island, pcie: g / 2, numa: g / 4 }).collect();
+            for used in 0u32..256 {
+                let node = NodeRecord {
+                    gpus: (0..8usize)
+                        .map(|g| GpuRecord {
+                            free_milli: if used & (1 << g) == 0 { 1000 } else { 0 },
+                            link: links[g],
+                            ..GpuRecord::default()
+                        })
+                        .collect(),
+                    ..dgx(1, &[])
+                };
+                let mut h = ScorerHarness::<GpuTopology>::new("null").unwrap();
+                h.apply([NodeDelta::Upsert(node)]).unwrap();
+                let free: Vec<usize> = (0..8).filter(|g| used & (1 << g) == 0).collect();
+                for k in 1..=8 {
+                    let node = h.nodes().get(1).unwrap();
+                    let (fast, full) = (placement(&node, k), searched(&links, &free, k));
+                    assert_eq!(fast, full, "island {island}, used {used:#010b}, k {k}");
+                    let want = full.map_or(0, |p| -(COST_WEIGHT * i64::from(p.cost) + i64::from(p.islands_broken)));
+                    assert_eq!(
+                        GpuTopology::default().score(&gpus(k as u32, 1000), &node).value,
+                        want,
+                        "{used:#010b} {k}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -180,6 +180,43 @@ impl Scorer for GpuAware {
         if pod.gpu_count == 0 {
             return Score::new(0);
         }
+        let gpus = node.gpus();
+        let i = node.id() as usize;
+        if let (Some((order, len)), Some(memory)) = (self.order.get(i), self.memory.get(i))
+            && usize::from(*len) == gpus.len()
+        {
+            // The same GPUs as `pick`, summed as they are found: one pass
+            // and no array of picks (this runs for every candidate).
+            let (need, want) = (pod.gpu_milli.min(1000), pod.gpu_count as usize);
+            let (mut n, mut util, mut mem, mut degraded, mut first) = (0usize, 0i64, 0i64, false, None);
+            for &g in &order[..gpus.len()] {
+                if n == want {
+                    break;
+                }
+                let gpu = &gpus[usize::from(g)];
+                if gpu.fits(need) {
+                    n += 1;
+                    util += i64::from(gpu.util_permille.min(1000));
+                    mem += i64::from(memory[usize::from(g)]);
+                    degraded |= gpu.health == GpuHealth::Degraded;
+                    first.get_or_insert(gpu.index);
+                }
+            }
+            let Some(first) = first else { return Score::new(0) };
+            let value = 1000
+                - util / n as i64
+                - if degraded { self.cfg.degraded_penalty } else { 0 }
+                - self.cfg.memory_penalty * (mem / n as i64) / 1000;
+            return if pod.is_gpu_sharing() { Score::with_gpu(value, first) } else { Score::new(value) };
+        }
+        self.score_picked(pod, node)
+    }
+}
+
+impl GpuAware {
+    /// The score by way of [`Self::pick`] (a node not seen through
+    /// `on_node`; what the one-pass score must agree with).
+    fn score_picked(&self, pod: &Pod, node: &Node<'_>) -> Score {
         let (picked, n) = self.pick(pod, node);
         if n == 0 {
             return Score::new(0);
@@ -323,6 +360,45 @@ mod tests {
         // Node 0: 1000 - 200 - 300 × 250‰; node 1: 1000 - 100.
         assert_eq!(v, [1000 - 200 - 75, 900]);
         assert!(ScorerHarness::<GpuAware>::new(r#"{"memory_penalty": 1001}"#).is_err());
+    }
+
+    /// The one-pass score is the score of the GPUs `pick` chooses, on
+    /// every shape of node and pod.
+    #[test]
+    fn gpu_aware_one_pass_score_is_the_picked_score() {
+        let mut h = ScorerHarness::<GpuAware>::new(r#"{"memory_penalty": 400}"#).unwrap();
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        let nodes: Vec<NodeDelta> = (0..400)
+            .map(|id| {
+                let gpus: Vec<(u32, u16, GpuHealth)> = (0..1 + next(8))
+                    .map(|_| {
+                        let health = if next(5) == 0 { Degraded } else { Healthy };
+                        ([0, 250, 500, 1000][next(4) as usize], next(1001) as u16, health)
+                    })
+                    .collect();
+                let NodeDelta::Upsert(mut rec) = node(id, 0, &gpus) else { unreachable!() };
+                rec.gpus.iter_mut().for_each(|g| g.memory_mib = 16_000);
+                rec.gpu_memory_used_mib = rec.gpus.iter().map(|_| next(16_001) as u32).collect();
+                NodeDelta::Upsert(rec)
+            })
+            .collect();
+        h.apply(nodes).unwrap();
+        for gpus in 1..=8 {
+            for milli in [250, 500, 1000] {
+                let p = pod(gpus, milli);
+                for id in 0..400 {
+                    let n = h.nodes().get(id).unwrap();
+                    let (fast, picked) = (h.plugin().score(&p, &n), h.plugin().score_picked(&p, &n));
+                    assert_eq!((fast.value, fast.gpu), (picked.value, picked.gpu), "node {id}, {gpus} × {milli}");
+                }
+            }
+        }
     }
 
     #[test]

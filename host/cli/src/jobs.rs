@@ -81,13 +81,21 @@ impl Admission {
 /// `queues` equal leaf queues `q0`, `q1`, …, each guaranteed an equal
 /// share of the GPUs of each model (rounded down), reclaim on.
 pub fn equal_queues(queues: u32, gpus: [u32; 3]) -> Result<QueueTree> {
-    let n = queues.max(1);
+    let names: Vec<String> = (0..queues.max(1)).map(|q| format!("q{q}")).collect();
+    equal_named_queues(&names, gpus)
+}
+
+/// One leaf queue per name, equal weights, each guaranteed an equal share
+/// of the GPUs of each model (rounded down), reclaim on.
+pub fn equal_named_queues(names: &[String], gpus: [u32; 3]) -> Result<QueueTree> {
+    let n = (names.len() as u32).max(1);
     let by_model: BTreeMap<String, u32> =
         SPEC_MODELS.iter().zip(gpus).filter(|(_, g)| *g / n > 0).map(|(m, g)| (m.to_string(), g / n)).collect();
     let total: u32 = by_model.values().sum();
-    let list = (0..n)
-        .map(|q| QueueSpec {
-            name: format!("q{q}"),
+    let list = names
+        .iter()
+        .map(|name| QueueSpec {
+            name: name.clone(),
             parent: None,
             weight: 1.0,
             guarantee: Quota { gpus: Some(total), gpus_by_model: by_model.clone(), ..Quota::default() },
@@ -349,6 +357,9 @@ pub struct JobsOptions {
     /// With `mix`: the pooled cluster as a share of the clusters' sum, %
     /// (each VC guaranteed that share of its own), 10..=100.
     pub capacity_pct: u32,
+    /// With `mix`: every VC's queue guaranteed an equal share of the pooled
+    /// cluster instead (equal weights).
+    pub equal: bool,
 }
 
 /// Runs the bench.
@@ -402,13 +413,20 @@ fn mixed(files: &[PathBuf], opts: &JobsOptions) -> Result<JobsBench> {
         100 => format!("mix:{}", vcs.len()),
         pct => format!("mix:{}@{pct}%", vcs.len()),
     };
+    if opts.equal {
+        all.name += "=";
+    }
     let mut gpus = [0u32; 3];
     for (_, g) in &vcs {
         for (sum, x) in gpus.iter_mut().zip(g) {
             *sum += x;
         }
     }
-    let fair = vc_queues(&vcs)?;
+    let fair = if opts.equal {
+        equal_named_queues(&vcs.iter().map(|(name, _)| name.clone()).collect::<Vec<_>>(), gpus)?
+    } else {
+        vc_queues(&vcs)?
+    };
     let doc = policy_document(&opts.policy, opts.seed)?;
     let results = crate::replay::run_parallel(Admission::ALL.to_vec(), |rt, admission| {
         let queues = (admission == Admission::FairShare).then(|| fair.clone());
@@ -421,7 +439,7 @@ impl JobsBench {
     /// The table.
     pub fn to_table(&self) -> String {
         let mut out = format!(
-            "{:<8} {:<14} {:>6} {:>9} {:>10} {:>10} {:>10} {:>6} {:>6} {:>12} {:>7}\n",
+            "{:<8} {:<14} {:>6} {:>9} {:>10} {:>10} {:>10} {:>6} {:>6} {:>6} {:>12} {:>7}\n",
             "trace",
             "policy",
             "jobs",
@@ -431,12 +449,13 @@ impl JobsBench {
             "delay p50",
             "util",
             "jain",
+            "share",
             "partial GPU·s",
             "wall s"
         );
         for r in &self.runs {
             out += &format!(
-                "{:<8} {:<14} {:>6} {:>9} {:>10} {:>10} {:>10} {:>6.3} {:>6.3} {:>12} {:>7.1}\n",
+                "{:<8} {:<14} {:>6} {:>9} {:>10} {:>10} {:>10} {:>6.3} {:>6.3} {:>6.3} {:>12} {:>7.1}\n",
                 r.trace,
                 r.policy,
                 r.summary.jobs,
@@ -446,6 +465,7 @@ impl JobsBench {
                 r.summary.queue_delay_p50_s,
                 r.summary.gpu_util,
                 r.summary.jain_fairness,
+                r.summary.jain_share,
                 r.summary.partial_gang_gpu_s,
                 r.wall_s
             );

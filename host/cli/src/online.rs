@@ -132,6 +132,8 @@ pub fn summary(o: &OnlineOutcome) -> String {
         ("departed / left unplaced".into(), format!("{} / {}", r.departed, r.abandoned)),
         ("preemptions (pods evicted)".into(), format!("{} ({})", r.preemptions, r.evicted)),
         ("peak pods waiting".into(), r.peak_waiting.to_string()),
+        ("gangs placed whole / rolled back".into(), format!("{} / {}", r.gangs_admitted, r.gang_rollbacks)),
+        ("partial-gang GPU·s".into(), r.partial_gang_gpu_s.to_string()),
     ];
     for (tier, w) in &r.waits {
         rows.push((format!("wait {tier} p50 / p99"), format!("{} s / {} s ({} bound)", w.p50_s, w.p99_s, w.bound)));

@@ -55,6 +55,7 @@ fn bench_jobs_prints_the_documented_json_and_gangs_hold_nothing_partly() {
             "queue_delay_p50_s",
             "gpu_util",
             "jain_fairness",
+            "jain_share",
             "partial_gang_gpu_s",
             "wall_s",
         ] {
@@ -132,6 +133,12 @@ fn bench_jobs_mix_gives_each_virtual_cluster_its_guarantee() {
     let (fair, one) = (row("fair-share"), row("gangs"));
     assert!(fair["jain_fairness"].as_f64() > one["jain_fairness"].as_f64(), "{fair}\n{one}");
     assert!(fair["queue_delay_p50_s"].as_u64() < one["queue_delay_p50_s"].as_u64(), "{fair}\n{one}");
+    assert!(fair["jain_share"].as_f64() > one["jain_share"].as_f64(), "{fair}\n{one}");
+    // Equal weights: here the same guarantees (each VC had 8 of 16).
+    let v = bench_jobs(dir.path(), &["--mix", "--equal"]);
+    let eq = v["runs"].as_array().unwrap().iter().find(|r| r["policy"] == "fair-share").unwrap().clone();
+    assert_eq!(eq["trace"], "mix:2=");
+    assert_eq!(eq["jain_share"], fair["jain_share"], "{eq}\n{fair}");
     // Half the pooled cluster: each VC guaranteed half of its own.
     let v = bench_jobs(dir.path(), &["--mix", "--capacity", "50"]);
     assert_eq!(v["runs"][0]["trace"], "mix:2@50%");
@@ -160,6 +167,9 @@ fn bench_gangs_times_each_gangs_pass_with_and_without_queues() {
     assert!(ok, "{out}\n{err}");
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     let runs = v["runs"].as_array().unwrap();
+    assert_eq!((v["members"].as_u64(), v["member_gpus"].as_u64()), (Some(3), Some(8)), "{v}");
+    let idle = v["idle_nodes"].as_u64().unwrap();
+    assert!((60..=120).contains(&idle), "about 30% of 300 nodes start idle: {idle}");
     assert_eq!(runs.iter().map(|r| r["queues"].as_str().unwrap()).collect::<Vec<_>>(), ["one queue", "4 queues"]);
     for r in runs {
         let (a, b) = (r["admitted"].as_u64().unwrap(), r["rolled_back"].as_u64().unwrap());

@@ -148,6 +148,10 @@ struct Sums {
     allocation: f64,
     fragmentation: f64,
     arrival_intervals: u64,
+    /// Thousandths of a GPU held by short gangs since the last pass, and
+    /// their integral (thousandths of GPU-seconds).
+    partial_gang_milli: u64,
+    partial_gang_milli_s: u64,
 }
 
 /// The loop.
@@ -262,8 +266,12 @@ impl Driver {
     }
 
     fn pass<W: World + ?Sized>(&mut self, t: u64, world: &mut W) {
+        if let Some(prev) = self.last_pass {
+            self.sums.partial_gang_milli_s += self.sums.partial_gang_milli * t.saturating_sub(prev);
+        }
         self.last_pass = Some(t);
         if !world.before_pass(&mut self.model, t) {
+            self.sums.partial_gang_milli = self.model.sched().partial_gang_gpu_milli();
             return;
         }
         let events = self.model.schedule(world.placer(), t);
@@ -287,6 +295,7 @@ impl Driver {
         }
         self.report.peak_waiting = self.report.peak_waiting.max(self.model.waiting().count() as u64);
         world.after_pass(&mut self.model, t, &events);
+        self.sums.partial_gang_milli = self.model.sched().partial_gang_gpu_milli();
     }
 
     /// The telemetry interval ending at `tick`.
@@ -415,6 +424,9 @@ impl Driver {
         r.evicted = st.evicted;
         r.plugin_errors = st.plugin_errors;
         r.deadline_hits = st.deadline_hits;
+        r.gangs_admitted = st.gangs_admitted;
+        r.gang_rollbacks = st.gang_rollbacks;
+        r.partial_gang_gpu_s = self.sums.partial_gang_milli_s / u64::from(crate::model::GPU_MILLI);
         let decisions = st.bound.saturating_sub(st.preemptions).max(1);
         r.nodes_scored_per_decision = st.nodes_scored as f64 / decisions as f64;
         for (_, _, reason) in self.model.waiting() {

@@ -12,7 +12,7 @@
 use rand::{RngExt as _, SeedableRng as _};
 use rand_chacha::ChaCha8Rng;
 
-use crate::model::{GPU_MILLI, Node, Pod, Resources, Tier};
+use crate::model::{GPU_MILLI, Gang, Node, Pod, Resources, Tier};
 
 /// `(count in openb, GPUs, CPU millicores, memory MiB, model)`.
 const NODE_MIX: [(u32, usize, u64, u64, &str); 12] = [
@@ -36,6 +36,14 @@ const SHARE_MIX: [(u32, u32); 8] =
 
 /// `(weight, CPU millicores)` of GPU pods.
 const GPU_POD_CPU: [(u32, u64); 6] = [(20, 4_000), (25, 6_000), (25, 8_000), (15, 12_000), (10, 16_000), (5, 32_000)];
+
+/// `(weight, members)`: how many pods of its shape a distributed training
+/// job of the online workload runs, all or nothing.
+const GANG_MEMBERS: [(u32, u32); 3] = [(50, 2), (30, 3), (20, 4)];
+
+/// Share (%) of the online workload's multi-GPU pods that are one member
+/// of such a job rather than a job of their own.
+const GANG_SHARE_PCT: u32 = 50;
 
 /// One value of `mix` (`(weight, value)` pairs), drawn by weight.
 pub fn pick<T: Copy>(rng: &mut ChaCha8Rng, mix: &[(u32, T)]) -> T {
@@ -150,16 +158,35 @@ pub fn inflate(pods: &[Pod], total_gpus: u64, ratio: f64, seed: u64) -> Vec<Pod>
 /// of the rest hard (exclusive, priority 100), GPU shares (inference) and
 /// half the whole-GPU pods soft (online, priority 50), the other whole-GPU
 /// pods and CPU-only pods opportunistic (batch, priority 0).
+///
+/// Half the multi-GPU pods are distributed training jobs instead: a gang
+/// of 2–4 members of the pod's shape (`NAME-0`, `NAME-1`, …, gang
+/// `NAME-job` with `min_member` all of them) arriving and leaving
+/// together; the rate counts their GPUs, so the load holds.
 pub fn arrivals(pods: &[Pod], total_gpus: u64, load: f64, seed: u64) -> Vec<crate::model::Arrival> {
     const MEAN_RUN_S: f64 = 7_200.0;
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xA11E);
+    // A stream of its own, so the other draws are those of a workload
+    // without gangs.
+    let mut gang_rng = ChaCha8Rng::seed_from_u64(seed ^ 0x6A46);
+    let members: Vec<u32> = pods
+        .iter()
+        .map(|p| {
+            if p.gpu_count >= 2 && gang_rng.random_range(0..100) < GANG_SHARE_PCT {
+                pick(&mut gang_rng, &GANG_MEMBERS)
+            } else {
+                1
+            }
+        })
+        .collect();
     let gpus = |p: &Pod| f64::from(p.gpu_count) * f64::from(p.gpu_milli.min(GPU_MILLI)) / f64::from(GPU_MILLI);
-    let mean_gpus = pods.iter().map(gpus).sum::<f64>() / pods.len().max(1) as f64;
+    let mean_gpus =
+        pods.iter().zip(&members).map(|(p, &m)| gpus(p) * f64::from(m)).sum::<f64>() / pods.len().max(1) as f64;
     let rate = (load * total_gpus as f64 / (mean_gpus.max(1e-3) * MEAN_RUN_S)).max(1e-6);
     let exp = |rng: &mut ChaCha8Rng, mean: f64| -mean * (1.0 - rng.random::<f64>()).ln();
     let mut t = 0.0;
     let mut out = Vec::with_capacity(pods.len());
-    for p in pods {
+    for (p, &m) in pods.iter().zip(&members) {
         t += exp(&mut rng, 1.0 / rate);
         let run = exp(&mut rng, MEAN_RUN_S).max(60.0);
         let mut pod = p.clone();
@@ -172,7 +199,18 @@ pub fn arrivals(pods: &[Pod], total_gpus: u64, load: f64, seed: u64) -> Vec<crat
         };
         pod.tier = tier;
         pod.priority = priority;
-        out.push(crate::model::Arrival { pod, at: t as u64, leaves_at: Some((t + run) as u64) });
+        let (at, leaves_at) = (t as u64, Some((t + run) as u64));
+        if m == 1 {
+            out.push(crate::model::Arrival { pod, at, leaves_at });
+            continue;
+        }
+        let gang = Gang { name: format!("{}-job", p.name), min_member: m, timeout_s: None };
+        for k in 0..m {
+            let mut member = pod.clone();
+            member.name = format!("{}-{k}", p.name);
+            member.gang = Some(gang.clone());
+            out.push(crate::model::Arrival { pod: member, at, leaves_at });
+        }
     }
     out
 }
@@ -201,6 +239,37 @@ mod tests {
         for tier in [Tier::Hard, Tier::Soft, Tier::Opportunistic] {
             assert!(a.iter().filter(|x| x.pod.tier == tier).count() > 100, "{tier:?}");
         }
+    }
+
+    #[test]
+    fn half_the_multi_gpu_pods_are_gangs_that_arrive_and_leave_together() {
+        let c = cluster(500, 5);
+        let total: u64 = c.iter().map(|n| n.gpus.len() as u64).sum();
+        let shapes = pods(20_000, &[], 5);
+        let a = arrivals(&shapes, total, 0.8, 5);
+        let mut gangs: std::collections::BTreeMap<&str, Vec<&crate::model::Arrival>> = Default::default();
+        for x in &a {
+            if let Some(g) = &x.pod.gang {
+                gangs.entry(g.name.as_str()).or_default().push(x);
+            }
+        }
+        let multi = shapes.iter().filter(|p| p.gpu_count >= 2).count();
+        assert!((multi * 3 / 10..multi * 7 / 10).contains(&gangs.len()), "{} gangs of {multi}", gangs.len());
+        for (name, m) in &gangs {
+            let spec = m[0].pod.gang.as_ref().unwrap();
+            assert_eq!(m.len(), spec.min_member as usize, "{name}: all or nothing means every member");
+            assert!((2..=4).contains(&spec.min_member), "{name}");
+            assert!(m.iter().all(|x| x.at == m[0].at && x.leaves_at == m[0].leaves_at), "{name} arrives as one");
+            assert!(m.iter().all(|x| x.pod.gpu_count == m[0].pod.gpu_count && x.pod.gpu_count >= 2), "{name}");
+            assert!(m.iter().all(|x| x.pod.tier == Tier::Hard), "{name}");
+        }
+        assert!(gangs.values().any(|m| m.len() == 4) && gangs.values().any(|m| m.len() == 2));
+        let mut names: Vec<&str> = a.iter().map(|x| x.pod.name.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), a.len(), "every pod named once");
+        // One arrival per shape, a gang counted once.
+        assert_eq!(a.len() - gangs.values().map(|m| m.len() - 1).sum::<usize>(), shapes.len());
     }
 
     #[test]

@@ -94,12 +94,15 @@ pub enum BenchCmd {
         /// Gangs, one pass each.
         #[arg(long, default_value_t = 300)]
         gangs: usize,
-        /// Members per gang.
-        #[arg(long, default_value_t = 4)]
+        /// Members per gang (the default: a 64-GPU job of eight 8-GPU pods).
+        #[arg(long, default_value_t = 8)]
         members: u32,
         /// Whole GPUs per member.
-        #[arg(long, default_value_t = 2)]
+        #[arg(long, default_value_t = 8)]
         member_gpus: u32,
+        /// Share of the nodes (%) idle at the start; the rest fragmented.
+        #[arg(long = "idle", default_value_t = 30)]
+        idle_pct: u32,
         /// Queues of the second run.
         #[arg(long, default_value_t = 4)]
         queues: u32,
@@ -142,6 +145,11 @@ pub enum BenchCmd {
         /// % (each virtual cluster guaranteed that share of its own).
         #[arg(long, default_value_t = 100, requires = "mix")]
         capacity: u32,
+        /// With --mix: every virtual cluster's queue guaranteed an equal
+        /// share of the pooled cluster (equal weights), not its own
+        /// cluster's GPUs.
+        #[arg(long, requires = "mix")]
+        equal: bool,
         #[arg(long, value_enum, default_value = "table")]
         format: Format,
     },
@@ -188,15 +196,17 @@ pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
             }
             emit(&report, format)?;
         }
-        BenchCmd::Gangs { nodes, gangs, members, member_gpus, queues, policy, seed, format } => {
-            let opts = tessera::gang_bench::GangOptions { nodes, gangs, members, member_gpus, queues, policy, seed };
+        BenchCmd::Gangs { nodes, gangs, members, member_gpus, idle_pct, queues, policy, seed, format } => {
+            let opts =
+                tessera::gang_bench::GangOptions { nodes, gangs, members, member_gpus, idle_pct, queues, policy, seed };
             emit(&tessera::gang_bench::run(&opts)?, format)?;
         }
-        BenchCmd::Jobs { traces, policy, queues, seed, only, mix, capacity, format } => {
+        BenchCmd::Jobs { traces, policy, queues, seed, only, mix, capacity, equal, format } => {
             if queues == 0 {
                 anyhow::bail!("--queues must be at least 1");
             }
-            let opts = tessera::jobs::JobsOptions { traces, policy, queues, seed, only, mix, capacity_pct: capacity };
+            let opts =
+                tessera::jobs::JobsOptions { traces, policy, queues, seed, only, mix, capacity_pct: capacity, equal };
             emit(&tessera::jobs::bench(&opts)?, format)?;
         }
         BenchCmd::Reschedule { nodes, pods, seed, reps, format } => {

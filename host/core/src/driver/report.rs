@@ -38,6 +38,17 @@ pub struct LoopReport {
     pub preemptions: u64,
     /// Pods evicted by preemption.
     pub evicted: u64,
+    /// Gangs placed whole (`min_member` bound in one pass).
+    #[serde(default)]
+    pub gangs_admitted: u64,
+    /// Gang attempts that could not place `min_member` and released what
+    /// they held.
+    #[serde(default)]
+    pub gang_rollbacks: u64,
+    /// GPU-seconds held by running members of gangs short of their
+    /// `min_member`.
+    #[serde(default)]
+    pub partial_gang_gpu_s: u64,
     /// Waiting times by tier.
     pub waits: BTreeMap<String, Waits>,
     /// Soft-tier pods on a node at or above the SLA threshold, counted per

@@ -284,3 +284,25 @@ fn a_planner_sees_gang_members_pinned() {
     assert_eq!(tiers, [(1, Tier::Hard), (2, Tier::Hard), (3, Tier::Soft)]);
     assert_eq!(m.sched().pod(1).unwrap().tier, Tier::Soft, "pinned for the planner only");
 }
+
+/// GPU-seconds a gang holds while it runs short of `min_member` are
+/// counted from the moment it goes short until a member replaces the lost
+/// one; a whole gang counts nothing.
+#[test]
+fn a_gang_short_of_a_member_counts_the_gpus_it_holds_for_nothing() {
+    let gang = crate::model::Gang { name: "job".into(), min_member: 2, timeout_s: None };
+    let member = |name: &str| Pod { gang: Some(gang.clone()), ..pod(name, 2) };
+    let mut w = Script::new(vec![
+        (0, submit(1, member("w0"))),
+        (0, submit(2, member("w1"))),
+        (10, ClusterEvent::Deleted { id: 1 }),
+        (30, submit(3, member("w0-again"))),
+        (100, ClusterEvent::Deleted { id: 2 }),
+        (100, ClusterEvent::Deleted { id: 3 }),
+    ]);
+    let mut d = Driver::new(nodes(2), workload(), cfg(60));
+    d.run_to_end(&mut w);
+    let r = d.report();
+    assert_eq!((r.gangs_admitted, r.gang_rollbacks), (2, 0), "placed whole, then made whole again");
+    assert_eq!(r.partial_gang_gpu_s, 2 * 20, "w1's two GPUs from 10 s to 30 s");
+}

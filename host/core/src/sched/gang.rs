@@ -100,6 +100,23 @@ impl Scheduler {
         self.gangs.get(name).map_or(0, |st| st.spec.min_member.saturating_sub(self.running_members(st)))
     }
 
+    /// Thousandths of a GPU held by running members of gangs that run
+    /// short of `min_member` (a member lost to a node failure or a move,
+    /// not yet replaced): room that does no work. All or nothing keeps it
+    /// at 0 at every bind; this is what measures the rest.
+    pub fn partial_gang_gpu_milli(&self) -> u64 {
+        self.gangs
+            .values()
+            .filter(|st| self.running_members(st) < st.spec.min_member)
+            .flat_map(|st| st.members.iter())
+            .filter_map(|m| {
+                let e = &self.pods[m];
+                matches!(e.state, State::Running { .. })
+                    .then(|| u64::from(e.pod.gpu_count) * u64::from(e.pod.gpu_milli.min(crate::model::GPU_MILLI)))
+            })
+            .sum()
+    }
+
     /// The gangs known, by name.
     pub fn gangs(&self) -> impl Iterator<Item = GangStatus> + '_ {
         self.gangs.iter().map(|(name, st)| {

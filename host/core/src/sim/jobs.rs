@@ -146,6 +146,11 @@ pub struct JobSummary {
     /// Jain's index over queues of the mean of run time ÷ completion time
     /// of their jobs (1: every queue's jobs are slowed alike).
     pub jain_fairness: f64,
+    /// Jain's index over queues of the GPU-seconds each held ÷ its
+    /// equal-weight max-min fair share, while the GPUs asked for exceeded
+    /// the cluster (1: each held its share; see `share`).
+    #[serde(default)]
+    pub jain_share: f64,
     /// GPU-seconds held by members of jobs not all of whose members ran.
     pub partial_gang_gpu_s: u64,
     /// From the first arrival to the last finish, s.
@@ -209,6 +214,9 @@ struct Jobs<'a, P: Placer> {
     partial_gpus: u64,
     useful_gpu_s: u64,
     partial_gpu_s: u64,
+    /// Each job's queue, as an index into `shares`.
+    queue_of: Vec<usize>,
+    shares: share::Shares,
 }
 
 impl<P: Placer> Jobs<'_, P> {
@@ -221,6 +229,7 @@ impl<P: Placer> Jobs<'_, P> {
         let dt = t.saturating_sub(self.since);
         self.useful_gpu_s += self.useful_gpus * dt;
         self.partial_gpu_s += self.partial_gpus * dt;
+        self.shares.pass(dt);
         self.since = self.since.max(t);
     }
 
@@ -236,6 +245,7 @@ impl<P: Placer> Jobs<'_, P> {
         let (before, whole_before) = self.holding(j);
         f(&mut self.states[j]);
         let (after, whole_after) = self.holding(j);
+        self.shares.hold(self.queue_of[j], before, after);
         for (gpus, whole, sign) in [(before, whole_before, false), (after, whole_after, true)] {
             let sum = if whole { &mut self.useful_gpus } else { &mut self.partial_gpus };
             *sum = if sign { *sum + gpus } else { *sum - gpus };
@@ -317,6 +327,9 @@ impl<P: Placer> World for Jobs<'_, P> {
             && at <= t
         {
             self.events.pop();
+            if let Ev::Arrive(j) = ev {
+                self.shares.ask(self.queue_of[j], u64::from(self.jobs[j].gpus), true);
+            }
             match ev {
                 Ev::Arrive(j) => match self.mode {
                     JobMode::Fifo => {
@@ -336,6 +349,7 @@ impl<P: Placer> World for Jobs<'_, P> {
                     }
                     let s = &mut self.states[j];
                     s.finished = Some(t);
+                    self.shares.ask(self.queue_of[j], u64::from(self.jobs[j].gpus), false);
                 }
                 Ev::Finish(..) => {}
             }
@@ -411,6 +425,8 @@ pub fn run_jobs(
         sample_pods.extend(pods);
     }
     let first = jobs.iter().map(|j| j.arrival_s).min().unwrap_or(0);
+    let names: BTreeSet<&str> = jobs.iter().map(|j| j.queue.as_str()).collect();
+    let queue_of = jobs.iter().map(|j| names.iter().position(|&q| q == j.queue).unwrap_or(0)).collect();
     let mut world = Jobs {
         placer,
         jobs,
@@ -430,6 +446,8 @@ pub fn run_jobs(
         partial_gpus: 0,
         useful_gpu_s: 0,
         partial_gpu_s: 0,
+        queue_of,
+        shares: share::Shares::new(names.len(), capacity),
     };
     // Arrivals in time order, ties by trace order (FIFO's order).
     let mut order: Vec<usize> = (0..jobs.len()).collect();
@@ -442,7 +460,19 @@ pub fn run_jobs(
     driver.run_to_end(&mut world);
     let end = world.states.iter().filter_map(|s| s.finished).max().unwrap_or(first);
     world.integrate(end);
-    report(jobs, &world.states, mode, capacity, first, end, world.useful_gpu_s, world.partial_gpu_s, driver.report())
+    let mut r = report(
+        jobs,
+        &world.states,
+        mode,
+        capacity,
+        first,
+        end,
+        world.useful_gpu_s,
+        world.partial_gpu_s,
+        driver.report(),
+    );
+    r.summary.jain_share = world.shares.jain();
+    r
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -485,8 +515,7 @@ fn report(
         e.1 += 1;
     }
     let x: Vec<f64> = by_queue.values().map(|&(sum, n)| sum / f64::from(n)).collect();
-    let (sum, squares) = (x.iter().sum::<f64>(), x.iter().map(|v| v * v).sum::<f64>());
-    let jain = if squares > 0.0 { sum * sum / (x.len() as f64 * squares) } else { 1.0 };
+    let jain = share::jain(&x);
     let makespan = end.saturating_sub(first);
     let summary = JobSummary {
         jobs: jobs.len() as u64,
@@ -496,11 +525,13 @@ fn report(
         queue_delay_p50_s: percentile(&delay, 0.5),
         gpu_util: if makespan > 0 && capacity > 0 { useful_gpu_s as f64 / (capacity * makespan) as f64 } else { 0.0 },
         jain_fairness: jain,
+        jain_share: 1.0,
         partial_gang_gpu_s: partial_gpu_s,
         makespan_s: makespan,
     };
     JobReport { mode, summary, outcomes, run }
 }
 
+pub mod share;
 #[cfg(test)]
 mod tests;

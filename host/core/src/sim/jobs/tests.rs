@@ -113,6 +113,10 @@ fn queues_with_guarantees_give_a_late_team_its_share_at_once() {
         two.summary.jain_fairness,
         one.summary.jain_fairness
     );
+    // While both asked for more than the cluster, one queue let a hold
+    // everything (twice its fair half, b nothing); queues give each its half.
+    assert!(one.summary.jain_share < 0.6, "{}", one.summary.jain_share);
+    assert!(two.summary.jain_share > 0.95, "{}", two.summary.jain_share);
     assert_eq!(two.run.preemptions, 1, "one of a's jobs gave back b's half");
     assert_eq!(run_jobs(nodes(&["V100", "V100"]), &jobs, &mut First, JobMode::Gangs, &fair), two, "deterministic");
 }

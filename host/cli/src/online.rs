@@ -132,7 +132,7 @@ pub fn summary(o: &OnlineOutcome) -> String {
         ("departed / left unplaced".into(), format!("{} / {}", r.departed, r.abandoned)),
         ("preemptions (pods evicted)".into(), format!("{} ({})", r.preemptions, r.evicted)),
         ("peak pods waiting".into(), r.peak_waiting.to_string()),
-        ("gangs placed whole / rolled back".into(), format!("{} / {}", r.gangs_admitted, r.gang_rollbacks)),
+        ("gangs whole / rolled back".into(), format!("{} / {}", r.gangs_admitted, r.gang_rollbacks)),
         ("partial-gang GPU·s".into(), r.partial_gang_gpu_s.to_string()),
     ];
     for (tier, w) in &r.waits {

@@ -183,6 +183,26 @@ pub struct PluginEntry {
     /// Plugin-specific configuration, passed to the guest as JSON.
     #[serde(default)]
     pub config: serde_json::Value,
+    /// Where `source` was written, for errors found after parsing.
+    #[serde(skip)]
+    pub source_at: WrittenAt,
+}
+
+/// Where a value was written in its document (1-based; 0 when it was not
+/// read from text). Not part of what the document says: two documents
+/// that differ only in layout are equal.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WrittenAt {
+    /// Line.
+    pub line: usize,
+    /// Column.
+    pub column: usize,
+}
+
+impl PartialEq for WrittenAt {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 /// A hex SHA-256 digest.
@@ -290,9 +310,13 @@ impl PolicyDocument {
 
     /// Parses and validates a document; `file` names it in errors.
     pub fn parse(text: &str, file: &str) -> Result<Self, PolicyError> {
-        let (doc, located) =
+        let (mut doc, located) =
             tessera_input::yaml::parse::<PolicyDocument>(text).map_err(|e| PolicyError::at(file, e))?;
         validate::semantics(&doc, &located).map_err(|e| PolicyError::at(file, e))?;
+        for (i, p) in doc.plugins.iter_mut().enumerate() {
+            let at = located.at(&format!("plugins[{i}].source"));
+            p.source_at = WrittenAt { line: at.line, column: at.column };
+        }
         Ok(doc)
     }
 
@@ -306,8 +330,8 @@ impl PolicyDocument {
             let Source::File(f) = &mut p.source else { continue };
             let refuse = |reason: String| PolicyError::Invalid {
                 file: "policy".into(),
-                line: 0,
-                column: 0,
+                line: p.source_at.line,
+                column: p.source_at.column,
                 reason: format!("plugin {}: {reason}", p.name),
             };
             let Some(root) = root else {
@@ -328,8 +352,8 @@ impl PolicyDocument {
             _ => Path::new("."),
         };
         self.resolve_sources(Some(base)).map_err(|e| match e {
-            PolicyError::Invalid { reason, .. } => {
-                PolicyError::Invalid { file: policy_file.display().to_string(), line: 0, column: 0, reason }
+            PolicyError::Invalid { reason, line, column, .. } => {
+                PolicyError::Invalid { file: policy_file.display().to_string(), line, column, reason }
             }
             other => other,
         })

@@ -121,6 +121,7 @@ fn file_errors_name_the_file_and_sources_resolve_inside_its_directory() {
         let mut doc = PolicyDocument::load(&f).unwrap();
         let e = doc.resolve_paths(&f).unwrap_err().to_string();
         assert!(e.contains("plugin sneaky: source") && e.contains("outside"), "{e}");
+        assert!(e.starts_with(&format!("{}:4:", f.display())), "the line of the source: {e}");
         assert!(!e.contains("root:x"), "{e}");
     }
     // A document with no directory (posted to the service without a

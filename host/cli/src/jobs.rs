@@ -79,15 +79,16 @@ impl Admission {
 }
 
 /// `queues` equal leaf queues `q0`, `q1`, …, each guaranteed an equal
-/// share of the GPUs of each model (rounded down), reclaim on.
-pub fn equal_queues(queues: u32, gpus: [u32; 3]) -> Result<QueueTree> {
+/// share of the GPUs of each model (rounded down), reclaim on; with
+/// `gate`, the fair-share gate too.
+pub fn equal_queues(queues: u32, gpus: [u32; 3], gate: bool) -> Result<QueueTree> {
     let names: Vec<String> = (0..queues.max(1)).map(|q| format!("q{q}")).collect();
-    equal_named_queues(&names, gpus)
+    equal_named_queues(&names, gpus, gate)
 }
 
 /// One leaf queue per name, equal weights, each guaranteed an equal share
 /// of the GPUs of each model (rounded down), reclaim on.
-pub fn equal_named_queues(names: &[String], gpus: [u32; 3]) -> Result<QueueTree> {
+pub fn equal_named_queues(names: &[String], gpus: [u32; 3], gate: bool) -> Result<QueueTree> {
     let n = (names.len() as u32).max(1);
     let by_model: BTreeMap<String, u32> =
         SPEC_MODELS.iter().zip(gpus).filter(|(_, g)| *g / n > 0).map(|(m, g)| (m.to_string(), g / n)).collect();
@@ -102,12 +103,12 @@ pub fn equal_named_queues(names: &[String], gpus: [u32; 3]) -> Result<QueueTree>
             limit: Quota::default(),
         })
         .collect();
-    Ok(QueueTree::new(&QueuesConfig { list, ..QueuesConfig::default() })?)
+    Ok(QueueTree::new(&QueuesConfig { list, fair_share_gate: gate, ..QueuesConfig::default() })?)
 }
 
 /// One leaf queue per virtual cluster, named as its trace, guaranteed the
 /// GPUs of each model its spec gives it (Philly's VC quotas), reclaim on.
-pub fn vc_queues(vcs: &[(String, [u32; 3])]) -> Result<QueueTree> {
+pub fn vc_queues(vcs: &[(String, [u32; 3])], gate: bool) -> Result<QueueTree> {
     let list = vcs
         .iter()
         .map(|(name, gpus)| {
@@ -122,7 +123,7 @@ pub fn vc_queues(vcs: &[(String, [u32; 3])]) -> Result<QueueTree> {
             }
         })
         .collect();
-    Ok(QueueTree::new(&QueuesConfig { list, ..QueuesConfig::default() })?)
+    Ok(QueueTree::new(&QueuesConfig { list, fair_share_gate: gate, ..QueuesConfig::default() })?)
 }
 
 /// A job trace as the simulator takes it.
@@ -284,11 +285,12 @@ pub fn run_one(
     admission: Admission,
     policy: &str,
     seed: u64,
+    gate: bool,
 ) -> Result<(JobRun, JobReport)> {
     let doc = policy_document(policy, seed)?;
     let queues = match admission {
         Admission::FairShare if !doc.queues.list.is_empty() => doc.queue_tree(),
-        Admission::FairShare => equal_queues(trace.queues, gpus)?,
+        Admission::FairShare => equal_queues(trace.queues, gpus, gate)?,
         _ => QueueTree::default(),
     };
     run_with(rt, trace, gpus, admission, Some(queues), &doc, seed)
@@ -360,6 +362,8 @@ pub struct JobsOptions {
     /// With `mix`: every VC's queue guaranteed an equal share of the pooled
     /// cluster instead (equal weights).
     pub equal: bool,
+    /// The built-in queues of `fair-share` with the fair-share gate.
+    pub gate: bool,
 }
 
 /// Runs the bench.
@@ -384,7 +388,7 @@ pub fn bench(opts: &JobsOptions) -> Result<JobsBench> {
     for f in files {
         let (trace, gpus) = prepare(&f, opts.queues, opts.seed)?;
         let results = crate::replay::run_parallel(Admission::ALL.to_vec(), |rt, admission| {
-            run_one(rt, &trace, gpus, admission, &opts.policy, opts.seed).map(|(run, _)| run)
+            run_one(rt, &trace, gpus, admission, &opts.policy, opts.seed, opts.gate).map(|(run, _)| run)
         })?;
         for r in results {
             runs.push(r?);
@@ -416,6 +420,9 @@ fn mixed(files: &[PathBuf], opts: &JobsOptions) -> Result<JobsBench> {
     if opts.equal {
         all.name += "=";
     }
+    if opts.gate {
+        all.name += "+gate";
+    }
     let mut gpus = [0u32; 3];
     for (_, g) in &vcs {
         for (sum, x) in gpus.iter_mut().zip(g) {
@@ -423,9 +430,9 @@ fn mixed(files: &[PathBuf], opts: &JobsOptions) -> Result<JobsBench> {
         }
     }
     let fair = if opts.equal {
-        equal_named_queues(&vcs.iter().map(|(name, _)| name.clone()).collect::<Vec<_>>(), gpus)?
+        equal_named_queues(&vcs.iter().map(|(name, _)| name.clone()).collect::<Vec<_>>(), gpus, opts.gate)?
     } else {
-        vc_queues(&vcs)?
+        vc_queues(&vcs, opts.gate)?
     };
     let doc = policy_document(&opts.policy, opts.seed)?;
     let results = crate::replay::run_parallel(Admission::ALL.to_vec(), |rt, admission| {

@@ -139,6 +139,10 @@ fn bench_jobs_mix_gives_each_virtual_cluster_its_guarantee() {
     let eq = v["runs"].as_array().unwrap().iter().find(|r| r["policy"] == "fair-share").unwrap().clone();
     assert_eq!(eq["trace"], "mix:2=");
     assert_eq!(eq["jain_share"], fair["jain_share"], "{eq}\n{fair}");
+    // The fair-share gate: every job still finishes.
+    let v = bench_jobs(dir.path(), &["--mix", "--equal", "--gate"]);
+    let gated = v["runs"].as_array().unwrap().iter().find(|r| r["policy"] == "fair-share").unwrap().clone();
+    assert_eq!((gated["trace"].as_str(), gated["completed"].as_u64()), (Some("mix:2=+gate"), Some(6)), "{gated}");
     // Half the pooled cluster: each VC guaranteed half of its own.
     let v = bench_jobs(dir.path(), &["--mix", "--capacity", "50"]);
     assert_eq!(v["runs"][0]["trace"], "mix:2@50%");

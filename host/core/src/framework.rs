@@ -115,17 +115,29 @@ pub enum QueueWait {
         /// Used now.
         used: String,
     },
+    /// `queue` (its own or an ancestor) already uses its fair share of
+    /// GPUs or more while other queues' demand is unmet
+    /// (`SCHED-QUEUE-FAIR-SHARE`; with `fair_share_gate`).
+    FairShare {
+        /// The queue at its share.
+        queue: String,
+        /// GPUs it uses.
+        used: String,
+        /// Its fair share of GPUs this pass.
+        share: String,
+    },
 }
 
 impl QueueWait {
     /// Every code a queue's wait has.
-    pub const CODES: [&'static str; 2] = ["SCHED-QUEUE-UNKNOWN", "SCHED-QUEUE-LIMIT"];
+    pub const CODES: [&'static str; 3] = ["SCHED-QUEUE-UNKNOWN", "SCHED-QUEUE-LIMIT", "SCHED-QUEUE-FAIR-SHARE"];
 
     /// The stable reason code.
     pub fn code(&self) -> &'static str {
         match self {
             QueueWait::Unknown { .. } => Self::CODES[0],
             QueueWait::Limit { .. } => Self::CODES[1],
+            QueueWait::FairShare { .. } => Self::CODES[2],
         }
     }
 
@@ -135,6 +147,9 @@ impl QueueWait {
             QueueWait::Unknown { queue } => format!("queue {queue} is not a leaf queue of the policy"),
             QueueWait::Limit { queue, resource, limit, used } => {
                 format!("queue {queue} is at its limit of {resource} ({used} of {limit} used)")
+            }
+            QueueWait::FairShare { queue, used, share } => {
+                format!("queue {queue} uses {used} GPUs, at or past its fair share of {share}, while others wait")
             }
         }
     }

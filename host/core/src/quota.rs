@@ -49,13 +49,20 @@ pub struct QueuesConfig {
     /// Whether a queue below its guarantee may preempt pods of queues over
     /// theirs (reclaim).
     pub reclaim: bool,
+    /// Whether a queue that already uses its fair share of GPUs (or more)
+    /// starts no new GPU pods while other queues' demand is unmet (Volcano's
+    /// `proportion` does the same with its "overused" check): room that
+    /// frees goes to the queues below their share, at the cost of leaving
+    /// GPUs idle until their jobs fit. A queue using nothing may always
+    /// start one.
+    pub fair_share_gate: bool,
     /// The queues, parents before or after their children.
     pub list: Vec<QueueSpec>,
 }
 
 impl Default for QueuesConfig {
     fn default() -> Self {
-        Self { default_queue: DEFAULT_QUEUE.into(), reclaim: true, list: Vec::new() }
+        Self { default_queue: DEFAULT_QUEUE.into(), reclaim: true, fair_share_gate: false, list: Vec::new() }
     }
 }
 
@@ -262,6 +269,7 @@ pub struct QueueTree {
     roots: Vec<usize>,
     default: usize,
     reclaim: bool,
+    fair_share_gate: bool,
 }
 
 impl Default for QueueTree {
@@ -406,7 +414,7 @@ impl QueueTree {
                 ));
             }
         }
-        Ok(Self { nodes, by_name, roots, default, reclaim: cfg.reclaim })
+        Ok(Self { nodes, by_name, roots, default, reclaim: cfg.reclaim, fair_share_gate: cfg.fair_share_gate })
     }
 
     /// The queues, by index.
@@ -422,6 +430,11 @@ impl QueueTree {
     /// Whether reclaim is on.
     pub fn reclaim(&self) -> bool {
         self.reclaim
+    }
+
+    /// Whether queues at their fair share of GPUs start nothing new.
+    pub fn fair_share_gate(&self) -> bool {
+        self.fair_share_gate
     }
 
     /// Whether this is the one implicit queue (no `queues:` section).

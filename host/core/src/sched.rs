@@ -416,6 +416,7 @@ impl Scheduler {
     /// needs members placed brings its whole gang to the decision.
     pub fn schedule<P: Placer + ?Sized>(&mut self, placer: &mut P, now: u64) -> Vec<Event> {
         self.flush(placer);
+        self.open_gate();
         let mut events = Vec::new();
         while let Some(p) = self.next_listed(now) {
             let id = p.item;

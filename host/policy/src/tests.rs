@@ -288,6 +288,9 @@ queues:
     let research = tree.index("research").unwrap();
     assert_eq!(tree.leaf_of(&tessera_core::Pod::default()), Ok(research));
     assert!(tree.reclaim(), "reclaim is on by default");
+    assert!(!tree.fair_share_gate(), "the fair-share gate is off by default");
+    let gated = section.replace("  default_queue: research\n", "  default_queue: research\n  fair_share_gate: true\n");
+    assert!(PolicyDocument::parse(&format!("{GOOD}{gated}"), "p.yaml").unwrap().queue_tree().fair_share_gate());
     assert_eq!(PolicyDocument::parse(GOOD, "p.yaml").unwrap().queue_tree(), tessera_core::quota::QueueTree::default());
 
     let (line, _, reason) = invalid(&format!(

@@ -150,6 +150,11 @@ pub enum BenchCmd {
         /// cluster's GPUs.
         #[arg(long, requires = "mix")]
         equal: bool,
+        /// fair-share's built-in queues with the fair-share gate: a queue
+        /// already at its fair share of GPUs starts nothing new while
+        /// others' demand is unmet.
+        #[arg(long)]
+        gate: bool,
         #[arg(long, value_enum, default_value = "table")]
         format: Format,
     },
@@ -201,12 +206,21 @@ pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
                 tessera::gang_bench::GangOptions { nodes, gangs, members, member_gpus, idle_pct, queues, policy, seed };
             emit(&tessera::gang_bench::run(&opts)?, format)?;
         }
-        BenchCmd::Jobs { traces, policy, queues, seed, only, mix, capacity, equal, format } => {
+        BenchCmd::Jobs { traces, policy, queues, seed, only, mix, capacity, equal, gate, format } => {
             if queues == 0 {
                 anyhow::bail!("--queues must be at least 1");
             }
-            let opts =
-                tessera::jobs::JobsOptions { traces, policy, queues, seed, only, mix, capacity_pct: capacity, equal };
+            let opts = tessera::jobs::JobsOptions {
+                traces,
+                policy,
+                queues,
+                seed,
+                only,
+                mix,
+                capacity_pct: capacity,
+                equal,
+                gate,
+            };
             emit(&tessera::jobs::bench(&opts)?, format)?;
         }
         BenchCmd::Reschedule { nodes, pods, seed, reps, format } => {

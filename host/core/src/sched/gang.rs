@@ -172,6 +172,18 @@ impl Scheduler {
             return;
         }
 
+        // The fair-share gate takes a gang as one, before anything is held
+        // (its own held members would close it half-way).
+        if let Some(w) = waiting.first().and_then(|(m, _)| self.fair_share_wait(&self.pods[m].pod)) {
+            for (m, lvl) in waiting {
+                let event = self.park(m, Why::Queue(w.clone()), now, lvl);
+                self.record(m, [0; FilterReason::COUNT], 0, &event);
+                events.push(event);
+            }
+            return;
+        }
+        self.queues.gate_off = true;
+
         // Hold room member by member.
         let mut held: Vec<Held> = Vec::new();
         let mut failed: Vec<(PodId, usize, Why, [u32; FilterReason::COUNT], usize)> = Vec::new();
@@ -220,6 +232,7 @@ impl Scheduler {
             }
         }
 
+        self.queues.gate_off = false;
         if held.len() >= needed {
             self.stats.gangs_admitted += u64::from(needed > 0);
             if let Some(st) = self.gangs.get_mut(name) {

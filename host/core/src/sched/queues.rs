@@ -29,6 +29,12 @@ pub(super) struct Queues {
     pub(super) charged: BTreeMap<PodId, (usize, Amounts)>,
     /// Parked pods a limit holds, by the queue whose limit it is.
     pub(super) limited: BTreeMap<usize, BTreeSet<PodId>>,
+    /// With `fair_share_gate`: each queue's fair share of GPUs this pass.
+    pub(super) share: Option<Vec<u64>>,
+    /// Parked pods the gate holds, by the queue at its share.
+    pub(super) gated: BTreeMap<usize, BTreeSet<PodId>>,
+    /// Set while a gang holds room: the gang passed the gate as one.
+    pub(super) gate_off: bool,
     /// Per queue, pods placed from it.
     pub(super) admitted: Vec<u64>,
     /// What the cluster has (ready nodes), while no node changed.
@@ -44,6 +50,9 @@ impl Queues {
             used: vec![Amounts::default(); n],
             charged: BTreeMap::new(),
             limited: BTreeMap::new(),
+            share: None,
+            gated: BTreeMap::new(),
+            gate_off: false,
             admitted: vec![0; n],
             capacity: None,
         }
@@ -306,11 +315,72 @@ impl Scheduler {
     /// Notes that parked pod `id` waits on `why`: a limit's queue wakes it
     /// when its use falls.
     pub(super) fn note_parked(&mut self, id: PodId, why: &Why) {
-        if let Some(QueueWait::Limit { queue, .. }) = why.queue_wait()
-            && let Some(q) = self.queues.tree.index(queue)
-        {
-            self.queues.limited.entry(q).or_default().insert(id);
+        match why.queue_wait() {
+            Some(QueueWait::Limit { queue, .. }) => {
+                if let Some(q) = self.queues.tree.index(queue) {
+                    self.queues.limited.entry(q).or_default().insert(id);
+                }
+            }
+            Some(QueueWait::FairShare { queue, .. }) => {
+                if let Some(q) = self.queues.tree.index(queue) {
+                    self.queues.gated.entry(q).or_default().insert(id);
+                }
+            }
+            _ => {}
         }
+    }
+
+    /// With `fair_share_gate`, at the start of a pass: each queue's fair
+    /// share of GPUs now (demand-aware, so it grows when another queue's
+    /// demand ends), and the pods the gate parked woken where their queue
+    /// is now below it.
+    pub(super) fn open_gate(&mut self) {
+        if !self.queues.tree.fair_share_gate() || self.queues.tree.is_trivial() {
+            self.queues.share = None;
+            return;
+        }
+        let share: Vec<u64> = self.queues().iter().map(|q| q.fair_share.get(&Dim::Gpu)).collect();
+        let mut gated = std::mem::take(&mut self.queues.gated);
+        let mut ready = Vec::new();
+        gated.retain(|&q, held| {
+            let open = !self.over_share(q, &share);
+            if open {
+                ready.extend(held.iter().copied());
+            }
+            !open
+        });
+        self.queues.gated = gated;
+        ready.retain(|p| self.parked.contains(p));
+        self.queues.share = Some(share);
+        self.wake(ready);
+    }
+
+    /// Whether queue `q` uses GPUs, at least its `share` of them, while a
+    /// leaf queue outside it is below its own share (wants room it is
+    /// entitled to): what the gate holds.
+    fn over_share(&self, q: usize, share: &[u64]) -> bool {
+        let tree = &self.queues.tree;
+        let gpus = |q: usize| self.queues.used[q].get(&Dim::Gpu);
+        let used = gpus(q);
+        used > 0
+            && used >= share[q]
+            && (0..tree.nodes().len()).any(|l| tree.nodes()[l].is_leaf() && !tree.contains(q, l) && gpus(l) < share[l])
+    }
+
+    /// The gate's verdict on GPU pod `pod`: held if its queue or an
+    /// ancestor is over its share ([`Self::over_share`]).
+    pub(super) fn fair_share_wait(&self, pod: &Pod) -> Option<QueueWait> {
+        let share = self.queues.share.as_ref()?;
+        if pod.gpu_count == 0 || self.queues.gate_off {
+            return None;
+        }
+        let tree = &self.queues.tree;
+        let leaf = tree.leaf_of(pod).ok()?;
+        tree.path(leaf).find(|&q| self.over_share(q, share)).map(|q| QueueWait::FairShare {
+            queue: tree.nodes()[q].name.clone(),
+            used: Dim::Gpu.show(self.queues.used[q].get(&Dim::Gpu)),
+            share: Dim::Gpu.show(share[q]),
+        })
     }
 
     /// Why `pod` may not be placed by its queue now, if it may not:
@@ -323,6 +393,9 @@ impl Scheduler {
             return Ok(());
         }
         let leaf = tree.leaf_of(pod).map_err(|q| QueueWait::Unknown { queue: q.to_string() })?;
+        if let Some(w) = self.fair_share_wait(pod) {
+            return Err(w);
+        }
         let need = Amounts::anywhere(pod);
         if let Some((q, d)) = tree.over_limit(leaf, &self.queues.used, &need) {
             return Err(self.limit_wait(q, &d));

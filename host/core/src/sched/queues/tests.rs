@@ -319,3 +319,51 @@ fn use_is_what_runs_and_limits_hold_over_random_runs() {
         }
     }
 }
+
+/// Queue a fills two 8-GPU nodes with 4-GPU pods before b asks for one
+/// 8-GPU pod. Without the gate, each half node a frees goes back to a (b
+/// never fits); with it, a — already at its fair half — starts nothing
+/// new, the freed GPUs wait, and b runs once a whole node is free. When b
+/// is gone, a's share grows back and its held pods run.
+#[test]
+fn the_fair_share_gate_keeps_room_for_a_queue_below_its_share() {
+    let run = |gate: bool| {
+        let list = vec![
+            queue("a", 1.0, Quota::default(), Quota::default()),
+            queue("b", 1.0, Quota::default(), Quota::default()),
+        ];
+        let mut s = Scheduler::new(vec![node("n0", 8, "A100"), node("n1", 8, "A100")], SchedConfig::default());
+        let cfg = QueuesConfig { list, reclaim: false, fair_share_gate: gate, ..QueuesConfig::default() };
+        s.set_queues(QueueTree::new(&cfg).unwrap());
+        for i in 0..8 {
+            s.submit(i, pod(&format!("a{i}"), "a", 4), 0).unwrap();
+        }
+        s.schedule(&mut First, 0);
+        assert_eq!(held(&s)["a"], 16, "alone, a may take everything");
+        s.submit(10, pod("b", "b", 8), 10).unwrap();
+        s.schedule(&mut First, 10);
+        s.remove(0);
+        let at_20 = s.schedule(&mut First, 20);
+        s.remove(1);
+        s.schedule(&mut First, 30);
+        (s, at_20)
+    };
+    let (open, _) = run(false);
+    assert!(!held(&open).contains_key("b"), "without the gate a backfills each freed half: {:?}", held(&open));
+    let (mut gated, at_20) = run(true);
+    assert!(
+        reasons(&at_20).iter().any(|(id, code)| *id == 4 && code == "SCHED-QUEUE-FAIR-SHARE"),
+        "a's next pod waits at its share: {at_20:?}"
+    );
+    assert_eq!(held(&gated).get("b"), Some(&8), "b's pod got the node a freed");
+    let held_a: Vec<PodId> = gated
+        .waiting()
+        .filter(|(_, _, why)| why.and_then(|w| w.queue_wait()).map(QueueWait::code) == Some("SCHED-QUEUE-FAIR-SHARE"))
+        .map(|(id, _, _)| id)
+        .collect();
+    assert_eq!(held_a, [4, 5, 6, 7]);
+    // b leaves: a's fair share is everything again, and its pods run.
+    gated.remove(10);
+    gated.schedule(&mut First, 40);
+    assert_eq!(held(&gated).get("a"), Some(&16), "a's held pods woke when its share grew");
+}

@@ -110,10 +110,10 @@ fn is_idle(n: &Node) -> bool {
     n.free == n.capacity && n.gpus.iter().all(|g| g.free_milli == GPU_MILLI)
 }
 
-fn one_run(rt: &Runtime, opts: &GangOptions, queues: u32) -> Result<GangRun> {
+fn one_run(rt: &Runtime, opts: &GangOptions, nodes: Vec<Node>, queues: u32) -> Result<GangRun> {
     let doc = sim::policy_document(&opts.policy, opts.seed)?;
     let mut placer = load::load_policy(rt, &doc)?.without_timeout();
-    let mut s = Scheduler::new(cluster(opts), SchedConfig::default());
+    let mut s = Scheduler::new(nodes, SchedConfig::default());
     if queues > 1 {
         let total = opts.nodes * 8;
         let list = (0..queues)
@@ -171,13 +171,15 @@ pub fn run(opts: &GangOptions) -> Result<GangBench> {
         bail!("--nodes and --gangs must be positive, --members at least 2, --member-gpus 1..=8, --idle 0..=100");
     }
     let rt = Runtime::new(RuntimeConfig::default())?;
-    let runs = vec![one_run(&rt, opts, 1)?, one_run(&rt, opts, opts.queues.max(2))?];
+    let nodes = cluster(opts);
+    let idle_nodes = nodes.iter().filter(|n| is_idle(n)).count() as u32;
+    let runs = vec![one_run(&rt, opts, nodes.clone(), 1)?, one_run(&rt, opts, nodes, opts.queues.max(2))?];
     Ok(GangBench {
         nodes: opts.nodes,
         gangs: opts.gangs,
         members: opts.members,
         member_gpus: opts.member_gpus,
-        idle_nodes: cluster(opts).iter().filter(|n| is_idle(n)).count() as u32,
+        idle_nodes,
         runs,
     })
 }

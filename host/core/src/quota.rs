@@ -545,34 +545,26 @@ pub fn fair_shares(tree: &QueueTree, capacity: &Amounts, demand: &[Amounts]) -> 
     out
 }
 
-fn divide(tree: &QueueTree, siblings: &[usize], d: &Dim, total: u64, demand: &[Amounts], out: &mut [Amounts]) {
-    let want: Vec<u64> = siblings
-        .iter()
-        .map(|&q| {
-            let lim = tree.nodes[q].limit.get(d).copied().unwrap_or(u64::MAX);
-            demand[q].get(d).min(lim)
-        })
-        .collect();
-    let mut got: Vec<u64> = siblings.iter().zip(&want).map(|(&q, &w)| tree.nodes[q].guaranteed(d).min(w)).collect();
+/// Water-filling by weight: what is left of `total` after `got` is given,
+/// round by round, to every claimant that wants more, each its weight's
+/// share of what is left, capped by what it `want`s; shares rounded to
+/// nothing go one unit at a time, in order.
+pub fn water_fill(total: u64, want: &[u64], weights: &[f64], got: &mut [u64]) {
     let mut left = total.saturating_sub(got.iter().sum());
-    // Water-filling by weight: each round gives every queue that wants
-    // more its weight's share of what is left, capped by what it wants.
     loop {
-        let open: Vec<usize> = (0..siblings.len()).filter(|&i| got[i] < want[i]).collect();
+        let open: Vec<usize> = (0..want.len()).filter(|&i| got[i] < want[i]).collect();
         if open.is_empty() || left == 0 {
             break;
         }
-        let weights: f64 = open.iter().map(|&i| tree.nodes[siblings[i]].weight).sum();
+        let weight: f64 = open.iter().map(|&i| weights[i]).sum();
         let mut given = 0;
         for &i in &open {
-            let share = (left as f64 * tree.nodes[siblings[i]].weight / weights).floor() as u64;
+            let share = (left as f64 * weights[i] / weight).floor() as u64;
             let g = share.min(want[i] - got[i]);
             got[i] += g;
             given += g;
         }
         if given == 0 {
-            // Shares rounded to nothing: the rest goes one unit at a time,
-            // in sibling order.
             for &i in &open {
                 if left == given {
                     break;
@@ -583,6 +575,19 @@ fn divide(tree: &QueueTree, siblings: &[usize], d: &Dim, total: u64, demand: &[A
         }
         left -= given;
     }
+}
+
+fn divide(tree: &QueueTree, siblings: &[usize], d: &Dim, total: u64, demand: &[Amounts], out: &mut [Amounts]) {
+    let want: Vec<u64> = siblings
+        .iter()
+        .map(|&q| {
+            let lim = tree.nodes[q].limit.get(d).copied().unwrap_or(u64::MAX);
+            demand[q].get(d).min(lim)
+        })
+        .collect();
+    let mut got: Vec<u64> = siblings.iter().zip(&want).map(|(&q, &w)| tree.nodes[q].guaranteed(d).min(w)).collect();
+    let weights: Vec<f64> = siblings.iter().map(|&q| tree.nodes[q].weight).collect();
+    water_fill(total, &want, &weights, &mut got);
     for (i, &q) in siblings.iter().enumerate() {
         if got[i] > 0 {
             out[q].0.insert(d.clone(), got[i]);

@@ -77,19 +77,19 @@ pub fn placement(node: &Node<'_>, k: usize) -> Option<Placement> {
     if free.len() < k {
         return None;
     }
-    if links.iter().all(|l| l.island == links[0].island) {
-        // One island (or no topology reported): every set costs nothing,
-        // and the island stops being whole only if it was (this runs for
-        // every candidate: no search for what is known).
-        let whole = free.len() == links.len() && k > 0;
-        return Some(Placement {
-            set: free[..k].to_vec(),
-            cost: 0,
-            span: Distance::Nvlink,
-            islands_broken: if whole { free.len() as u32 } else { 0 },
-        });
+    if let Some(islands_broken) = one_island_broken(links, free.len(), k) {
+        return Some(Placement { set: free[..k].to_vec(), cost: 0, span: Distance::Nvlink, islands_broken });
     }
     searched(links, &free, k)
+}
+
+/// For a node whose GPUs share one island (every node that reports no
+/// topology does), placing `k` of its `free` GPUs without searching (this
+/// runs for every candidate): every set costs nothing, and the island
+/// stops being whole only if it was; `None` for a node of several islands.
+fn one_island_broken(links: &[topology::GpuLink], free: usize, k: usize) -> Option<u32> {
+    let one = links.iter().all(|l| l.island == links[0].island);
+    one.then_some(if free == links.len() && k > 0 { free as u32 } else { 0 })
 }
 
 /// [`placement`] by the host's search (what the one-island shortcut must
@@ -139,14 +139,17 @@ impl Scorer for GpuTopology {
 
     fn score(&self, pod: &Pod, node: &Node<'_>) -> Score {
         let Some(k) = whole_gpus(pod) else { return Score::new(0) };
-        // One island (the common case, and every node without topology):
-        // counted without building the set; it runs for every candidate.
+        // One island (the common case): counted without building the set.
         let links = node.meta().map(|m| m.gpu_links.as_slice()).unwrap_or_default();
         let gpus = node.gpus();
-        if links.len() == gpus.len() && links.iter().all(|l| l.island == links[0].island) {
+        if links.len() == gpus.len() {
             let free = gpus.iter().filter(|g| g.fits(1000)).count();
-            let broken = if free == gpus.len() && free >= k { free as i64 } else { 0 };
-            return Score::new(-broken);
+            if free < k {
+                return Score::new(0);
+            }
+            if let Some(broken) = one_island_broken(links, free, k) {
+                return Score::new(-i64::from(broken));
+            }
         }
         let Some(p) = placement(node, k) else { return Score::new(0) };
         Score::new(-(COST_WEIGHT * i64::from(p.cost) + i64::from(p.islands_broken)))

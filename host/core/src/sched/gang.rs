@@ -164,22 +164,14 @@ impl Scheduler {
         };
         if (present as usize) < spec.min_member as usize {
             let why = wait(GangWait::Incomplete { gang: name.to_string(), present, min_member: spec.min_member });
-            for (m, lvl) in waiting {
-                let event = self.park(m, why.clone(), now, lvl);
-                self.record(m, [0; FilterReason::COUNT], 0, &event);
-                events.push(event);
-            }
+            self.park_untried(waiting, &why, now, events);
             return;
         }
 
         // The fair-share gate takes a gang as one, before anything is held
         // (its own held members would close it half-way).
         if let Some(w) = waiting.first().and_then(|(m, _)| self.fair_share_wait(&self.pods[m].pod)) {
-            for (m, lvl) in waiting {
-                let event = self.park(m, Why::Queue(w.clone()), now, lvl);
-                self.record(m, [0; FilterReason::COUNT], 0, &event);
-                events.push(event);
-            }
+            self.park_untried(waiting, &Why::Queue(w), now, events);
             return;
         }
         self.queues.gate_off = true;
@@ -293,6 +285,15 @@ impl Scheduler {
         for (m, lvl, rejected, candidates) in tried {
             let event = self.park(m, why.clone(), now, lvl);
             self.record(m, rejected, candidates, &event);
+            events.push(event);
+        }
+    }
+
+    /// Parks `members`, none of them tried, with `why`.
+    fn park_untried(&mut self, members: Vec<(PodId, usize)>, why: &Why, now: u64, events: &mut Vec<Event>) {
+        for (m, lvl) in members {
+            let event = self.park(m, why.clone(), now, lvl);
+            self.record(m, [0; FilterReason::COUNT], 0, &event);
             events.push(event);
         }
     }

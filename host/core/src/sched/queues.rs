@@ -132,8 +132,10 @@ impl Scheduler {
         self.wake(held);
     }
 
-    /// The queues: use, guarantee, limit, what is borrowed, fair share.
-    pub fn queues(&self) -> Vec<QueueStatus> {
+    /// Per queue (its subtree summed in): pods pending, pods running, and
+    /// its fair share of each resource of the cluster now (demand: use
+    /// plus what waits).
+    fn tally(&self, capacity: &Amounts) -> (Vec<u64>, Vec<u64>, Vec<Amounts>) {
         let tree = &self.queues.tree;
         let n = tree.nodes().len();
         let (mut pending, mut running) = (vec![0u64; n], vec![0u64; n]);
@@ -153,8 +155,14 @@ impl Scheduler {
                 }
             }
         }
+        (pending, running, fair_shares(tree, capacity, &demand))
+    }
+
+    /// The queues: use, guarantee, limit, what is borrowed, fair share.
+    pub fn queues(&self) -> Vec<QueueStatus> {
+        let tree = &self.queues.tree;
         let capacity = self.capacity();
-        let fair = fair_shares(tree, &capacity, &demand);
+        let (pending, running, fair) = self.tally(&capacity);
         tree.nodes()
             .iter()
             .enumerate()
@@ -339,7 +347,7 @@ impl Scheduler {
             self.queues.share = None;
             return;
         }
-        let share: Vec<u64> = self.queues().iter().map(|q| q.fair_share.get(&Dim::Gpu)).collect();
+        let share: Vec<u64> = self.tally(&self.capacity()).2.iter().map(|f| f.get(&Dim::Gpu)).collect();
         let mut gated = std::mem::take(&mut self.queues.gated);
         let mut ready = Vec::new();
         gated.retain(|&q, held| {

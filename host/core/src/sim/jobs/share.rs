@@ -49,7 +49,7 @@ impl Shares {
         if dt == 0 || self.demand.iter().sum::<u64>() <= self.capacity {
             return;
         }
-        let fair = max_min_fair(self.capacity as f64, &self.demand);
+        let fair = max_min_fair(self.capacity, &self.demand);
         for (got, &held) in self.got.iter_mut().zip(&self.held) {
             *got += held as f64 * dt as f64;
         }
@@ -72,29 +72,14 @@ pub fn jain(x: &[f64]) -> f64 {
     if squares > 0.0 { sum * sum / (x.len() as f64 * squares) } else { 1.0 }
 }
 
-/// Max-min fair shares of `capacity` among queues asking for `demand`,
-/// equal weights (water-filling).
-pub fn max_min_fair(capacity: f64, demand: &[u64]) -> Vec<f64> {
-    let mut share = vec![0.0; demand.len()];
-    let mut open: Vec<usize> = (0..demand.len()).filter(|&q| demand[q] > 0).collect();
-    let mut left = capacity;
-    while !open.is_empty() && left > 0.0 {
-        let each = left / open.len() as f64;
-        let (sated, rest): (Vec<usize>, Vec<usize>) =
-            open.iter().copied().partition(|&q| demand[q] as f64 - share[q] <= each);
-        if sated.is_empty() {
-            for q in open {
-                share[q] += each;
-            }
-            break;
-        }
-        for q in sated {
-            left -= demand[q] as f64 - share[q];
-            share[q] = demand[q] as f64;
-        }
-        open = rest;
-    }
-    share
+/// Max-min fair shares of `capacity` GPUs among queues asking for
+/// `demand`, equal weights (the queues' water-filling,
+/// [`crate::quota::water_fill`], in thousandths of a GPU).
+pub fn max_min_fair(capacity: u64, demand: &[u64]) -> Vec<f64> {
+    let want: Vec<u64> = demand.iter().map(|d| d * 1000).collect();
+    let mut got = vec![0; demand.len()];
+    crate::quota::water_fill(capacity * 1000, &want, &vec![1.0; demand.len()], &mut got);
+    got.iter().map(|&g| g as f64 / 1000.0).collect()
 }
 
 #[cfg(test)]
@@ -103,10 +88,10 @@ mod tests {
 
     #[test]
     fn water_filling_gives_the_small_what_they_ask_and_splits_the_rest() {
-        assert_eq!(max_min_fair(12.0, &[2, 10, 10]), [2.0, 5.0, 5.0]);
-        assert_eq!(max_min_fair(12.0, &[20, 20, 20]), [4.0, 4.0, 4.0]);
-        assert_eq!(max_min_fair(12.0, &[0, 3, 30]), [0.0, 3.0, 9.0]);
-        assert_eq!(max_min_fair(12.0, &[1, 2, 3]), [1.0, 2.0, 3.0], "room for all");
+        assert_eq!(max_min_fair(12, &[2, 10, 10]), [2.0, 5.0, 5.0]);
+        assert_eq!(max_min_fair(12, &[20, 20, 20]), [4.0, 4.0, 4.0]);
+        assert_eq!(max_min_fair(12, &[0, 3, 30]), [0.0, 3.0, 9.0]);
+        assert_eq!(max_min_fair(12, &[1, 2, 3]), [1.0, 2.0, 3.0], "room for all");
     }
 
     #[test]

@@ -151,6 +151,11 @@ pub struct JobSummary {
     /// the cluster (1: each held its share; see `share`).
     #[serde(default)]
     pub jain_share: f64,
+    /// Per queue, the GPU-seconds it held ÷ its fair share while
+    /// contended (queues entitled to nothing are left out): what
+    /// `jain_share` is the index of.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub queue_share: BTreeMap<String, f64>,
     /// GPU-seconds held by members of jobs not all of whose members ran.
     pub partial_gang_gpu_s: u64,
     /// From the first arrival to the last finish, s.
@@ -472,6 +477,8 @@ pub fn run_jobs(
         driver.report(),
     );
     r.summary.jain_share = world.shares.jain();
+    r.summary.queue_share =
+        names.iter().zip(world.shares.ratios()).filter_map(|(name, ratio)| Some((name.to_string(), ratio?))).collect();
     r
 }
 
@@ -526,6 +533,7 @@ fn report(
         gpu_util: if makespan > 0 && capacity > 0 { useful_gpu_s as f64 / (capacity * makespan) as f64 } else { 0.0 },
         jain_fairness: jain,
         jain_share: 1.0,
+        queue_share: BTreeMap::new(),
         partial_gang_gpu_s: partial_gpu_s,
         makespan_s: makespan,
     };

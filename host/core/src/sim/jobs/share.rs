@@ -58,10 +58,16 @@ impl Shares {
         }
     }
 
+    /// Per queue, held ÷ fair share while contended (none if it was
+    /// entitled to nothing).
+    pub(super) fn ratios(&self) -> Vec<Option<f64>> {
+        self.got.iter().zip(&self.fair).map(|(g, f)| (*f > 0.0).then(|| g / f)).collect()
+    }
+
     /// Jain's index over the queues that were entitled to anything of
     /// held ÷ fair share (1 if demand never exceeded the cluster).
     pub(super) fn jain(&self) -> f64 {
-        let x: Vec<f64> = self.got.iter().zip(&self.fair).filter(|(_, f)| **f > 0.0).map(|(g, f)| g / f).collect();
+        let x: Vec<f64> = self.ratios().into_iter().flatten().collect();
         jain(&x)
     }
 }

@@ -39,6 +39,9 @@ pub const MAX_QUEUES: usize = 1024;
 /// Largest queue weight.
 pub const MAX_QUEUE_WEIGHT: f64 = 1e6;
 
+/// Shortest and longest `usage_half_life_s`: a minute, a year.
+pub const USAGE_HALF_LIFE_S: std::ops::RangeInclusive<u64> = 60..=365 * 86_400;
+
 /// The `queues:` section of a policy document.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -56,13 +59,28 @@ pub struct QueuesConfig {
     /// GPUs idle until their jobs fit. A queue using nothing may always
     /// start one.
     pub fair_share_gate: bool,
+    /// With the gate: time-based fair share. GPU-seconds a queue held over
+    /// (or under) its fair share while demand exceeded the cluster are
+    /// remembered, halving every this many seconds, and lower (raise) the
+    /// share the gate holds it to until they are paid back, so a queue
+    /// whose jobs are wider than its share takes turns instead of keeping
+    /// more than its share (KAI's time-based fair share, Slurm's usage
+    /// decay). Unset: the gate looks at the present only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage_half_life_s: Option<u64>,
     /// The queues, parents before or after their children.
     pub list: Vec<QueueSpec>,
 }
 
 impl Default for QueuesConfig {
     fn default() -> Self {
-        Self { default_queue: DEFAULT_QUEUE.into(), reclaim: true, fair_share_gate: false, list: Vec::new() }
+        Self {
+            default_queue: DEFAULT_QUEUE.into(),
+            reclaim: true,
+            fair_share_gate: false,
+            usage_half_life_s: None,
+            list: Vec::new(),
+        }
     }
 }
 
@@ -270,6 +288,7 @@ pub struct QueueTree {
     default: usize,
     reclaim: bool,
     fair_share_gate: bool,
+    usage_half_life_s: Option<u64>,
 }
 
 impl Default for QueueTree {
@@ -282,6 +301,16 @@ impl QueueTree {
     /// Checks `cfg` and builds its tree.
     pub fn new(cfg: &QueuesConfig) -> Result<Self, QueuesError> {
         let err = |field: String, reason: String| QueuesError { field, reason };
+        if let Some(h) = cfg.usage_half_life_s {
+            let field = "usage_half_life_s".to_string();
+            if !USAGE_HALF_LIFE_S.contains(&h) {
+                let (lo, hi) = (USAGE_HALF_LIFE_S.start(), USAGE_HALF_LIFE_S.end());
+                return Err(err(field, format!("{h} s must be within {lo}..={hi}")));
+            }
+            if !cfg.fair_share_gate {
+                return Err(err(field, "remembers use for the fair-share gate: set fair_share_gate: true".into()));
+            }
+        }
         if cfg.list.len() > MAX_QUEUES {
             return Err(err("list".into(), format!("{} queues; at most {MAX_QUEUES}", cfg.list.len())));
         }
@@ -414,7 +443,15 @@ impl QueueTree {
                 ));
             }
         }
-        Ok(Self { nodes, by_name, roots, default, reclaim: cfg.reclaim, fair_share_gate: cfg.fair_share_gate })
+        Ok(Self {
+            nodes,
+            by_name,
+            roots,
+            default,
+            reclaim: cfg.reclaim,
+            fair_share_gate: cfg.fair_share_gate,
+            usage_half_life_s: cfg.usage_half_life_s,
+        })
     }
 
     /// The queues, by index.
@@ -435,6 +472,12 @@ impl QueueTree {
     /// Whether queues at their fair share of GPUs start nothing new.
     pub fn fair_share_gate(&self) -> bool {
         self.fair_share_gate
+    }
+
+    /// The half-life of remembered use, if the gate remembers
+    /// (`usage_half_life_s`).
+    pub fn usage_half_life_s(&self) -> Option<u64> {
+        self.usage_half_life_s
     }
 
     /// Whether this is the one implicit queue (no `queues:` section).

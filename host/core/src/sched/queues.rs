@@ -15,6 +15,7 @@ use crate::framework::{QueueWait, Why};
 use crate::model::{Node, NodeId, Pod, PodId};
 use crate::queue::{Mlfq, Popped};
 use crate::quota::{Amounts, Dim, QueueTree, fair_shares};
+use usage::Usage;
 
 /// What the loop keeps of its queues.
 #[derive(Debug)]
@@ -29,8 +30,8 @@ pub(super) struct Queues {
     pub(super) charged: BTreeMap<PodId, (usize, Amounts)>,
     /// Parked pods a limit holds, by the queue whose limit it is.
     pub(super) limited: BTreeMap<usize, BTreeSet<PodId>>,
-    /// With `fair_share_gate`: each queue's fair share of GPUs this pass.
-    pub(super) share: Option<Vec<u64>>,
+    /// With `fair_share_gate`: each queue's share of GPUs this pass.
+    pub(super) share: Option<GateShares>,
     /// Parked pods the gate holds, by the queue at its share.
     pub(super) gated: BTreeMap<usize, BTreeSet<PodId>>,
     /// Set while a gang holds room: the gang passed the gate as one.
@@ -39,12 +40,15 @@ pub(super) struct Queues {
     pub(super) admitted: Vec<u64>,
     /// What the cluster has (ready nodes), while no node changed.
     pub(super) capacity: Option<Amounts>,
+    /// With `usage_half_life_s`: use remembered over time.
+    pub(super) usage: Option<Usage>,
 }
 
 impl Queues {
     pub(super) fn new(tree: QueueTree, cfg: crate::queue::MlfqConfig) -> Self {
         let n = tree.nodes().len();
         Self {
+            usage: tree.usage_half_life_s().map(|h| Usage::new(n, h)),
             tree,
             waiting: (0..n).map(|_| Mlfq::new(cfg)).collect(),
             used: vec![Amounts::default(); n],
@@ -69,6 +73,24 @@ impl Queues {
         let n = &self.tree.nodes()[q];
         if n.is_leaf() { !self.waiting[q].is_empty() } else { n.children.iter().any(|&c| self.has_waiting(c)) }
     }
+}
+
+/// What the fair-share gate holds each queue to this pass.
+#[derive(Debug, Clone)]
+pub(super) struct GateShares {
+    /// GPUs (thousandths): its fair share, moved by remembered use.
+    share: Vec<u64>,
+    /// Whether remembered use moved it below its fair share (the queue
+    /// owes): then even a queue using nothing starts nothing new.
+    owes: Vec<bool>,
+}
+
+/// Per queue, its subtree summed in ([`Scheduler::tally`]).
+struct Tally {
+    pending: Vec<u64>,
+    running: Vec<u64>,
+    demand: Vec<Amounts>,
+    fair: Vec<Amounts>,
 }
 
 /// A queue as the loop sees it now.
@@ -132,10 +154,10 @@ impl Scheduler {
         self.wake(held);
     }
 
-    /// Per queue (its subtree summed in): pods pending, pods running, and
-    /// its fair share of each resource of the cluster now (demand: use
-    /// plus what waits).
-    fn tally(&self, capacity: &Amounts) -> (Vec<u64>, Vec<u64>, Vec<Amounts>) {
+    /// Per queue (its subtree summed in): pods pending, pods running, its
+    /// demand (use plus what waits) and its fair share of each resource of
+    /// the cluster now.
+    fn tally(&self, capacity: &Amounts) -> Tally {
         let tree = &self.queues.tree;
         let n = tree.nodes().len();
         let (mut pending, mut running) = (vec![0u64; n], vec![0u64; n]);
@@ -155,14 +177,15 @@ impl Scheduler {
                 }
             }
         }
-        (pending, running, fair_shares(tree, capacity, &demand))
+        let fair = fair_shares(tree, capacity, &demand);
+        Tally { pending, running, demand, fair }
     }
 
     /// The queues: use, guarantee, limit, what is borrowed, fair share.
     pub fn queues(&self) -> Vec<QueueStatus> {
         let tree = &self.queues.tree;
         let capacity = self.capacity();
-        let (pending, running, fair) = self.tally(&capacity);
+        let Tally { pending, running, fair, .. } = self.tally(&capacity);
         tree.nodes()
             .iter()
             .enumerate()
@@ -338,20 +361,35 @@ impl Scheduler {
         }
     }
 
-    /// With `fair_share_gate`, at the start of a pass: each queue's fair
-    /// share of GPUs now (demand-aware, so it grows when another queue's
-    /// demand ends), and the pods the gate parked woken where their queue
-    /// is now below it.
-    pub(super) fn open_gate(&mut self) {
+    /// With `fair_share_gate`, at the start of the pass at `now`: each
+    /// queue's fair share of GPUs (demand-aware, so it grows when another
+    /// queue's demand ends; moved by what each held before, with
+    /// `usage_half_life_s`), and the pods the gate parked woken where their
+    /// queue is now below it.
+    pub(super) fn open_gate(&mut self, now: u64) {
         if !self.queues.tree.fair_share_gate() || self.queues.tree.is_trivial() {
             self.queues.share = None;
             return;
         }
-        let share: Vec<u64> = self.tally(&self.capacity()).2.iter().map(|f| f.get(&Dim::Gpu)).collect();
+        let capacity = self.capacity();
+        let Tally { demand, fair, .. } = self.tally(&capacity);
+        let gpus = |a: &[Amounts]| a.iter().map(|x| x.get(&Dim::Gpu)).collect::<Vec<u64>>();
+        let (demand, fair) = (gpus(&demand), gpus(&fair));
+        let share = match &mut self.queues.usage {
+            Some(u) => {
+                let tree = &self.queues.tree;
+                let asked: u64 = tree.roots().iter().map(|&r| demand[r]).sum();
+                u.begin(now, fair.clone(), asked > capacity.get(&Dim::Gpu));
+                let share = u.shares(tree, &fair, &demand);
+                let owes = share.iter().zip(&fair).map(|(s, f)| s < f).collect();
+                GateShares { share, owes }
+            }
+            None => GateShares { owes: vec![false; fair.len()], share: fair },
+        };
         let mut gated = std::mem::take(&mut self.queues.gated);
         let mut ready = Vec::new();
         gated.retain(|&q, held| {
-            let open = !self.over_share(q, &share);
+            let open = !self.over_share(q, &share, 0);
             if open {
                 ready.extend(held.iter().copied());
             }
@@ -363,31 +401,53 @@ impl Scheduler {
         self.wake(ready);
     }
 
-    /// Whether queue `q` uses GPUs, at least its `share` of them, while a
-    /// leaf queue outside it is below its own share (wants room it is
-    /// entitled to): what the gate holds.
-    fn over_share(&self, q: usize, share: &[u64]) -> bool {
+    /// At the end of a pass: what each queue uses, for the time until the
+    /// next (`usage_half_life_s`).
+    pub(super) fn close_gate(&mut self) {
+        if self.queues.share.is_some()
+            && let Some(u) = &mut self.queues.usage
+        {
+            u.end(self.queues.used.iter().map(|a| a.get(&Dim::Gpu)).collect());
+        }
+    }
+
+    /// Whether queue `q` is held by the gate: it uses GPUs (or owes use,
+    /// with `usage_half_life_s`) and would be at or past its share with
+    /// `need` more, while a leaf queue outside it is below its own share
+    /// (wants room it is entitled to).
+    fn over_share(&self, q: usize, gate: &GateShares, need: u64) -> bool {
         let tree = &self.queues.tree;
+        let share = &gate.share;
         let gpus = |q: usize| self.queues.used[q].get(&Dim::Gpu);
         let used = gpus(q);
-        used > 0
-            && used >= share[q]
+        let past = if need == 0 { used >= share[q] } else { used + need > share[q] };
+        (used > 0 || gate.owes[q])
+            && past
             && (0..tree.nodes().len()).any(|l| tree.nodes()[l].is_leaf() && !tree.contains(q, l) && gpus(l) < share[l])
     }
 
-    /// The gate's verdict on GPU pod `pod`: held if its queue or an
-    /// ancestor is over its share ([`Self::over_share`]).
-    pub(super) fn fair_share_wait(&self, pod: &Pod) -> Option<QueueWait> {
-        let share = self.queues.share.as_ref()?;
-        if pod.gpu_count == 0 || self.queues.gate_off {
+    /// The gate's verdict on GPU pods `pods` of one queue (a pod, or a
+    /// gang's waiting members, which pass as one): held if its queue or an
+    /// ancestor is over its share ([`Self::over_share`]). Remembering use,
+    /// they must also fit within the share: a queue that owes does not
+    /// start work past what it is entitled to now.
+    pub(super) fn fair_share_wait<'a>(&self, pods: impl IntoIterator<Item = &'a Pod>) -> Option<QueueWait> {
+        let gate = self.queues.share.as_ref()?;
+        if self.queues.gate_off {
             return None;
         }
+        let mut pods = pods.into_iter().filter(|p| p.gpu_count > 0).peekable();
+        let first = *pods.peek()?;
+        let need: u64 = match self.queues.usage {
+            Some(_) => pods.map(|p| Amounts::anywhere(p).get(&Dim::Gpu)).sum(),
+            None => 0,
+        };
         let tree = &self.queues.tree;
-        let leaf = tree.leaf_of(pod).ok()?;
-        tree.path(leaf).find(|&q| self.over_share(q, share)).map(|q| QueueWait::FairShare {
+        let leaf = tree.leaf_of(first).ok()?;
+        tree.path(leaf).find(|&q| self.over_share(q, gate, need)).map(|q| QueueWait::FairShare {
             queue: tree.nodes()[q].name.clone(),
             used: Dim::Gpu.show(self.queues.used[q].get(&Dim::Gpu)),
-            share: Dim::Gpu.show(share[q]),
+            share: Dim::Gpu.show(gate.share[q]),
         })
     }
 
@@ -401,7 +461,7 @@ impl Scheduler {
             return Ok(());
         }
         let leaf = tree.leaf_of(pod).map_err(|q| QueueWait::Unknown { queue: q.to_string() })?;
-        if let Some(w) = self.fair_share_wait(pod) {
+        if let Some(w) = self.fair_share_wait([pod]) {
             return Err(w);
         }
         let need = Amounts::anywhere(pod);
@@ -561,3 +621,4 @@ fn node_amounts(n: &Node) -> Amounts {
 
 #[cfg(test)]
 mod tests;
+mod usage;

@@ -367,3 +367,66 @@ fn the_fair_share_gate_keeps_room_for_a_queue_below_its_share() {
     gated.schedule(&mut First, 40);
     assert_eq!(held(&gated).get("a"), Some(&16), "a's held pods woke when its share grew");
 }
+
+/// Queue w's one job needs the whole cluster (a gang of two 4-GPU pods on
+/// two 4-GPU nodes); queue n keeps a 4-GPU pod running, starting the next
+/// as each ends. Each is entitled to half. A gate that looks only at the
+/// present holds n at its half, but once n's pod ends n uses nothing and
+/// may start the next, so w never finds both nodes free. Remembering use
+/// (`usage_half_life_s`), w is owed for the time it was shut out, n's share
+/// moves below its half, n waits when its pod ends, and w's job runs.
+#[test]
+fn remembered_use_lets_a_job_wider_than_its_share_take_its_turn() {
+    let run = |half_life: Option<u64>| -> Option<u64> {
+        let list = vec![
+            queue("n", 1.0, Quota::default(), Quota::default()),
+            queue("w", 1.0, Quota::default(), Quota::default()),
+        ];
+        let mut s = Scheduler::new(vec![node("n0", 4, "A100"), node("n1", 4, "A100")], SchedConfig::default());
+        let cfg = QueuesConfig {
+            list,
+            reclaim: false,
+            fair_share_gate: true,
+            usage_half_life_s: half_life,
+            ..QueuesConfig::default()
+        };
+        s.set_queues(QueueTree::new(&cfg).unwrap());
+        let gang = Gang { name: "w".into(), min_member: 2, timeout_s: None };
+        for i in 0..2 {
+            s.submit(100 + i, Pod { gang: Some(gang.clone()), ..pod(&format!("w{i}"), "w", 4) }, 0).unwrap();
+        }
+        for k in 0..10 {
+            s.submit(k, pod(&format!("n{k}"), "n", 4), 0).unwrap();
+        }
+        s.schedule(&mut First, 0);
+        assert_eq!(held(&s).get("n"), Some(&4), "n starts one pod, then waits at its half");
+        for k in 0..9 {
+            let t = (k + 1) * 100;
+            s.remove(k);
+            s.schedule(&mut First, t);
+            if held(&s).get("w") == Some(&8) {
+                return Some(t);
+            }
+            assert!(held(&s).get("n").is_some_and(|&g| g <= 4), "n never holds past its half: {:?}", held(&s));
+        }
+        None
+    };
+    assert_eq!(run(None), None, "looking at the present only, w's job never finds room");
+    assert_eq!(run(Some(100)), Some(100), "owed for its first 100 s, w runs when n's first pod ends");
+    assert_eq!(run(Some(100)), run(Some(100)), "deterministic");
+}
+
+#[test]
+fn remembered_use_needs_the_gate_and_a_sane_half_life() {
+    let base = QueuesConfig { fair_share_gate: true, ..QueuesConfig::default() };
+    let err = QueueTree::new(&QueuesConfig { usage_half_life_s: Some(3600), fair_share_gate: false, ..base.clone() })
+        .unwrap_err();
+    assert_eq!(err.field, "usage_half_life_s");
+    assert!(err.reason.contains("fair_share_gate"), "{err}");
+    let err = QueueTree::new(&QueuesConfig { usage_half_life_s: Some(0), ..base.clone() }).unwrap_err();
+    assert_eq!(err.field, "usage_half_life_s");
+    assert!(
+        QueueTree::new(&QueuesConfig { usage_half_life_s: Some(86_400), ..base }).unwrap().usage_half_life_s()
+            == Some(86_400)
+    );
+}

@@ -25,6 +25,9 @@ pub enum FilterReason {
     /// A taint the pod does not tolerate, or a label its node selector
     /// asks for that the node lacks.
     NodeConstraint,
+    /// Kept for a gang that waited too long for room
+    /// (`scheduling.reserve_after_s`); never returned by [`check`].
+    Reserved,
 }
 
 impl FilterReason {
@@ -36,10 +39,11 @@ impl FilterReason {
         FilterReason::ModelMismatch,
         FilterReason::GpuInsufficient,
         FilterReason::NodeConstraint,
+        FilterReason::Reserved,
     ];
 
     /// How many reasons there are.
-    pub const COUNT: usize = 6;
+    pub const COUNT: usize = 7;
 
     /// The most common of the rejections counted by [`Cluster::feasible`]
     /// (ties: the earlier reason).
@@ -57,6 +61,7 @@ impl FilterReason {
             FilterReason::ModelMismatch => "SCHED-MODEL-MISMATCH",
             FilterReason::GpuInsufficient => "SCHED-GPU-INSUFFICIENT",
             FilterReason::NodeConstraint => "SCHED-NODE-CONSTRAINT",
+            FilterReason::Reserved => "SCHED-NODE-RESERVED",
         }
     }
 }

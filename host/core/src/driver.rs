@@ -426,6 +426,7 @@ impl Driver {
         r.deadline_hits = st.deadline_hits;
         r.gangs_admitted = st.gangs_admitted;
         r.gang_rollbacks = st.gang_rollbacks;
+        r.gang_reservations = st.reservations;
         r.partial_gang_gpu_s = self.sums.partial_gang_milli_s / u64::from(crate::model::GPU_MILLI);
         let decisions = st.bound.saturating_sub(st.preemptions).max(1);
         r.nodes_scored_per_decision = st.nodes_scored as f64 / decisions as f64;

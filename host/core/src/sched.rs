@@ -28,6 +28,7 @@ pub use config::{Sampling, SchedConfig};
 pub use gang::GangStatus;
 pub use live::{AdoptError, PlaceError};
 pub use queues::QueueStatus;
+pub use reserve::ReservationStatus;
 
 pub use crate::model::PodId;
 
@@ -116,6 +117,9 @@ pub struct SchedStats {
     /// they held.
     #[serde(default)]
     pub gang_rollbacks: u64,
+    /// Gangs nodes were reserved for (`scheduling.reserve_after_s`).
+    #[serde(default)]
+    pub reservations: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,6 +161,8 @@ pub struct Scheduler {
     protected: BTreeSet<PodId>,
     /// Gangs with a member known, by name.
     gangs: BTreeMap<String, gang::GangState>,
+    /// Nodes kept for a gang that waited too long for room.
+    reservation: Option<reserve::Reservation>,
 }
 
 impl Scheduler {
@@ -178,6 +184,7 @@ impl Scheduler {
             attempts: None,
             protected: BTreeSet::new(),
             gangs: BTreeMap::new(),
+            reservation: None,
         }
     }
 
@@ -416,7 +423,8 @@ impl Scheduler {
     /// needs members placed brings its whole gang to the decision.
     pub fn schedule<P: Placer + ?Sized>(&mut self, placer: &mut P, now: u64) -> Vec<Event> {
         self.flush(placer);
-        self.open_gate();
+        self.check_reservation();
+        self.open_gate(now);
         let mut events = Vec::new();
         while let Some(p) = self.next_listed(now) {
             let id = p.item;
@@ -434,6 +442,7 @@ impl Scheduler {
             let event = self.decide(id, &pod, placer, now, p.level);
             events.push(event);
         }
+        self.close_gate();
         events
     }
 
@@ -506,6 +515,7 @@ impl Scheduler {
         }
         let want = self.cfg.sampling.nodes_to_find(self.cluster.nodes().len());
         self.next_start = self.cluster.feasible_from(pod, self.next_start, want, &mut self.candidates, &mut rejected);
+        rejected[FilterReason::Reserved as usize] += self.drop_reserved(pod) as u32;
         self.last_rejected = rejected;
         if self.candidates.is_empty() {
             return Err(Why::Filter(FilterReason::main(&rejected)));
@@ -551,5 +561,6 @@ mod evict;
 mod gang;
 mod live;
 mod queues;
+mod reserve;
 #[cfg(test)]
 mod tests;

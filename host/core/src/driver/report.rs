@@ -45,6 +45,9 @@ pub struct LoopReport {
     /// they held.
     #[serde(default)]
     pub gang_rollbacks: u64,
+    /// Gangs nodes were reserved for (`scheduling.reserve_after_s`).
+    #[serde(default)]
+    pub gang_reservations: u64,
     /// GPU-seconds held by running members of gangs short of their
     /// `min_member`.
     #[serde(default)]

@@ -48,10 +48,15 @@ pub struct SchedConfig {
     pub sampling: Sampling,
     /// Whether a pod that fits nowhere may preempt.
     pub preemption: bool,
+    /// Reserve nodes for a gang that has waited this long for room, s: no
+    /// other pod is placed on them until it runs (`sched::reserve`).
+    /// Unset: never.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reserve_after_s: Option<u64>,
 }
 
 impl Default for SchedConfig {
     fn default() -> Self {
-        Self { queue: MlfqConfig::default(), sampling: Sampling::default(), preemption: true }
+        Self { queue: MlfqConfig::default(), sampling: Sampling::default(), preemption: true, reserve_after_s: None }
     }
 }

@@ -106,6 +106,8 @@ impl Scheduler {
                 .iter()
                 .zip(&flags)
                 .filter_map(|((&id, e), &flag)| match (e.state, flag) {
+                    // Nodes kept for another gang take no preemptor.
+                    (State::Running { placement, .. }, _) if self.reserved_against(pod, placement.node) => None,
                     (State::Running { placement, started_at, .. }, Some(reclaim)) => {
                         let evicts = match &e.pod.gang {
                             Some(g) if whole_or_none.contains(g.name.as_str()) => return None,

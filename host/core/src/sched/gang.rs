@@ -164,13 +164,15 @@ impl Scheduler {
         };
         if (present as usize) < spec.min_member as usize {
             let why = wait(GangWait::Incomplete { gang: name.to_string(), present, min_member: spec.min_member });
+            self.unreserve(name);
             self.park_untried(waiting, &why, now, events);
             return;
         }
 
         // The fair-share gate takes a gang as one, before anything is held
         // (its own held members would close it half-way).
-        if let Some(w) = waiting.first().and_then(|(m, _)| self.fair_share_wait(&self.pods[m].pod)) {
+        if let Some(w) = self.fair_share_wait(waiting.iter().map(|(m, _)| &self.pods[m].pod)) {
+            self.unreserve(name);
             self.park_untried(waiting, &Why::Queue(w), now, events);
             return;
         }
@@ -226,6 +228,7 @@ impl Scheduler {
 
         self.queues.gate_off = false;
         if held.len() >= needed {
+            self.unreserve(name);
             self.stats.gangs_admitted += u64::from(needed > 0);
             if let Some(st) = self.gangs.get_mut(name) {
                 st.since = now;
@@ -274,6 +277,15 @@ impl Scheduler {
         self.tell(placer, touched);
         let fit = held.len() as u32;
         let blocker = failed.first().map_or(Why::Filter(FilterReason::GpuInsufficient), |f| f.2.clone());
+        // Short of room: it may have nodes kept for it; short of anything
+        // else, nodes kept for it would only sit idle.
+        match blocker {
+            Why::Filter(_) => {
+                let members: Vec<PodId> = waiting.iter().map(|&(m, _)| m).collect();
+                self.maybe_reserve(name, &members, since, now);
+            }
+            _ => self.unreserve(name),
+        }
         let why = wait(GangWait::Unschedulable {
             gang: name.to_string(),
             fit,

@@ -347,3 +347,88 @@ fn random_gangs_never_run_partly_and_never_leak_room() {
     let (admitted, rollbacks, preemptions) = seen;
     assert!(admitted > 0 && rollbacks > 0 && preemptions > 0, "the test exercises too little: {seen:?}");
 }
+
+/// Two 8-GPU nodes (and `extra`), each of the two with a 5-GPU pod; a
+/// gang of two 8-GPU members waits from t=0. At t=20 `a` ends (the gang
+/// wakes and is decided again, still one node short); at t=21 a 1-GPU pod
+/// `c` arrives. Returns the scheduler and the events of t=21.
+fn starved_gang(reserve_after_s: Option<u64>, extra: Vec<Node>) -> (Scheduler, First, Vec<Event>) {
+    let cfg = SchedConfig { reserve_after_s, ..SchedConfig::default() };
+    let mut all = nodes(2);
+    all.extend(extra);
+    let mut s = Scheduler::new(all, cfg);
+    let mut p = First::default();
+    s.submit(100, pod("a", Tier::Soft, 0, 5), 0).unwrap();
+    s.submit(101, pod("b", Tier::Soft, 0, 5), 0).unwrap();
+    assert_eq!(codes(&s.schedule(&mut p, 0)), [(100, "bound".into()), (101, "bound".into())]);
+    s.submit(0, member("wide", 2, "w0", Tier::Soft, 8), 0).unwrap();
+    s.submit(1, member("wide", 2, "w1", Tier::Soft, 8), 0).unwrap();
+    let events = s.schedule(&mut p, 0);
+    assert!(codes(&events).iter().all(|(_, c)| c == "SCHED-GANG-UNSCHEDULABLE"), "{events:?}");
+    assert!(s.reservation().is_none(), "it has not waited yet");
+
+    s.remove(100);
+    let at20 = s.schedule(&mut p, 20);
+    assert!(codes(&at20).iter().all(|(_, c)| c == "SCHED-GANG-UNSCHEDULABLE"), "{at20:?}");
+    s.submit(102, pod("c", Tier::Soft, 0, 1), 21).unwrap();
+    let at21 = s.schedule(&mut p, 21);
+    no_partial_gang(&s);
+    (s, p, at21)
+}
+
+#[test]
+fn without_reservations_small_pods_starve_a_wide_gang() {
+    let (mut s, mut p, at21) = starved_gang(None, Vec::new());
+    assert!(codes(&at21).contains(&(102, "bound".into())), "c takes the freed node: {at21:?}");
+    s.remove(101);
+    let at30 = s.schedule(&mut p, 30);
+    assert!(codes(&at30).iter().all(|(_, c)| c == "SCHED-GANG-UNSCHEDULABLE"), "{at30:?}");
+    assert_eq!(s.stats().reservations, 0);
+}
+
+#[test]
+fn a_gang_that_waited_for_room_gets_nodes_kept_for_it() {
+    let (mut s, mut p, at21) = starved_gang(Some(10), Vec::new());
+    // At t=20 the gang had waited 20 s for room: both nodes are kept for
+    // it, so the 1-GPU pod that fits on either is refused, and says why.
+    let reserved = s.reservation().expect("the gang waited 20 s for room");
+    assert_eq!((reserved.gang.as_str(), reserved.nodes.len()), ("wide", 2));
+    assert_eq!(codes(&at21), [(102, "SCHED-NODE-RESERVED".into())]);
+    assert_eq!(s.stats().reservations, 1);
+    // `b` ends: the gang runs on both nodes and the reservation ends.
+    s.remove(101);
+    let at30 = s.schedule(&mut p, 30);
+    let c30 = codes(&at30);
+    assert!(c30.contains(&(0, "bound".into())) && c30.contains(&(1, "bound".into())), "{at30:?}");
+    assert!(s.reservation().is_none());
+    assert_eq!(s.gangs().next().unwrap().running, 2);
+    no_partial_gang(&s);
+}
+
+#[test]
+fn a_reservation_waits_its_time_keeps_only_what_fits_and_ends_when_its_gang_leaves() {
+    // Waited 20 s of the 60 asked: no reservation, c is placed.
+    let (s, _, at21) = starved_gang(Some(60), Vec::new());
+    assert!(codes(&at21).contains(&(102, "bound".into())), "{at21:?}");
+    assert!(s.reservation().is_none());
+
+    // A 4-GPU node holds no member: it is not kept, and c goes there.
+    let small = Node::new(0, "n2", Resources { cpu_milli: 64_000, memory_mib: 262_144 }, 4, "A100");
+    let (mut s, mut p, at21) = starved_gang(Some(10), vec![small]);
+    let reserved = s.reservation().expect("the gang waited 20 s for room");
+    assert_eq!(reserved.nodes, ["n0", "n1"]);
+    let Some(Event::Bound { placement, .. }) = at21.iter().find(|e| matches!(e, Event::Bound { pod: 102, .. })) else {
+        panic!("c fits the node not kept: {at21:?}")
+    };
+    assert_eq!(s.cluster().node(placement.node).unwrap().name, "n2");
+    // The gang is withdrawn: its nodes are everyone's again.
+    s.remove(0);
+    s.remove(1);
+    s.submit(103, pod("d", Tier::Soft, 0, 1), 22).unwrap();
+    let at22 = s.schedule(&mut p, 22);
+    assert!(s.reservation().is_none(), "its gang left");
+    let Some(Event::Bound { placement, .. }) = at22.iter().find(|e| matches!(e, Event::Bound { pod: 103, .. })) else {
+        panic!("{at22:?}")
+    };
+    assert_eq!(s.cluster().node(placement.node).unwrap().name, "n0");
+}

@@ -78,17 +78,65 @@ impl Admission {
     }
 }
 
+/// How room is shared beyond guarantees: the fair-share gate of
+/// `fair-share`'s built-in queues (`queues.fair_share_gate`,
+/// `queues.usage_half_life_s`) and reservations for gangs that wait too
+/// long for room (`scheduling.reserve_after_s`, every mode).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Fairness {
+    /// Whether a queue at its fair share of GPUs starts nothing new while
+    /// another is below its own.
+    pub gate: bool,
+    /// With the gate: use over or under the share is remembered with this
+    /// half-life, s (time-based fair share).
+    pub usage_half_life_s: Option<u64>,
+    /// Nodes are reserved for a gang that waited this long for room, s.
+    pub reserve_after_s: Option<u64>,
+}
+
+impl Fairness {
+    /// The queues `list` with this gate, reclaim on.
+    fn queues(self, list: Vec<QueueSpec>) -> Result<QueueTree> {
+        Ok(QueueTree::new(&QueuesConfig {
+            list,
+            fair_share_gate: self.gate,
+            usage_half_life_s: self.usage_half_life_s,
+            ..QueuesConfig::default()
+        })?)
+    }
+
+    /// `doc` with these reservations (if set).
+    fn apply(self, doc: &mut tessera_policy::PolicyDocument) {
+        if self.reserve_after_s.is_some() {
+            doc.scheduling.reserve_after_s = self.reserve_after_s;
+        }
+    }
+
+    /// As a run's name shows it: `+gate`, `+gate~3600s`, `+reserve@600s`.
+    pub fn suffix(self) -> String {
+        let mut s = match (self.gate, self.usage_half_life_s) {
+            (false, _) => String::new(),
+            (true, None) => "+gate".into(),
+            (true, Some(h)) => format!("+gate~{h}s"),
+        };
+        if let Some(r) = self.reserve_after_s {
+            s += &format!("+reserve@{r}s");
+        }
+        s
+    }
+}
+
 /// `queues` equal leaf queues `q0`, `q1`, …, each guaranteed an equal
-/// share of the GPUs of each model (rounded down), reclaim on; with
-/// `gate`, the fair-share gate too.
-pub fn equal_queues(queues: u32, gpus: [u32; 3], gate: bool) -> Result<QueueTree> {
+/// share of the GPUs of each model (rounded down), reclaim on, with
+/// `gate`.
+pub fn equal_queues(queues: u32, gpus: [u32; 3], gate: Fairness) -> Result<QueueTree> {
     let names: Vec<String> = (0..queues.max(1)).map(|q| format!("q{q}")).collect();
     equal_named_queues(&names, gpus, gate)
 }
 
 /// One leaf queue per name, equal weights, each guaranteed an equal share
-/// of the GPUs of each model (rounded down), reclaim on.
-pub fn equal_named_queues(names: &[String], gpus: [u32; 3], gate: bool) -> Result<QueueTree> {
+/// of the GPUs of each model (rounded down), reclaim on, with `gate`.
+pub fn equal_named_queues(names: &[String], gpus: [u32; 3], gate: Fairness) -> Result<QueueTree> {
     let n = (names.len() as u32).max(1);
     let by_model: BTreeMap<String, u32> =
         SPEC_MODELS.iter().zip(gpus).filter(|(_, g)| *g / n > 0).map(|(m, g)| (m.to_string(), g / n)).collect();
@@ -103,12 +151,13 @@ pub fn equal_named_queues(names: &[String], gpus: [u32; 3], gate: bool) -> Resul
             limit: Quota::default(),
         })
         .collect();
-    Ok(QueueTree::new(&QueuesConfig { list, fair_share_gate: gate, ..QueuesConfig::default() })?)
+    gate.queues(list)
 }
 
 /// One leaf queue per virtual cluster, named as its trace, guaranteed the
-/// GPUs of each model its spec gives it (Philly's VC quotas), reclaim on.
-pub fn vc_queues(vcs: &[(String, [u32; 3])], gate: bool) -> Result<QueueTree> {
+/// GPUs of each model its spec gives it (Philly's VC quotas), reclaim on,
+/// with `gate`.
+pub fn vc_queues(vcs: &[(String, [u32; 3])], gate: Fairness) -> Result<QueueTree> {
     let list = vcs
         .iter()
         .map(|(name, gpus)| {
@@ -123,7 +172,7 @@ pub fn vc_queues(vcs: &[(String, [u32; 3])], gate: bool) -> Result<QueueTree> {
             }
         })
         .collect();
-    Ok(QueueTree::new(&QueuesConfig { list, fair_share_gate: gate, ..QueuesConfig::default() })?)
+    gate.queues(list)
 }
 
 /// A job trace as the simulator takes it.
@@ -285,12 +334,13 @@ pub fn run_one(
     admission: Admission,
     policy: &str,
     seed: u64,
-    gate: bool,
+    fairness: Fairness,
 ) -> Result<(JobRun, JobReport)> {
-    let doc = policy_document(policy, seed)?;
+    let mut doc = policy_document(policy, seed)?;
+    fairness.apply(&mut doc);
     let queues = match admission {
         Admission::FairShare if !doc.queues.list.is_empty() => doc.queue_tree(),
-        Admission::FairShare => equal_queues(trace.queues, gpus, gate)?,
+        Admission::FairShare => equal_queues(trace.queues, gpus, fairness)?,
         _ => QueueTree::default(),
     };
     run_with(rt, trace, gpus, admission, Some(queues), &doc, seed)
@@ -362,8 +412,8 @@ pub struct JobsOptions {
     /// With `mix`: every VC's queue guaranteed an equal share of the pooled
     /// cluster instead (equal weights).
     pub equal: bool,
-    /// The built-in queues of `fair-share` with the fair-share gate.
-    pub gate: bool,
+    /// The gate of `fair-share`'s built-in queues, and reservations.
+    pub fairness: Fairness,
 }
 
 /// Runs the bench.
@@ -388,7 +438,7 @@ pub fn bench(opts: &JobsOptions) -> Result<JobsBench> {
     for f in files {
         let (trace, gpus) = prepare(&f, opts.queues, opts.seed)?;
         let results = crate::replay::run_parallel(Admission::ALL.to_vec(), |rt, admission| {
-            run_one(rt, &trace, gpus, admission, &opts.policy, opts.seed, opts.gate).map(|(run, _)| run)
+            run_one(rt, &trace, gpus, admission, &opts.policy, opts.seed, opts.fairness).map(|(run, _)| run)
         })?;
         for r in results {
             runs.push(r?);
@@ -420,9 +470,7 @@ fn mixed(files: &[PathBuf], opts: &JobsOptions) -> Result<JobsBench> {
     if opts.equal {
         all.name += "=";
     }
-    if opts.gate {
-        all.name += "+gate";
-    }
+    all.name += &opts.fairness.suffix();
     let mut gpus = [0u32; 3];
     for (_, g) in &vcs {
         for (sum, x) in gpus.iter_mut().zip(g) {
@@ -430,11 +478,12 @@ fn mixed(files: &[PathBuf], opts: &JobsOptions) -> Result<JobsBench> {
         }
     }
     let fair = if opts.equal {
-        equal_named_queues(&vcs.iter().map(|(name, _)| name.clone()).collect::<Vec<_>>(), gpus, opts.gate)?
+        equal_named_queues(&vcs.iter().map(|(name, _)| name.clone()).collect::<Vec<_>>(), gpus, opts.fairness)?
     } else {
-        vc_queues(&vcs, opts.gate)?
+        vc_queues(&vcs, opts.fairness)?
     };
-    let doc = policy_document(&opts.policy, opts.seed)?;
+    let mut doc = policy_document(&opts.policy, opts.seed)?;
+    opts.fairness.apply(&mut doc);
     let results = crate::replay::run_parallel(Admission::ALL.to_vec(), |rt, admission| {
         let queues = (admission == Admission::FairShare).then(|| fair.clone());
         run_with(rt, &all, gpus, admission, queues, &doc, opts.seed).map(|(run, _)| run)

@@ -152,6 +152,50 @@ fn bench_jobs_mix_gives_each_virtual_cluster_its_guarantee() {
     assert!(!ok && err.contains("--capacity must be 10..=100"), "{err}");
 }
 
+/// A VC whose one job is as wide as the pooled cluster (t2: 16 GPUs, its
+/// share 8) beside one that always has an 8-GPU job to start (t1). The
+/// gate alone holds t1 at its share, but each time t1's job ends t1 uses
+/// nothing and starts the next, so t2 waits for all of t1's jobs; with
+/// use remembered (`--usage-half-life`), t1 owes for the time t2 was shut
+/// out, waits its turn, and t2's job runs after t1's first.
+#[test]
+fn bench_jobs_with_remembered_use_gives_a_wide_job_its_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let line = |gpus: u32| format!("ResNet-50 (batch size 64)\tcd %s\t-n\t1\t20000\t0.000000\t{gpus}\n");
+    std::fs::write(dir.path().join("t1.trace"), (0..6).map(|_| line(8)).collect::<String>()).unwrap();
+    std::fs::write(dir.path().join("t2.trace"), line(16)).unwrap();
+    std::fs::write(dir.path().join("vc_cluster_specs.json"), r#"{"t1": ["8:0:0"], "t2": ["8:0:0"]}"#).unwrap();
+    let fair = |extra: &[&str]| {
+        let mut args = vec!["--mix", "--equal", "--gate"];
+        args.extend_from_slice(extra);
+        let v = bench_jobs(dir.path(), &args);
+        v["runs"].as_array().unwrap().iter().find(|r| r["policy"] == "fair-share").unwrap().clone()
+    };
+    let (present, remembered) = (fair(&[]), fair(&["--usage-half-life", "3600"]));
+    assert_eq!(remembered["trace"], "mix:2=+gate~3600s");
+    for r in [&present, &remembered] {
+        assert_eq!((r["completed"].as_u64(), r["partial_gang_gpu_s"].as_u64()), (Some(7), Some(0)), "{r}");
+    }
+    let t2 = |r: &serde_json::Value| r["queue_share"]["t2"].as_f64().unwrap_or(0.0);
+    assert!(t2(&present) < 0.01, "without memory t2 never runs while contended: {present}");
+    assert!(t2(&remembered) > 0.5, "{remembered}");
+    assert!(
+        remembered["jain_share"].as_f64().unwrap() > present["jain_share"].as_f64().unwrap() + 0.2,
+        "{present}\n{remembered}"
+    );
+    let (ok, _, err) = tessera(&[
+        "bench",
+        "jobs",
+        "--traces",
+        dir.path().to_str().unwrap(),
+        "--mix",
+        "--gate",
+        "--usage-half-life",
+        "5",
+    ]);
+    assert!(!ok && err.contains("usage_half_life_s: 5 s must be within 60..="), "{err}");
+}
+
 #[test]
 fn bench_gangs_times_each_gangs_pass_with_and_without_queues() {
     let (ok, out, err) = tessera(&[

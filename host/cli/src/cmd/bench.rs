@@ -155,6 +155,14 @@ pub enum BenchCmd {
         /// others' demand is unmet.
         #[arg(long)]
         gate: bool,
+        /// With --gate: time-based fair share, use over or under a queue's
+        /// share remembered with this half-life (s) and paid back.
+        #[arg(long, value_name = "S", requires = "gate")]
+        usage_half_life: Option<u64>,
+        /// Reserve nodes for a gang that has waited S seconds for room
+        /// (the policy's scheduling.reserve_after_s), in every mode.
+        #[arg(long, value_name = "S")]
+        reserve_after: Option<u64>,
         #[arg(long, value_enum, default_value = "table")]
         format: Format,
     },
@@ -206,7 +214,20 @@ pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
                 tessera::gang_bench::GangOptions { nodes, gangs, members, member_gpus, idle_pct, queues, policy, seed };
             emit(&tessera::gang_bench::run(&opts)?, format)?;
         }
-        BenchCmd::Jobs { traces, policy, queues, seed, only, mix, capacity, equal, gate, format } => {
+        BenchCmd::Jobs {
+            traces,
+            policy,
+            queues,
+            seed,
+            only,
+            mix,
+            capacity,
+            equal,
+            gate,
+            usage_half_life,
+            reserve_after,
+            format,
+        } => {
             if queues == 0 {
                 anyhow::bail!("--queues must be at least 1");
             }
@@ -219,7 +240,11 @@ pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
                 mix,
                 capacity_pct: capacity,
                 equal,
-                gate,
+                fairness: tessera::jobs::Fairness {
+                    gate,
+                    usage_half_life_s: usage_half_life,
+                    reserve_after_s: reserve_after,
+                },
             };
             emit(&tessera::jobs::bench(&opts)?, format)?;
         }

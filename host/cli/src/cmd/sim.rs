@@ -91,7 +91,7 @@ fn run_jobs(
     use tessera::jobs;
     let (trace, gpus) = jobs::prepare(file, queues, seed)?;
     let rt = tessera::replay::runtime(None)?;
-    let (run, report) = jobs::run_one(&rt, &trace, gpus, admission, policy, seed, false)?;
+    let (run, report) = jobs::run_one(&rt, &trace, gpus, admission, policy, seed, jobs::Fairness::default())?;
     print!("{}", jobs::JobsBench { runs: vec![run] }.to_table());
     if let Some(path) = out {
         let json = serde_json::to_string_pretty(&report)?;

@@ -39,6 +39,32 @@ impl ContractVersion {
         }
     }
 
+    /// The version named `s` (`0.2.0`, `0.1`), if the host loads it.
+    pub fn parse(s: &str) -> Option<Self> {
+        let s = s.strip_prefix('v').unwrap_or(s);
+        Self::ALL.into_iter().find(|v| v.as_str() == s || v.as_str().strip_suffix(".0") == Some(s))
+    }
+
+    /// This version's WIT package, file by file (name, text), as the host
+    /// binds it: what a component in any language is built against
+    /// (`tessera plugin wit`, `tessera plugin new`).
+    pub fn wit_files(self) -> [(&'static str, &'static str); 4] {
+        match self {
+            Self::V0_1 => [
+                ("host.wit", include_str!("../../../wit/0.1.0/host.wit")),
+                ("policy.wit", include_str!("../../../wit/0.1.0/policy.wit")),
+                ("types.wit", include_str!("../../../wit/0.1.0/types.wit")),
+                ("worlds.wit", include_str!("../../../wit/0.1.0/worlds.wit")),
+            ],
+            Self::V0_2 => [
+                ("host.wit", include_str!("../../../wit/host.wit")),
+                ("policy.wit", include_str!("../../../wit/policy.wit")),
+                ("types.wit", include_str!("../../../wit/types.wit")),
+                ("worlds.wit", include_str!("../../../wit/worlds.wit")),
+            ],
+        }
+    }
+
     /// The name of `interface` (`scoring`, `detection`) in this version.
     pub fn interface(self, interface: &str) -> String {
         format!("tessera:policy/{interface}@{}", self.as_str())
@@ -328,6 +354,29 @@ mod tests {
             "5f3a5ca8747c5d3c66a85b624f2779aa07b4ca9f4532d162ec1cec88c1328711",
             "wit/0.1.0 changed: it is frozen; a change to the contract is a new version"
         );
+    }
+
+    /// What `wit_files` hands out is each version's directory, whole.
+    #[test]
+    fn wit_files_are_each_versions_package() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../wit");
+        for (v, dir) in [(ContractVersion::V0_1, root.join("0.1.0")), (ContractVersion::V0_2, root.clone())] {
+            let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .filter(|f| f.ends_with(".wit"))
+                .collect();
+            on_disk.sort();
+            let files = v.wit_files();
+            assert_eq!(files.iter().map(|f| f.0).collect::<Vec<_>>(), on_disk, "{v}");
+            for (name, text) in files {
+                assert_eq!(text, std::fs::read_to_string(dir.join(name)).unwrap(), "{v} {name}");
+            }
+            assert!(files[3].1.contains(&format!("package tessera:policy@{v};")), "{v}");
+        }
+        assert_eq!(ContractVersion::parse("0.1.0"), Some(ContractVersion::V0_1));
+        assert_eq!(ContractVersion::parse("0.2"), Some(ContractVersion::V0_2));
+        assert_eq!(ContractVersion::parse("0.3.0"), None);
     }
 
     #[test]

@@ -152,6 +152,161 @@ pub async fn pull(http: &reqwest::Client, reference: &str) -> Result<Vec<u8>, St
     Ok(bytes)
 }
 
+/// The media type of a Wasm component layer as pushed.
+pub const WASM_LAYER: &str = "application/wasm";
+/// The config of a Wasm artifact (the CNCF wasm OCI artifact layout).
+pub const WASM_CONFIG: &str = "application/vnd.wasm.config.v0+json";
+/// An OCI image manifest.
+pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+
+/// The manifest and config a component is pushed with: deterministic
+/// (no timestamps), so the same component always has the same digest.
+pub fn artifact(component: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    let layer = format!("sha256:{}", sha256_hex(component));
+    let config = serde_json::to_vec(&serde_json::json!({
+        "architecture": "wasm",
+        "os": "wasip2",
+        "layerDigests": [layer],
+    }))
+    .expect("json");
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "artifactType": WASM_CONFIG,
+        "config": { "mediaType": WASM_CONFIG, "digest": format!("sha256:{}", sha256_hex(&config)), "size": config.len() },
+        "layers": [{ "mediaType": WASM_LAYER, "digest": layer, "size": component.len() }],
+    }))
+    .expect("json");
+    (manifest, config)
+}
+
+/// Credentials for a registry that wants them to push.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Credentials {
+    /// User name.
+    pub username: String,
+    /// Password or token.
+    pub password: String,
+}
+
+/// A request sent again with a bearer token when the registry answers 401
+/// with a challenge (`scope` as it asks, credentials if given).
+async fn send(
+    http: &reqwest::Client,
+    build: impl Fn() -> reqwest::RequestBuilder,
+    creds: Option<&Credentials>,
+    token: &mut Option<String>,
+) -> Result<reqwest::Response, String> {
+    let with = |b: reqwest::RequestBuilder, t: &Option<String>| match t {
+        Some(t) => b.bearer_auth(t),
+        None => b,
+    };
+    let r = with(build(), token).send().await.map_err(|e| e.to_string())?;
+    if r.status() != reqwest::StatusCode::UNAUTHORIZED {
+        return Ok(r);
+    }
+    let challenge = r.headers().get("www-authenticate").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+    if let Some(c) = creds
+        && challenge.starts_with("Basic")
+    {
+        return build().basic_auth(&c.username, Some(&c.password)).send().await.map_err(|e| e.to_string());
+    }
+    let params = challenge.strip_prefix("Bearer ").ok_or("401 and no bearer challenge")?;
+    let field = |k: &str| {
+        params.split(',').find_map(|p| p.trim().strip_prefix(&format!("{k}=")).map(|v| v.trim_matches('"').to_string()))
+    };
+    let realm = field("realm").ok_or("bearer challenge without a realm")?;
+    let query: Vec<(&str, String)> = ["service", "scope"].into_iter().filter_map(|k| Some((k, field(k)?))).collect();
+    let mut req = http.get(&realm).query(&query);
+    if let Some(c) = creds {
+        req = req.basic_auth(&c.username, Some(&c.password));
+    }
+    #[derive(serde::Deserialize)]
+    struct Token {
+        token: Option<String>,
+        access_token: Option<String>,
+    }
+    let t: Token = req
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .map_err(|e| format!("token from {realm}: {e}"))?
+        .json()
+        .await
+        .map_err(|e| format!("token from {realm}: {e}"))?;
+    *token = Some(t.token.or(t.access_token).ok_or_else(|| format!("{realm}: no token in the answer"))?);
+    with(build(), token).send().await.map_err(|e| e.to_string())
+}
+
+/// Pushes `component` to `reference` (a tag, or none for `latest`):
+/// config and layer blobs (each skipped if the registry has it), then
+/// the manifest. Returns the manifest's digest (`sha256:…`), what a
+/// policy pins.
+pub async fn push(
+    http: &reqwest::Client,
+    reference: &str,
+    component: &[u8],
+    creds: Option<&Credentials>,
+) -> Result<String, String> {
+    let r = Reference::parse(reference)?;
+    if r.reference.starts_with("sha256:") {
+        return Err(format!("OCI reference {reference:?}: push to a tag; the digest is the registry's answer"));
+    }
+    let (manifest, config) = artifact(component);
+    let base = r.base();
+    let mut token = None;
+    for blob in [&config[..], component] {
+        let digest = format!("sha256:{}", sha256_hex(blob));
+        let url = format!("{base}/blobs/{digest}");
+        let head = send(http, || http.head(&url), creds, &mut token).await.map_err(|e| format!("{url}: {e}"))?;
+        if head.status().is_success() {
+            continue;
+        }
+        let start = format!("{base}/blobs/uploads/");
+        let up = send(http, || http.post(&start), creds, &mut token).await.map_err(|e| format!("{start}: {e}"))?;
+        if up.status() != reqwest::StatusCode::ACCEPTED {
+            return Err(format!("{start}: {} (expected 202 Accepted)", up.status()));
+        }
+        let location = up
+            .headers()
+            .get("location")
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(|| format!("{start}: no Location for the upload"))?;
+        // Relative or absolute, with or without a query of its own.
+        let mut put = reqwest::Url::parse(&base)
+            .and_then(|b| b.join(location))
+            .map_err(|e| format!("{start}: Location {location:?}: {e}"))?;
+        put.query_pairs_mut().append_pair("digest", &digest);
+        let body = blob.to_vec();
+        let done = send(
+            http,
+            || http.put(put.clone()).header("Content-Type", "application/octet-stream").body(body.clone()),
+            creds,
+            &mut token,
+        )
+        .await
+        .map_err(|e| format!("{put}: {e}"))?;
+        if done.status() != reqwest::StatusCode::CREATED {
+            return Err(format!("{put}: {} (expected 201 Created)", done.status()));
+        }
+    }
+    let url = format!("{base}/manifests/{}", r.reference);
+    let put =
+        send(http, || http.put(&url).header("Content-Type", OCI_MANIFEST).body(manifest.clone()), creds, &mut token)
+            .await
+            .map_err(|e| format!("{url}: {e}"))?;
+    if put.status() != reqwest::StatusCode::CREATED {
+        return Err(format!("{url}: {} (expected 201 Created)", put.status()));
+    }
+    let digest = format!("sha256:{}", sha256_hex(&manifest));
+    if let Some(said) = put.headers().get("docker-content-digest").and_then(|v| v.to_str().ok())
+        && said != digest
+    {
+        return Err(format!("{url}: the registry says the manifest is {said}, not {digest}"));
+    }
+    Ok(digest)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

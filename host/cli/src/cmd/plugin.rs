@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::Subcommand;
 use tessera::report::{Format, Report, emit};
-use tessera::{bench, check};
-use tessera_wasm::{Runtime, RuntimeConfig};
+use tessera::{bench, check, distribute, guest, scaffold};
+use tessera_wasm::{ContractVersion, Runtime, RuntimeConfig};
 
 #[derive(Subcommand)]
 pub enum PluginCmd {
@@ -45,6 +45,65 @@ pub enum PluginCmd {
     },
     /// List the plugins built into this binary.
     List,
+    /// Start a plugin project in Rust, Python or JavaScript: the contract's
+    /// WIT, the SDK, a sample policy, a native test, a README.
+    New {
+        /// The plugin's name: 1-63 of [a-z0-9-].
+        name: String,
+        #[arg(long, value_enum, default_value = "rust")]
+        lang: guest::Lang,
+        #[arg(long, value_enum, default_value = "scorer")]
+        kind: guest::Kind,
+        /// Contract version to build against.
+        #[arg(long, default_value = ContractVersion::CURRENT.as_str())]
+        contract: String,
+        /// Where (default ./NAME); must not exist or be empty.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+    /// Build a plugin project (its tessera-plugin.yaml says how) into a
+    /// component.
+    Build {
+        /// The project.
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+        /// The component to write (default DIR/NAME.wasm).
+        #[arg(long, short)]
+        out: Option<PathBuf>,
+    },
+    /// Push a component to an OCI registry; prints the reference pinned by
+    /// digest, for a policy's `source:` or a TesseraPolicy. Credentials,
+    /// when the registry wants them: TESSERA_OCI_USERNAME and
+    /// TESSERA_OCI_PASSWORD.
+    Push {
+        /// The component (`.wasm`).
+        file: PathBuf,
+        /// `oci://REGISTRY/REPOSITORY:TAG`.
+        reference: String,
+    },
+    /// Pull a component from an OCI registry; prints its digest.
+    Pull {
+        /// `oci://REGISTRY/REPOSITORY[:TAG|@sha256:DIGEST]`.
+        reference: String,
+        /// Where to write it.
+        #[arg(long, short)]
+        out: PathBuf,
+    },
+    /// Write the contract's WIT package, for any other toolchain.
+    Wit {
+        /// Directory to write it to.
+        dir: PathBuf,
+        /// Contract version.
+        #[arg(long, default_value = ContractVersion::CURRENT.as_str())]
+        contract: String,
+    },
+}
+
+fn contract(v: &str) -> Result<ContractVersion> {
+    ContractVersion::parse(v).ok_or_else(|| {
+        let known: Vec<_> = ContractVersion::ALL.iter().map(|v| v.as_str()).collect();
+        anyhow::anyhow!("contract {v} is not one this host loads ({})", known.join(", "))
+    })
 }
 
 /// Runs one.
@@ -61,6 +120,47 @@ pub fn run(cmd: PluginCmd) -> Result<ExitCode> {
         }
         PluginCmd::Bench { nodes, plugin, config, reps, format } => {
             emit(&bench::run(&bench::BenchOptions { nodes, plugin, config_json: config, reps: reps.max(1) })?, format)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        PluginCmd::New { name, lang, kind, contract: v, dir } => {
+            let o = scaffold::NewOptions { name, lang, kind, contract: contract(&v)?, dir };
+            let dir = scaffold::new_project(&o)?;
+            println!(
+                "wrote {} ({} {}, tessera:policy@{v}); its README says how to build and test",
+                dir.display(),
+                lang.name(),
+                kind.world()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        PluginCmd::Build { dir, out } => {
+            let (m, out) = guest::build(&dir, out.as_deref(), &guest::Tools::from_env())?;
+            let bytes = std::fs::read(&out)?;
+            println!(
+                "{}  sha256:{}  {} bytes  ({} {})",
+                out.display(),
+                tessera_wasm::sha256_hex(&bytes),
+                bytes.len(),
+                m.lang.name(),
+                m.kind.world()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        PluginCmd::Push { file, reference } => {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            let pinned = rt.block_on(distribute::push_file(&file, &reference, distribute::credentials_from_env()))?;
+            println!("{pinned}");
+            Ok(ExitCode::SUCCESS)
+        }
+        PluginCmd::Pull { reference, out } => {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            let digest = rt.block_on(distribute::pull_file(&reference, &out))?;
+            println!("{}  {digest}", out.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        PluginCmd::Wit { dir, contract: v } => {
+            guest::write_wit(&dir, contract(&v)?)?;
+            println!("wrote tessera:policy@{v} to {}", dir.display());
             Ok(ExitCode::SUCCESS)
         }
         PluginCmd::List => {

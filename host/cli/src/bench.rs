@@ -30,6 +30,41 @@ pub struct BenchOptions {
     pub config_json: String,
     /// Repetitions; the median is reported.
     pub reps: u32,
+    /// Components of the same policy built elsewhere (another language),
+    /// by label: measured alike, against the same native twin.
+    pub components: Vec<(String, Vec<u8>)>,
+}
+
+/// One Wasm build of the plugin, measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct WasmFigures {
+    /// `builtin` or the label given.
+    pub label: String,
+    /// Component size, bytes.
+    pub bytes: usize,
+    /// Wall time of one call over all nodes, ns.
+    pub ns_per_call: f64,
+    /// Marginal cost per node, ns.
+    pub ns_per_node: f64,
+    /// Fixed cost of a call (extrapolated to 0 nodes), ns.
+    pub fixed_ns_per_call: f64,
+    /// `ns_per_node / native_ns_per_node`.
+    pub ratio: f64,
+    /// First load: compile with Cranelift and store in the cache, ms.
+    pub cold_load_ms: f64,
+    /// Load with a precompiled-cache hit, µs.
+    pub cache_hit_load_us: f64,
+    /// A fresh instance's first mirror of every node, ms.
+    pub first_sync_ms: f64,
+    /// Largest linear memory of an instance (mirror of every node
+    /// included), MiB: what `limits.memory_mib` must allow.
+    pub peak_memory_mib: f64,
+    /// Calls made, faulted, timed out.
+    pub calls: u64,
+    /// Of them, faults.
+    pub faults: u64,
+    /// Of the faults, timeouts.
+    pub timeouts: u64,
 }
 
 /// The figures printed by `plugin bench`.
@@ -68,6 +103,13 @@ pub struct BenchResult {
     pub host_starved_calls: u64,
     /// Native calls that returned an error.
     pub native_errors: u64,
+    /// Largest linear memory of an instance of the built-in plugin, MiB.
+    pub wasm_peak_memory_mib: f64,
+    /// The built-in component's size, bytes.
+    pub wasm_bytes: usize,
+    /// The other components (`--component LABEL=FILE`), measured alike.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub components: Vec<WasmFigures>,
 }
 
 /// A synthetic cluster: 8-GPU nodes in 3 zones with varied allocation.
@@ -134,54 +176,22 @@ pub fn run(opts: &BenchOptions) -> Result<BenchResult> {
     let iters = (5_000_000 / opts.nodes).clamp(5, 100_000);
     let iters_small = 5_000;
 
-    // Load timings, with a throwaway cache directory.
-    let cache_dir = std::env::temp_dir().join(format!("tessera-bench-cache-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&cache_dir);
-    let cached_rt = Runtime::new(RuntimeConfig { cache_dir: Some(cache_dir.clone()), ..RuntimeConfig::default() })?;
+    // Limits wide enough that a slow or large build is measured, not
+    // stopped: what it needs is what the table reports.
     let mut spec = PluginSpec::new(&opts.plugin);
     spec.config_json = opts.config_json.clone();
-    let t = Instant::now();
-    cached_rt.load(&spec, artifact.bytes)?;
-    let cold_load_ms = t.elapsed().as_secs_f64() * 1e3;
-    let hits: Vec<f64> = (0..9)
-        .map(|_| {
-            let t = Instant::now();
-            let loaded = cached_rt.load(&spec, artifact.bytes);
-            debug_assert!(loaded.as_ref().is_ok_and(|(_, r)| r.cache == tessera_wasm::CacheOutcome::Hit));
-            loaded.map(|_| t.elapsed().as_secs_f64() * 1e6)
-        })
-        .collect::<Result<_, _>>()?;
-    let cache_hit_load_us = median(hits);
-    let _ = std::fs::remove_dir_all(&cache_dir);
-
-    // Wasm scoring.
-    let rt = Runtime::new(RuntimeConfig::default())?;
-    let (version, _) = rt.load(&spec, artifact.bytes)?;
+    spec.limits.deadline_ms = tessera_policy::Bounded(10_000);
+    spec.limits.memory_mib = tessera_policy::Bounded(1024);
+    let wit_pod = to_wit_pod(&pod);
     let feed = RwLock::new(NodeFeed::new());
     feed.write().unwrap().upsert_all(&nodes);
-    let wit_pod = to_wit_pod(&pod);
-    // Faults are counted and reported, never fatal: a busy machine or a
-    // misbehaving plugin is a finding, not a crash.
-    let (calls, faults, timeouts) = (Cell::new(0u64), Cell::new(0u64), Cell::new(0u64));
-    let first_fault = RefCell::new(None::<String>);
-    let score = |c: &[u32]| {
-        calls.set(calls.get() + 1);
-        if let Err(e) = version.score(&feed, &wit_pod, c) {
-            faults.set(faults.get() + 1);
-            timeouts.set(timeouts.get() + u64::from(matches!(e.kind, tessera_wasm::CallFault::Timeout { .. })));
-            first_fault.borrow_mut().get_or_insert_with(|| e.to_string());
-        }
-    };
-    let t = Instant::now();
-    if let Err(e) = version.prime(&feed) {
-        // Counted like any other call's fault; the first score retries it.
-        calls.set(calls.get() + 1);
-        faults.set(faults.get() + 1);
-        timeouts.set(timeouts.get() + u64::from(matches!(e.kind, tessera_wasm::CallFault::Timeout { .. })));
-        first_fault.borrow_mut().get_or_insert_with(|| e.to_string());
+    let mut subjects = vec![Subject::load("builtin", artifact.bytes, &spec, &feed)?];
+    for (label, bytes) in &opts.components {
+        subjects.push(Subject::load(label, bytes, &spec, &feed).with_context(|| format!("component {label}"))?);
     }
-    let first_sync_ms = t.elapsed().as_secs_f64() * 1e3;
-    score(&ids);
+    for s in &subjects {
+        s.score(&feed, &wit_pod, &ids);
+    }
 
     // Native scoring through the same SDK glue.
     native.apply(&nodes).map_err(anyhow::Error::msg)?;
@@ -195,41 +205,162 @@ pub fn run(opts: &BenchOptions) -> Result<BenchResult> {
         std::hint::black_box(&values);
     };
 
-    // Repetitions interleave the four measurements, so a burst of noise
-    // from a neighbour on this shared machine hits all of them alike.
-    let mut samples: [Vec<f64>; 4] = Default::default();
+    // Repetitions interleave the measurements, so a burst of noise from a
+    // neighbour on this shared machine hits all of them alike. The
+    // built-in plugin runs a fixed number of calls; other components
+    // (100 times slower, for an interpreter) as many as fit in a fraction
+    // of a second.
+    let mut native_samples: [Vec<f64>; 2] = Default::default();
+    let mut wasm_samples: Vec<[Vec<f64>; 2]> = vec![Default::default(); subjects.len()];
     for _ in 0..opts.reps {
-        samples[0].push(time_calls(iters, || score(&ids)));
-        samples[1].push(time_calls(iters_small, || score(&ids[..SMALL as usize])));
-        samples[2].push(time_calls(iters, || nscore(&ids)));
-        samples[3].push(time_calls(iters_small, || nscore(&ids[..SMALL as usize])));
+        for (s, samples) in subjects.iter().zip(&mut wasm_samples) {
+            let (full, small) = if s.label == "builtin" {
+                (
+                    time_calls(iters, || s.score(&feed, &wit_pod, &ids)),
+                    time_calls(iters_small, || s.score(&feed, &wit_pod, &ids[..SMALL as usize])),
+                )
+            } else {
+                (
+                    time_for(0.3, || s.score(&feed, &wit_pod, &ids)),
+                    time_for(0.1, || s.score(&feed, &wit_pod, &ids[..SMALL as usize])),
+                )
+            };
+            samples[0].push(full);
+            samples[1].push(small);
+        }
+        native_samples[0].push(time_calls(iters, || nscore(&ids)));
+        native_samples[1].push(time_calls(iters_small, || nscore(&ids[..SMALL as usize])));
     }
-    let [wasm_full, wasm_small, native_full, native_small] = samples.map(median);
-    if faults.get() == calls.get() {
-        // Nothing was measured: that is an error, not a figure.
-        bail!("every Wasm call faulted: {}", first_fault.borrow().clone().unwrap_or_default());
-    }
-
+    let [native_full, native_small] = native_samples.map(median);
     let span = f64::from(opts.nodes - SMALL);
-    let wasm_ns_per_node = ((wasm_full - wasm_small) / span).max(0.0);
     let native_ns_per_node = ((native_full - native_small) / span).max(f64::MIN_POSITIVE);
+    let mut figures = Vec::new();
+    for (s, samples) in subjects.iter().zip(wasm_samples) {
+        if s.faults.get() == s.calls.get() {
+            // Nothing was measured: that is an error, not a figure.
+            bail!("{}: every Wasm call faulted: {}", s.label, s.first_fault.borrow().clone().unwrap_or_default());
+        }
+        let [full, small] = samples.map(median);
+        let ns_per_node = ((full - small) / span).max(0.0);
+        figures.push(WasmFigures {
+            label: s.label.clone(),
+            bytes: s.bytes,
+            ns_per_call: full,
+            ns_per_node,
+            fixed_ns_per_call: (small - ns_per_node * f64::from(SMALL)).max(0.0),
+            ratio: ns_per_node / native_ns_per_node,
+            cold_load_ms: s.cold_load_ms,
+            cache_hit_load_us: s.cache_hit_load_us,
+            first_sync_ms: s.first_sync_ms,
+            peak_memory_mib: s.version.peak_memory_bytes() as f64 / f64::from(1u32 << 20),
+            calls: s.calls.get(),
+            faults: s.faults.get(),
+            timeouts: s.timeouts.get(),
+        });
+    }
+    let builtin = figures.remove(0);
     Ok(BenchResult {
         plugin: opts.plugin.clone(),
         nodes: opts.nodes,
-        wasm_ns_per_call: wasm_full,
-        wasm_ns_per_node,
-        wasm_fixed_ns_per_call: (wasm_small - wasm_ns_per_node * f64::from(SMALL)).max(0.0),
+        wasm_ns_per_call: builtin.ns_per_call,
+        wasm_ns_per_node: builtin.ns_per_node,
+        wasm_fixed_ns_per_call: builtin.fixed_ns_per_call,
         native_ns_per_node,
-        ratio: wasm_ns_per_node / native_ns_per_node,
-        cold_load_ms,
-        cache_hit_load_us,
-        first_sync_ms,
-        wasm_calls: calls.get(),
-        wasm_faults: faults.get(),
-        wasm_timeouts: timeouts.get(),
-        host_starved_calls: version.starved_calls(),
+        ratio: builtin.ratio,
+        cold_load_ms: builtin.cold_load_ms,
+        cache_hit_load_us: builtin.cache_hit_load_us,
+        first_sync_ms: builtin.first_sync_ms,
+        wasm_calls: builtin.calls,
+        wasm_faults: builtin.faults,
+        wasm_timeouts: builtin.timeouts,
+        host_starved_calls: subjects[0].version.starved_calls(),
         native_errors: native_errors.get(),
+        wasm_peak_memory_mib: builtin.peak_memory_mib,
+        wasm_bytes: builtin.bytes,
+        components: figures,
     })
+}
+
+/// Mean ns per call of `f`, called at least 3 times and until `secs`
+/// have passed.
+fn time_for(secs: f64, mut f: impl FnMut()) -> f64 {
+    let t = Instant::now();
+    let mut n = 0u32;
+    while n < 3 || t.elapsed().as_secs_f64() < secs {
+        f();
+        n += 1;
+    }
+    t.elapsed().as_nanos() as f64 / f64::from(n)
+}
+
+/// One component under measurement, with its counts.
+struct Subject {
+    label: String,
+    bytes: usize,
+    version: std::sync::Arc<tessera_wasm::PluginVersion>,
+    cold_load_ms: f64,
+    cache_hit_load_us: f64,
+    first_sync_ms: f64,
+    calls: Cell<u64>,
+    faults: Cell<u64>,
+    timeouts: Cell<u64>,
+    first_fault: RefCell<Option<String>>,
+}
+
+impl Subject {
+    /// Loads `bytes`: cold and cache-hit timings with a throwaway cache,
+    /// then the version scored, its first mirror sync timed.
+    fn load(label: &str, bytes: &[u8], spec: &PluginSpec, feed: &RwLock<NodeFeed>) -> Result<Self> {
+        let cache_dir = std::env::temp_dir().join(format!("tessera-bench-cache-{}-{label}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&cache_dir);
+        let cached_rt = Runtime::new(RuntimeConfig { cache_dir: Some(cache_dir.clone()), ..RuntimeConfig::default() })?;
+        let t = Instant::now();
+        let (version, _) = cached_rt.load(spec, bytes)?;
+        let cold_load_ms = t.elapsed().as_secs_f64() * 1e3;
+        let hits: Vec<f64> = (0..9)
+            .map(|_| {
+                let t = Instant::now();
+                let loaded = cached_rt.load(spec, bytes);
+                debug_assert!(loaded.as_ref().is_ok_and(|(_, r)| r.cache == tessera_wasm::CacheOutcome::Hit));
+                loaded.map(|_| t.elapsed().as_secs_f64() * 1e6)
+            })
+            .collect::<Result<_, _>>()?;
+        let _ = std::fs::remove_dir_all(&cache_dir);
+        let s = Self {
+            label: label.to_string(),
+            bytes: bytes.len(),
+            version,
+            cold_load_ms,
+            cache_hit_load_us: median(hits),
+            first_sync_ms: 0.0,
+            calls: Cell::new(0),
+            faults: Cell::new(0),
+            timeouts: Cell::new(0),
+            first_fault: RefCell::new(None),
+        };
+        let t = Instant::now();
+        if let Err(e) = s.version.prime(feed) {
+            // Counted like any other call's fault; the first score retries it.
+            s.count(&e);
+        }
+        Ok(Self { first_sync_ms: t.elapsed().as_secs_f64() * 1e3, ..s })
+    }
+
+    /// Faults are counted and reported, never fatal: a busy machine or a
+    /// misbehaving plugin is a finding, not a crash.
+    fn count(&self, e: &tessera_wasm::CallError) {
+        self.calls.set(self.calls.get() + 1);
+        self.faults.set(self.faults.get() + 1);
+        self.timeouts.set(self.timeouts.get() + u64::from(matches!(e.kind, tessera_wasm::CallFault::Timeout { .. })));
+        self.first_fault.borrow_mut().get_or_insert_with(|| e.to_string());
+    }
+
+    fn score(&self, feed: &RwLock<NodeFeed>, pod: &tessera_wasm::wit::Pod, c: &[u32]) {
+        match self.version.score(feed, pod, c) {
+            Ok(_) => self.calls.set(self.calls.get() + 1),
+            Err(e) => self.count(&e),
+        }
+    }
 }
 
 impl BenchResult {
@@ -251,7 +382,45 @@ impl BenchResult {
             ("wasm timeouts", self.wasm_timeouts.to_string()),
             ("host-starved calls", self.host_starved_calls.to_string()),
             ("native errors", self.native_errors.to_string()),
+            ("wasm peak memory MiB", format!("{:.1}", self.wasm_peak_memory_mib)),
         ];
-        rows.iter().map(|(k, v)| format!("{k:<24} {v:>12}\n")).collect()
+        let mut out: String = rows.iter().map(|(k, v)| format!("{k:<24} {v:>12}\n")).collect();
+        if !self.components.is_empty() {
+            out.push_str(&format!(
+                "\n{:<10} {:>10} {:>10} {:>12} {:>8} {:>10} {:>10} {:>10} {:>8} {:>7}\n",
+                "build", "MB", "ns/node", "fixed ns", "×native", "cold ms", "hit µs", "sync ms", "MiB", "faults"
+            ));
+            let builtin = WasmFigures {
+                label: "builtin".into(),
+                bytes: self.wasm_bytes,
+                ns_per_call: self.wasm_ns_per_call,
+                ns_per_node: self.wasm_ns_per_node,
+                fixed_ns_per_call: self.wasm_fixed_ns_per_call,
+                ratio: self.ratio,
+                cold_load_ms: self.cold_load_ms,
+                cache_hit_load_us: self.cache_hit_load_us,
+                first_sync_ms: self.first_sync_ms,
+                peak_memory_mib: self.wasm_peak_memory_mib,
+                calls: self.wasm_calls,
+                faults: self.wasm_faults,
+                timeouts: self.wasm_timeouts,
+            };
+            for c in std::iter::once(&builtin).chain(&self.components) {
+                out.push_str(&format!(
+                    "{:<10} {:>10.1} {:>10.1} {:>12.0} {:>8.1} {:>10.1} {:>10.0} {:>10.1} {:>8.1} {:>7}\n",
+                    c.label,
+                    c.bytes as f64 / 1e6,
+                    c.ns_per_node,
+                    c.fixed_ns_per_call,
+                    c.ratio,
+                    c.cold_load_ms,
+                    c.cache_hit_load_us,
+                    c.first_sync_ms,
+                    c.peak_memory_mib,
+                    c.faults
+                ));
+            }
+        }
+        out
     }
 }

@@ -26,6 +26,8 @@ const STDERR_CAPTURE: usize = 16 * 1024;
 pub(crate) struct Limiter {
     pub(crate) memory_cap: usize,
     pub(crate) denied: Option<usize>,
+    /// The largest linear memory granted to this store, bytes.
+    pub(crate) peak: usize,
 }
 
 impl ResourceLimiter for Limiter {
@@ -37,6 +39,7 @@ impl ResourceLimiter for Limiter {
                 self.memory_cap
             )));
         }
+        self.peak = self.peak.max(desired);
         Ok(true)
     }
 
@@ -112,7 +115,7 @@ impl HostState {
         Self {
             wasi: b.build(),
             table: ResourceTable::new(),
-            limiter: Limiter { memory_cap, denied: None },
+            limiter: Limiter { memory_cap, denied: None, peak: 0 },
             rng: ChaCha8Rng::seed_from_u64(seed),
             plugin,
             log_budget: LOG_LINES_PER_INSTANCE,

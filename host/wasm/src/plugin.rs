@@ -82,6 +82,8 @@ pub struct PluginVersion {
     pub(crate) seed: u64,
     pool: Mutex<Vec<Instance>>,
     instances_created: AtomicU64,
+    /// Largest linear memory of an instance after a call, bytes.
+    peak_memory: AtomicU64,
 }
 
 impl std::fmt::Debug for PluginVersion {
@@ -134,6 +136,7 @@ impl PluginVersion {
             seed,
             pool: Mutex::new(Vec::new()),
             instances_created: AtomicU64::new(0),
+            peak_memory: AtomicU64::new(0),
         }
     }
 
@@ -182,6 +185,12 @@ impl PluginVersion {
     /// Instances created so far (the first, and each replacement).
     pub fn instances_created(&self) -> u64 {
         self.instances_created.load(Ordering::Relaxed)
+    }
+
+    /// The largest linear memory any instance of this version has held,
+    /// bytes (what its `limits.memory_mib` must allow).
+    pub fn peak_memory_bytes(&self) -> u64 {
+        self.peak_memory.load(Ordering::Relaxed)
     }
 
     fn err(&self, call: &'static str, kind: CallFault) -> CallError {
@@ -311,6 +320,7 @@ impl PluginVersion {
             None => Ok(()),
         }
         .and_then(|()| f(self, &mut inst).map_err(|(kind, keep)| (call, kind, keep)));
+        self.peak_memory.fetch_max(inst.store.data().limiter.peak as u64, Ordering::Relaxed);
         match done {
             Ok(r) => {
                 self.pool.lock().unwrap_or_else(|p| p.into_inner()).push(inst);

@@ -40,6 +40,10 @@ pub enum PluginCmd {
         /// Repetitions (the median is reported).
         #[arg(long, default_value_t = 7)]
         reps: u32,
+        /// Another build of the same plugin to measure beside it, as
+        /// LABEL=FILE (e.g. python=binpack.wasm); repeatable.
+        #[arg(long = "component", value_name = "LABEL=FILE")]
+        components: Vec<String>,
         #[arg(long, value_enum, default_value = "table")]
         format: Format,
     },
@@ -118,8 +122,19 @@ pub fn run(cmd: PluginCmd) -> Result<ExitCode> {
             }
             Ok(if report.loadable { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
-        PluginCmd::Bench { nodes, plugin, config, reps, format } => {
-            emit(&bench::run(&bench::BenchOptions { nodes, plugin, config_json: config, reps: reps.max(1) })?, format)?;
+        PluginCmd::Bench { nodes, plugin, config, reps, components, format } => {
+            let components = components
+                .iter()
+                .map(|c| {
+                    let (label, file) =
+                        c.split_once('=').ok_or_else(|| anyhow::anyhow!("--component {c:?}: expected LABEL=FILE"))?;
+                    let bytes = tessera_input::file::read(std::path::Path::new(file), tessera_input::Limit::COMPONENT)
+                        .map_err(|e| anyhow::anyhow!("--component {label}: {e}"))?;
+                    Ok((label.to_string(), bytes))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let opts = bench::BenchOptions { nodes, plugin, config_json: config, reps: reps.max(1), components };
+            emit(&bench::run(&opts)?, format)?;
             Ok(ExitCode::SUCCESS)
         }
         PluginCmd::New { name, lang, kind, contract: v, dir } => {

@@ -69,12 +69,12 @@ fn infinite_loop_is_stopped_by_the_deadline() {
 }
 
 #[test]
-fn one_gib_allocation_is_refused_under_a_64_mib_cap() {
+fn one_gib_allocation_is_refused_under_the_default_256_mib_cap() {
     let (d, took) = decide_beside_hostile(r#"{"mode": "alloc"}"#);
     let e = only_error(&d);
     match e.kind {
         CallFault::MemoryExceeded { cap_mib, requested_mib } => {
-            assert_eq!(cap_mib, 64);
+            assert_eq!(cap_mib, 256);
             assert!(requested_mib >= 1024, "{requested_mib}");
         }
         ref other => panic!("expected a memory fault, got {other}"),

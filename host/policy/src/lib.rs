@@ -250,7 +250,10 @@ impl Default for Limits {
     fn default() -> Self {
         Self {
             deadline_ms: Bounded(50),
-            memory_mib: Bounded(64),
+            // Room for an interpreted guest's mirror of a large cluster:
+            // at 10,000 nodes the JavaScript SDK's instance peaks at 101
+            // MiB, Python's at 45, Rust's at 10 (docs/BENCHMARKS.md §13).
+            memory_mib: Bounded(256),
             fuel: None,
             fault_budget: Bounded(3),
             fault_window: Bounded(1000),

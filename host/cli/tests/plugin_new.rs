@@ -56,6 +56,24 @@ fn new_build_check(lang: &str, kind: &str, native: (&str, &[&str])) {
         // canned nodes are answered, one score each.
         assert!(out.contains("canned          pod whole"), "{out}");
     }
+    // In the simulator beside Rust plugins: every pod decided, no plugin
+    // error.
+    let role = if kind == "detector" { "\n    role: detector" } else { "" };
+    let policy = format!(
+        "name: mixed\nplugins:\n  - name: binpack\n    source: builtin:binpack\n  - name: my-policy\n    \
+         source: my-policy.wasm{role}\n"
+    );
+    std::fs::write(tmp.path().join("mixed.yaml"), policy).unwrap();
+    let yaml = tmp.path().join("mixed.yaml");
+    let (ok, out, err) = tessera(&["sim", "--online", "--policy", yaml.to_str().unwrap(), "--node-count", "60"]);
+    assert!(ok, "{lang} {kind} sim: {out}{err}");
+    let field = |name: &str| {
+        out.lines()
+            .find_map(|l| l.strip_prefix(name).map(|v| v.split_whitespace().next().unwrap_or("").to_string()))
+            .unwrap_or_else(|| panic!("no {name:?} in {out}"))
+    };
+    assert!(field("binds").parse::<u64>().is_ok_and(|n| n > 0), "{out}");
+    assert_eq!(field("plugin errors"), "0", "{lang} {kind}: {out}");
     // Again over the same directory: refused, nothing overwritten.
     let (ok, _, err) = tessera(&["plugin", "new", "my-policy", "--lang", lang, "--dir", d]);
     assert!(!ok && err.contains("exists and is not empty"), "{err}");

@@ -211,6 +211,16 @@ pub fn build(dir: &Path, out: Option<&Path>, tools: &Tools) -> Result<(Manifest,
     Ok((m, out))
 }
 
+/// Writes the contract's WIT to `stage/wit` and the SDK `file` to
+/// `stage/sdk`; returns both directories.
+fn stage_sdk(stage: &Path, version: ContractVersion, file: &str, text: &str) -> Result<(PathBuf, PathBuf), BuildError> {
+    let (wit, sdk) = (stage.join("wit"), stage.join("sdk"));
+    write_wit(&wit, version)?;
+    std::fs::create_dir_all(&sdk).map_err(io(&sdk))?;
+    std::fs::write(sdk.join(file), text).map_err(io(&sdk))?;
+    Ok((wit, sdk))
+}
+
 /// `componentize-py -d WIT -w WORLD componentize app -p DIR -p SDK -o OUT`:
 /// the project's modules first (a vendored `tessera_sdk.py` wins), then
 /// this binary's SDK.
@@ -222,11 +232,7 @@ fn build_python(
     out: &Path,
     tools: &Tools,
 ) -> Result<(), BuildError> {
-    let wit = stage.join("wit");
-    write_wit(&wit, version)?;
-    let sdk = stage.join("sdk");
-    std::fs::create_dir_all(&sdk).map_err(io(&sdk))?;
-    std::fs::write(sdk.join("tessera_sdk.py"), PYTHON_SDK).map_err(io(&sdk))?;
+    let (wit, sdk) = stage_sdk(stage, version, "tessera_sdk.py", PYTHON_SDK)?;
     let tool = tools.componentize_py.clone().ok_or_else(|| BuildError::ToolMissing {
         tool: "componentize-py",
         hint: format!("pip install componentize-py=={COMPONENTIZE_PY_VERSION}, or set TESSERA_COMPONENTIZE_PY"),
@@ -248,11 +254,7 @@ fn build_js(
     out: &Path,
     tools: &Tools,
 ) -> Result<(), BuildError> {
-    let wit = stage.join("wit");
-    write_wit(&wit, version)?;
-    let src = stage.join("src");
-    std::fs::create_dir_all(&src).map_err(io(&src))?;
-    std::fs::write(src.join("tessera_sdk.js"), JS_SDK).map_err(io(&src))?;
+    let (wit, src) = stage_sdk(stage, version, "tessera_sdk.js", JS_SDK)?;
     for entry in std::fs::read_dir(dir).map_err(io(dir))? {
         let path = entry.map_err(io(dir))?.path();
         if path.is_file() && path.extension().is_some_and(|e| e == "js" || e == "mjs") {

@@ -66,39 +66,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// GET with the registry's token dance when it answers 401.
 async fn get(http: &reqwest::Client, url: &str, accept: &str) -> Result<reqwest::Response, String> {
-    let r = http.get(url).header("Accept", accept).send().await.map_err(|e| format!("{url}: {e}"))?;
-    if r.status() != reqwest::StatusCode::UNAUTHORIZED {
-        return Ok(r);
-    }
-    let challenge = r.headers().get("www-authenticate").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
-    let params = challenge.strip_prefix("Bearer ").ok_or_else(|| format!("{url}: 401 and no bearer challenge"))?;
-    let field = |k: &str| {
-        params.split(',').find_map(|p| p.trim().strip_prefix(&format!("{k}=")).map(|v| v.trim_matches('"').to_string()))
-    };
-    let realm = field("realm").ok_or_else(|| format!("{url}: bearer challenge without a realm"))?;
-    let mut query = Vec::new();
-    for k in ["service", "scope"] {
-        if let Some(v) = field(k) {
-            query.push((k, v));
-        }
-    }
-    #[derive(serde::Deserialize)]
-    struct Token {
-        token: Option<String>,
-        access_token: Option<String>,
-    }
-    let t: Token = http
-        .get(&realm)
-        .query(&query)
-        .send()
-        .await
-        .and_then(reqwest::Response::error_for_status)
-        .map_err(|e| format!("token from {realm}: {e}"))?
-        .json()
-        .await
-        .map_err(|e| format!("token from {realm}: {e}"))?;
-    let token = t.token.or(t.access_token).ok_or_else(|| format!("{realm}: no token in the answer"))?;
-    http.get(url).header("Accept", accept).bearer_auth(token).send().await.map_err(|e| format!("{url}: {e}"))
+    send(http, || http.get(url).header("Accept", accept), None, &mut None).await.map_err(|e| format!("{url}: {e}"))
 }
 
 /// The component `reference` names: its Wasm layer's bytes, checked

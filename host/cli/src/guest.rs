@@ -244,8 +244,8 @@ fn build_python(
 }
 
 /// `componentize-js app.js -w WIT -n WORLD -d http fetch-event -o OUT`, on
-/// a copy of the project's top-level scripts beside the SDK (it bundles
-/// relative imports). WASI's HTTP is left out: the host grants none.
+/// a copy of the project's scripts beside the SDK (it bundles what
+/// `app.js` imports). WASI's HTTP is left out: the host grants none.
 fn build_js(
     dir: &Path,
     stage: &Path,
@@ -255,11 +255,12 @@ fn build_js(
     tools: &Tools,
 ) -> Result<(), BuildError> {
     let (wit, src) = stage_sdk(stage, version, "tessera_sdk.js", JS_SDK)?;
-    for entry in std::fs::read_dir(dir).map_err(io(dir))? {
-        let path = entry.map_err(io(dir))?.path();
-        if path.is_file() && path.extension().is_some_and(|e| e == "js" || e == "mjs") {
-            std::fs::copy(&path, src.join(path.file_name().expect("a file"))).map_err(io(&path))?;
-        }
+    copy_scripts(dir, &src)?;
+    // The project's npm dependencies stay reachable from the copy.
+    let modules = dir.join("node_modules");
+    if modules.is_dir() {
+        std::os::unix::fs::symlink(std::path::absolute(&modules).map_err(io(&modules))?, src.join("node_modules"))
+            .map_err(io(&modules))?;
     }
     let local = dir.join("node_modules/.bin/componentize-js");
     let local = local.is_file().then_some(local);
@@ -274,6 +275,25 @@ fn build_js(
     cmd.arg(src.join("app.js")).arg("-w").arg(&wit).arg("-n").arg(kind.world());
     cmd.args(["-d", "http", "fetch-event", "-o"]).arg(out);
     run(cmd, &tool, dir)
+}
+
+/// Copies the scripts (`.js`, `.mjs`, `.json`) under `from` to `to`, folders
+/// and all, but `node_modules`, `wit` and dot-folders; a project's own
+/// `tessera_sdk.js` replaces the staged one.
+fn copy_scripts(from: &Path, to: &Path) -> Result<(), BuildError> {
+    for entry in std::fs::read_dir(from).map_err(io(from))? {
+        let entry = entry.map_err(io(from))?;
+        let (path, name) = (entry.path(), entry.file_name());
+        let skip = name == "node_modules" || name == "wit" || name.to_string_lossy().starts_with('.');
+        if path.is_dir() && !skip {
+            let sub = to.join(&name);
+            std::fs::create_dir_all(&sub).map_err(io(&sub))?;
+            copy_scripts(&path, &sub)?;
+        } else if path.is_file() && path.extension().is_some_and(|e| e == "js" || e == "mjs" || e == "json") {
+            std::fs::copy(&path, to.join(&name)).map_err(io(&path))?;
+        }
+    }
+    Ok(())
 }
 
 /// `cargo build --release --target wasm32-wasip2`, then the crate's

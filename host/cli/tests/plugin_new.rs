@@ -39,6 +39,15 @@ fn new_build_check(lang: &str, kind: &str, native: (&str, &[&str])) {
     let (ok, out) = run(&dir, native.0, native.1);
     assert!(ok, "{lang} {kind} native tests: {out}");
 
+    if lang == "js" && kind == "scorer" {
+        // A module in a folder of the project's own is bundled too.
+        std::fs::create_dir_all(dir.join("lib")).unwrap();
+        std::fs::write(dir.join("lib/scale.js"), "export const SCALE = 1_000_000;\n").unwrap();
+        let app = std::fs::read_to_string(dir.join("app.js")).unwrap();
+        let app = format!("import {{ SCALE }} from \"./lib/scale.js\";\n{app}").replace("* 1_000_000", "* SCALE");
+        assert!(app.contains("* SCALE"), "{app}");
+        std::fs::write(dir.join("app.js"), app).unwrap();
+    }
     let wasm = tmp.path().join("my-policy.wasm");
     let (ok, out, err) = tessera(&["plugin", "build", d, "-o", wasm.to_str().unwrap()]);
     if !ok && tool_missing(&err) {
@@ -55,6 +64,8 @@ fn new_build_check(lang: &str, kind: &str, native: (&str, &[&str])) {
         // The sample filters on CPU load and scores free GPU share: the
         // canned nodes are answered, one score each.
         assert!(out.contains("canned          pod whole"), "{out}");
+        // The sample's scores (the same in every language).
+        assert!(out.contains("scores [7500048000, 2000064000, 4000064000, 64000]"), "{out}");
     }
     // In the simulator beside Rust plugins: every pod decided, no plugin
     // error.

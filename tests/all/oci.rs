@@ -213,3 +213,28 @@ async fn the_cli_pushes_a_file_and_pulls_it_back_pinned() {
     let e = tessera::distribute::push_file(&file, &format!("{addr}/team/x:v1"), None).await.unwrap_err();
     assert!(e.to_string().contains("oci://"), "{e}");
 }
+
+/// A registry that serves more than a component may be, under a manifest
+/// that gives no size: the pull is cut off at the bound, not buffered.
+#[tokio::test]
+async fn an_oversized_blob_is_cut_off_at_the_bound() {
+    let (addr, store) = registry().await;
+    let big = vec![0u8; oci::MAX_BYTES + 1];
+    let d = digest_of(&big);
+    let config = b"{}".to_vec();
+    let manifest = serde_json::to_vec(&json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.wasm.config.v0+json", "digest": digest_of(&config), "size": 2},
+        "layers": [{"mediaType": "application/wasm", "digest": d}],
+    }))
+    .unwrap();
+    {
+        let mut s = store.lock().unwrap();
+        s.blobs.insert(format!("x/big@{d}"), big);
+        let ct = "application/vnd.oci.image.manifest.v1+json".to_string();
+        s.manifests.insert("x/big:v1".into(), (ct, manifest));
+    }
+    let e = oci::pull(&reqwest::Client::new(), &format!("{addr}/x/big:v1")).await.unwrap_err();
+    assert!(e.contains("larger than"), "{e}");
+}

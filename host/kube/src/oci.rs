@@ -69,6 +69,22 @@ async fn get(http: &reqwest::Client, url: &str, accept: &str) -> Result<reqwest:
     send(http, || http.get(url).header("Accept", accept), None, &mut None).await.map_err(|e| format!("{url}: {e}"))
 }
 
+/// Largest manifest accepted, bytes (real ones are a few hundred).
+pub const MAX_MANIFEST_BYTES: usize = 4 << 20;
+
+/// The body of `r`, at most `max` bytes (an error past that, read no
+/// further).
+async fn read_bounded(mut r: reqwest::Response, max: usize, url: &str) -> Result<Vec<u8>, String> {
+    let mut bytes = Vec::new();
+    while let Some(chunk) = r.chunk().await.map_err(|e| format!("{url}: {e}"))? {
+        if bytes.len() + chunk.len() > max {
+            return Err(format!("{url}: the body is larger than {max} bytes"));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(bytes)
+}
+
 /// The component `reference` names: its Wasm layer's bytes, checked
 /// against the layer digest.
 pub async fn pull(http: &reqwest::Client, reference: &str) -> Result<Vec<u8>, String> {
@@ -79,7 +95,7 @@ pub async fn pull(http: &reqwest::Client, reference: &str) -> Result<Vec<u8>, St
     if !m.status().is_success() {
         return Err(format!("{manifest_url}: {}", m.status()));
     }
-    let body = m.bytes().await.map_err(|e| format!("{manifest_url}: {e}"))?;
+    let body = read_bounded(m, MAX_MANIFEST_BYTES, &manifest_url).await?;
     if let Some(d) = r.reference.strip_prefix("sha256:")
         && sha256_hex(&body) != d
     {
@@ -112,7 +128,9 @@ pub async fn pull(http: &reqwest::Client, reference: &str) -> Result<Vec<u8>, St
     if !b.status().is_success() {
         return Err(format!("{blob_url}: {}", b.status()));
     }
-    let bytes = b.bytes().await.map_err(|e| format!("{blob_url}: {e}"))?.to_vec();
+    // A registry that sends more than a component may be (whatever the
+    // manifest said of its size) is cut off, not buffered.
+    let bytes = read_bounded(b, MAX_BYTES, &blob_url).await?;
     let want = layer.digest.strip_prefix("sha256:").unwrap_or(&layer.digest);
     if sha256_hex(&bytes) != want {
         return Err(format!("{blob_url}: the blob does not match its digest"));

@@ -18,6 +18,7 @@
 use std::collections::BTreeSet;
 
 use super::Scheduler;
+use crate::cluster::check;
 use crate::model::{GPU_MILLI, GpuHealth, Node, NodeId, Pod, PodId};
 
 /// Nodes kept for one gang.
@@ -72,13 +73,18 @@ impl Scheduler {
         let mut pods: Vec<&Pod> = members.iter().filter_map(|m| self.pods.get(m).map(|e| &e.pod)).collect();
         // The widest first: they have the fewest nodes to choose from.
         pods.sort_by_key(|p| std::cmp::Reverse((p.gpu_count, p.requests.cpu_milli, p.requests.memory_mib)));
+        // Each node as it would be with nothing running, for the host's
+        // own filter ([`check`]) to judge.
+        let empty: Vec<Node> = self.cluster.nodes().iter().map(emptied).collect();
         let mut nodes = BTreeSet::new();
         for pod in pods {
             let best = self
                 .cluster
                 .nodes()
                 .iter()
-                .filter(|n| !nodes.contains(&n.id) && fits_empty(n, pod))
+                .zip(&empty)
+                .filter(|(n, e)| !nodes.contains(&n.id) && check(e, pod).is_ok())
+                .map(|(n, _)| n)
                 .min_by_key(|n| (in_use(n), n.id));
             match best {
                 Some(n) => nodes.insert(n.id),
@@ -128,23 +134,14 @@ impl Scheduler {
     }
 }
 
-/// Whether `pod` would pass the host's filter on `node` with nothing
-/// running there.
-fn fits_empty(node: &Node, pod: &Pod) -> bool {
-    if !node.ready || ((!node.taints.is_empty() || pod.selects()) && !node.admits(pod)) {
-        return false;
+/// `node` with nothing running on it: all it has is free.
+fn emptied(node: &Node) -> Node {
+    let mut n = node.clone();
+    n.free = n.capacity;
+    for g in &mut n.gpus {
+        g.free_milli = GPU_MILLI;
     }
-    if pod.requests.cpu_milli > node.capacity.cpu_milli || pod.requests.memory_mib > node.capacity.memory_mib {
-        return false;
-    }
-    if pod.gpu_count == 0 {
-        return true;
-    }
-    if !pod.allowed_models.is_empty() && !pod.allowed_models.contains(&node.gpu_model) {
-        return false;
-    }
-    let usable = node.gpus.iter().filter(|g| g.health != GpuHealth::Failed).count() as u32;
-    if pod.gpu_milli < GPU_MILLI { usable > 0 } else { usable >= pod.gpu_count }
+    n
 }
 
 /// What runs on `node`: GPU share in use, then CPU.

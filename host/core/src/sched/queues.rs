@@ -380,7 +380,7 @@ impl Scheduler {
                 let tree = &self.queues.tree;
                 let asked: u64 = tree.roots().iter().map(|&r| demand[r]).sum();
                 u.begin(now, fair.clone(), asked > capacity.get(&Dim::Gpu));
-                let share = u.shares(tree, &fair, &demand);
+                let share = u.shares(tree, &demand);
                 let owes = share.iter().zip(&fair).map(|(s, f)| s < f).collect();
                 GateShares { share, owes }
             }

@@ -81,11 +81,12 @@ impl Usage {
         self.balance[q]
     }
 
-    /// The shares the gate holds each queue to: each leaf's fair `share`
-    /// moved by its balance over one half-life, paid to or by the other
-    /// leaves in proportion to their shares, within `0..=demand`; a parent
-    /// the sum of its children's.
-    pub(in crate::sched) fn shares(&self, tree: &QueueTree, share: &[u64], demand: &[u64]) -> Vec<u64> {
+    /// The shares the gate holds each queue to: each leaf's fair share (as
+    /// given to [`Self::begin`]) moved by its balance over one half-life,
+    /// paid to or by the other leaves in proportion to their shares, within
+    /// `0..=demand`; a parent the sum of its children's.
+    pub(in crate::sched) fn shares(&self, tree: &QueueTree, demand: &[u64]) -> Vec<u64> {
+        let share = &self.share;
         let leaves: Vec<usize> = (0..tree.nodes().len()).filter(|&q| tree.nodes()[q].is_leaf()).collect();
         let total_share: f64 = leaves.iter().map(|&l| share[l] as f64).sum();
         let total_balance: f64 = leaves.iter().map(|&l| self.balance[l]).sum();
@@ -182,13 +183,13 @@ mod tests {
         assert!(u.balance(a) > 0.0 && u.balance(b) < 0.0);
         assert!((u.balance(a) + u.balance(b)).abs() < 1e-6, "{} {}", u.balance(a), u.balance(b));
         let demand = vec![16_000; n];
-        let moved = u.shares(&tree, &share, &demand);
+        let moved = u.shares(&tree, &demand);
         assert!(moved[a] < 4_000 && moved[b] > 4_000, "{moved:?}");
         assert_eq!(moved[a] + moved[b], 8_000);
         // b is never held to more than it asks for.
         let mut small = demand.clone();
         small[b] = 4_000;
-        assert_eq!(u.shares(&tree, &share, &small)[b], 4_000);
+        assert_eq!(u.shares(&tree, &small)[b], 4_000);
         // Uncontended time adds nothing, and what was owed decays.
         u.end(used.clone());
         u.begin(200, share.clone(), false);

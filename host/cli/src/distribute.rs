@@ -45,7 +45,7 @@ pub async fn push_file(file: &Path, reference: &str, creds: Option<Credentials>)
     let r = strip(reference)?;
     let bytes = tessera_input::file::read(file, tessera_input::Limit::COMPONENT)
         .map_err(|e| DistributeError::Component { path: file.into(), reason: e.to_string() })?;
-    if !bytes.starts_with(b"\0asm") {
+    if !tessera_wasm::is_wasm(&bytes) {
         return Err(DistributeError::Component {
             path: file.into(),
             reason: "not WebAssembly (no \\0asm magic): push the built component".into(),

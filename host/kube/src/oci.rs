@@ -90,8 +90,8 @@ async fn read_bounded(mut r: reqwest::Response, max: usize, url: &str) -> Result
 pub async fn pull(http: &reqwest::Client, reference: &str) -> Result<Vec<u8>, String> {
     let r = Reference::parse(reference)?;
     let manifest_url = format!("{}/manifests/{}", r.base(), r.reference);
-    let accept = "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json";
-    let m = get(http, &manifest_url, accept).await?;
+    let accept = format!("{OCI_MANIFEST}, application/vnd.docker.distribution.manifest.v2+json");
+    let m = get(http, &manifest_url, &accept).await?;
     if !m.status().is_success() {
         return Err(format!("{manifest_url}: {}", m.status()));
     }
@@ -139,7 +139,7 @@ pub async fn pull(http: &reqwest::Client, reference: &str) -> Result<Vec<u8>, St
 }
 
 /// The media type of a Wasm component layer as pushed.
-pub const WASM_LAYER: &str = "application/wasm";
+pub const WASM_LAYER: &str = WASM_LAYER_TYPES[0];
 /// The config of a Wasm artifact (the CNCF wasm OCI artifact layout).
 pub const WASM_CONFIG: &str = "application/vnd.wasm.config.v0+json";
 /// An OCI image manifest.

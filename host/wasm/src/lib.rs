@@ -46,5 +46,5 @@ pub use plugin::{
     MAX_FILTER_REASONS, MAX_GUEST_ERROR, MAX_INFO_DESCRIPTION, MAX_INFO_NAME, PluginInfo, PluginVersion, ScoreOutput,
 };
 pub use policy::{Decision, Member, PluginOutcome, Policy, Rejection};
-pub use runtime::{LoadReport, PluginSpec, Runtime, RuntimeConfig};
+pub use runtime::{LoadReport, PluginSpec, Runtime, RuntimeConfig, is_wasm};
 pub use slot::{PluginSlot, SlotStats};

@@ -17,6 +17,12 @@ use crate::error::{LoadError, WorldKind};
 use crate::host::HostState;
 use crate::plugin::PluginVersion;
 
+/// Whether `bytes` begin as WebAssembly does (`\0asm`): what the runtime,
+/// the service's upload and `plugin push` check before anything else.
+pub fn is_wasm(bytes: &[u8]) -> bool {
+    bytes.starts_with(b"\0asm")
+}
+
 /// Settings of the runtime (engine-wide).
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
@@ -239,7 +245,7 @@ impl Runtime {
                 reason: format!("{} bytes; a component may be at most {}", wasm.len(), tessera_input::file::Size(cap)),
             });
         }
-        if !wasm.starts_with(b"\0asm") {
+        if !is_wasm(wasm) {
             return Err(LoadError::Compile {
                 plugin,
                 reason: "not WebAssembly (no \\0asm magic): build the plugin for wasm32-wasip2".into(),

@@ -119,7 +119,7 @@ pub async fn load_plugin(
     if body.is_empty() {
         return Err(ApiError::new(Code::ApiBadBody, "the body is empty: send the component"));
     }
-    if !body.starts_with(b"\0asm") {
+    if !tessera_wasm::is_wasm(&body) {
         return Err(ApiError::new(
             Code::ApiBadBody,
             "the body is not WebAssembly (no \\0asm magic): send the compiled component",

@@ -104,11 +104,17 @@ impl Manifest {
 
     /// The contract version, if the host loads it.
     pub fn contract_version(&self) -> Result<ContractVersion, String> {
-        ContractVersion::parse(&self.contract).ok_or_else(|| {
-            let known: Vec<_> = ContractVersion::ALL.iter().map(|v| v.as_str()).collect();
-            format!("contract: {} is not one this host loads ({})", self.contract, known.join(", "))
-        })
+        contract_version(&self.contract).map_err(|e| format!("contract: {e}"))
     }
+}
+
+/// The contract version `v` names, or why the host cannot build against
+/// it ("0.9.0 is not one this host loads (0.1.0, 0.2.0)").
+pub fn contract_version(v: &str) -> Result<ContractVersion, String> {
+    ContractVersion::parse(v).ok_or_else(|| {
+        let known: Vec<_> = ContractVersion::ALL.iter().map(|v| v.as_str()).collect();
+        format!("{v} is not one this host loads ({})", known.join(", "))
+    })
 }
 
 /// A plugin name: 1–63 of `[a-z0-9-]`, starting with a letter.
@@ -325,7 +331,8 @@ fn run(mut cmd: Command, tool: &Path, dir: &Path) -> Result<(), BuildError> {
     }
     let mut text = String::from_utf8_lossy(&output.stderr).into_owned();
     text.push_str(&String::from_utf8_lossy(&output.stdout));
-    let tail: String = text.lines().rev().take(40).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = lines[lines.len().saturating_sub(40)..].join("\n");
     Err(BuildError::ToolFailed {
         tool: tool.display().to_string(),
         status: output.status.to_string(),

@@ -127,16 +127,17 @@ impl Fairness {
 }
 
 /// `queues` equal leaf queues `q0`, `q1`, …, each guaranteed an equal
-/// share of the GPUs of each model (rounded down), reclaim on, with
-/// `gate`.
-pub fn equal_queues(queues: u32, gpus: [u32; 3], gate: Fairness) -> Result<QueueTree> {
+/// share of the GPUs of each model (rounded down), reclaim on, with the
+/// gate of `fairness`.
+pub fn equal_queues(queues: u32, gpus: [u32; 3], fairness: Fairness) -> Result<QueueTree> {
     let names: Vec<String> = (0..queues.max(1)).map(|q| format!("q{q}")).collect();
-    equal_named_queues(&names, gpus, gate)
+    equal_named_queues(&names, gpus, fairness)
 }
 
 /// One leaf queue per name, equal weights, each guaranteed an equal share
-/// of the GPUs of each model (rounded down), reclaim on, with `gate`.
-pub fn equal_named_queues(names: &[String], gpus: [u32; 3], gate: Fairness) -> Result<QueueTree> {
+/// of the GPUs of each model (rounded down), reclaim on, with the gate of
+/// `fairness`.
+pub fn equal_named_queues(names: &[String], gpus: [u32; 3], fairness: Fairness) -> Result<QueueTree> {
     let n = (names.len() as u32).max(1);
     let by_model: BTreeMap<String, u32> =
         SPEC_MODELS.iter().zip(gpus).filter(|(_, g)| *g / n > 0).map(|(m, g)| (m.to_string(), g / n)).collect();
@@ -151,13 +152,13 @@ pub fn equal_named_queues(names: &[String], gpus: [u32; 3], gate: Fairness) -> R
             limit: Quota::default(),
         })
         .collect();
-    gate.queues(list)
+    fairness.queues(list)
 }
 
 /// One leaf queue per virtual cluster, named as its trace, guaranteed the
 /// GPUs of each model its spec gives it (Philly's VC quotas), reclaim on,
-/// with `gate`.
-pub fn vc_queues(vcs: &[(String, [u32; 3])], gate: Fairness) -> Result<QueueTree> {
+/// with the gate of `fairness`.
+pub fn vc_queues(vcs: &[(String, [u32; 3])], fairness: Fairness) -> Result<QueueTree> {
     let list = vcs
         .iter()
         .map(|(name, gpus)| {
@@ -172,7 +173,7 @@ pub fn vc_queues(vcs: &[(String, [u32; 3])], gate: Fairness) -> Result<QueueTree
             }
         })
         .collect();
-    gate.queues(list)
+    fairness.queues(list)
 }
 
 /// A job trace as the simulator takes it.

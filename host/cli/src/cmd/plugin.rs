@@ -104,10 +104,7 @@ pub enum PluginCmd {
 }
 
 fn contract(v: &str) -> Result<ContractVersion> {
-    ContractVersion::parse(v).ok_or_else(|| {
-        let known: Vec<_> = ContractVersion::ALL.iter().map(|v| v.as_str()).collect();
-        anyhow::anyhow!("contract {v} is not one this host loads ({})", known.join(", "))
-    })
+    guest::contract_version(v).map_err(|e| anyhow::anyhow!("contract {e}"))
 }
 
 /// Runs one.

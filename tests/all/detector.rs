@@ -84,21 +84,7 @@ fn a_detector_minting_kinds_leaves_reports_bounded() {
         "name: minting\nplugins:\n  - name: binpack\n    source: builtin:binpack\n  - name: minting\n    source: builtin:hostile-detector\n    role: detector\n",
     )
     .unwrap();
-    let opts = tessera::sim::SimOptions {
-        nodes: tessera::sim::Input::Builtin,
-        node_count: 40,
-        pods: tessera::sim::Input::Builtin,
-        order: None,
-        seed: 3,
-        policy: policy.display().to_string(),
-        time_replay: false,
-        inflate: 1.0,
-        tie_break: None,
-        reschedule: None,
-        reschedule_every: 0,
-        actuator: Default::default(),
-        bound: false,
-    };
+    let opts = tessera::sim::SimOptions::builtin(40, 3, policy.display().to_string(), 1.0);
     let out = tessera::online::run(&opts, 300).unwrap();
     let kinds = &out.file.report.anomalies;
     let own = kinds.keys().filter(|k| k.starts_with('k')).count();

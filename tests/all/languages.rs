@@ -264,21 +264,7 @@ fn write_policy(dir: &Path, name: &str, scorer: &str, detector: &str) -> PathBuf
 fn guests_run_in_the_simulator_beside_rust_plugins_and_change_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let run = |policy: &Path| {
-        let opts = tessera::sim::SimOptions {
-            nodes: tessera::sim::Input::Builtin,
-            node_count: 40,
-            pods: tessera::sim::Input::Builtin,
-            order: None,
-            seed: 3,
-            policy: policy.display().to_string(),
-            time_replay: false,
-            inflate: 1.0,
-            tie_break: None,
-            reschedule: None,
-            reschedule_every: 0,
-            actuator: Default::default(),
-            bound: false,
-        };
+        let opts = tessera::sim::SimOptions::builtin(40, 3, policy.display().to_string(), 1.0);
         let out = tessera::online::run(&opts, 200).unwrap();
         serde_json::to_value(&out.file.report).unwrap()
     };

@@ -81,6 +81,27 @@ pub struct SimOptions {
 }
 
 impl SimOptions {
+    /// The built-in cluster of `node_count` nodes and the built-in
+    /// workload, submitted until GPU demand is `inflate` × capacity,
+    /// under `policy`; nothing else.
+    pub fn builtin(node_count: usize, seed: u64, policy: String, inflate: f64) -> Self {
+        Self {
+            nodes: Input::Builtin,
+            node_count,
+            pods: Input::Builtin,
+            order: None,
+            seed,
+            policy,
+            time_replay: false,
+            inflate,
+            tie_break: None,
+            reschedule: None,
+            reschedule_every: 0,
+            actuator: Default::default(),
+            bound: false,
+        }
+    }
+
     /// The published protocol on trace files: submissions in the given
     /// arrival order up to 130% of the GPU capacity, ties broken by a seeded
     /// ranking of nodes (the published runs' node names carried random

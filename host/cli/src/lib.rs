@@ -9,6 +9,7 @@ pub mod check;
 pub mod distribute;
 pub mod fidelity;
 pub mod gang_bench;
+pub mod generate;
 pub mod guest;
 pub mod jobs;
 pub mod load;

@@ -71,6 +71,10 @@ enum Command {
     /// Validate policy documents.
     #[command(subcommand)]
     Policy(cmd::policy::PolicyCmd),
+    /// Workloads for the simulator: generated members of the trace's
+    /// families.
+    #[command(subcommand)]
+    Workload(cmd::workload::WorkloadCmd),
 }
 
 /// The CustomResourceDefinitions `tessera crd` prints.
@@ -119,5 +123,6 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Bench(c) => cmd::bench::run(c),
         Command::Plugin(c) => cmd::plugin::run(c),
         Command::Policy(c) => cmd::policy::run(c),
+        Command::Workload(c) => cmd::workload::run(c),
     }
 }

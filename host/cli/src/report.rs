@@ -43,6 +43,7 @@ reports!(
     crate::check::CheckReport,
     crate::fidelity::FidelityReport,
     crate::gang_bench::GangBench,
+    crate::generate::Generated,
     crate::jobs::JobsBench,
     crate::plan::PlanOutcome,
     crate::quality::QualityReport,

@@ -477,12 +477,9 @@ impl Fgd {
                 999 * (total - i64::from(agg.total)) / total
             } else if pod.gpu_count > 0 && pod.gpu_milli >= 1000 && self.balance_cpu && agg.total > 0 {
                 // CPU left per GPU left close to the workload's.
-                // 999 on the ratio, falling smoothly with the distance
-                // (500 at one `want` away) and never flat: far from the
-                // ratio is still ranked, not left to the host's ties.
                 let ratio = f64::from(cpu_after) / f64::from(agg.total);
-                let want = self.cpu_per_gpu_milli().max(1e-9);
-                (999.0 * want / (want + (ratio - want).abs())) as i64
+                let want = self.cpu_per_gpu_milli();
+                (999.0 - (ratio - want).abs() / want.max(1e-9) * 2000.0).clamp(0.0, 999.0) as i64
             } else {
                 0
             };

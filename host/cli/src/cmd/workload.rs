@@ -86,9 +86,9 @@ pub enum WorkloadCmd {
         #[arg(long)]
         traces: PathBuf,
         /// Members as FAMILY:LEVEL, comma-separated: `cpu:L` (CPU-only pods
-        /// = L% of default's), `gpushare:L` (L% of GPU pods share a GPU),
-        /// `gpuspec:L` (L% name allowed models), `multigpu:L` (L% ask for
-        /// several GPUs).
+        /// = L% of default's), `gpushare:L` (sharing pods ask for L% of the
+        /// GPU demand), `gpuspec:L` (L% of GPU pods name allowed models),
+        /// `multigpu:L` (multi-GPU pods ask for L% of the GPU demand).
         #[arg(long = "member", value_delimiter = ',', required = true)]
         members: Vec<tessera_trace::family::Member>,
         /// Seeds of each member's pods (one workload per seed).

@@ -87,8 +87,7 @@ fn load_inputs(c: &Campaign, o: &Overrides) -> Result<Inputs> {
         }
         WorkloadSpec::Trace { pods, load } => {
             let p = c.resolve(pods);
-            let f = tessera_input::file::open(&p, tessera_input::Limit::TRACE)?;
-            let rows = tessera_trace::read_pods(std::io::BufReader::new(f), &p.display().to_string())?;
+            let rows = crate::sim::read_pod_rows(&p)?;
             let shapes: Vec<Pod> = rows.iter().map(pod_of).collect();
             let per_seed = match load {
                 Some(load) => {

@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
+use tessera_trace::NodeRow;
 use tessera_trace::family::{self, Member};
-use tessera_trace::{NodeRow, PodRow};
 
-use crate::sim::read_trace_text;
+use crate::sim::{read_pod_rows, read_trace_text};
 
 /// The base pod list every member is resampled from.
 pub const BASE: &str = "openb_pod_list_default.csv";
@@ -67,11 +67,6 @@ pub fn workload_name(member: &Member, seed: u64) -> String {
     format!("openb_pod_list_{}-w{seed}", member.name())
 }
 
-fn pods_at(path: &Path) -> Result<Vec<PodRow>> {
-    let text = read_trace_text(path)?;
-    Ok(tessera_trace::read_pods(text.as_bytes(), &path.display().to_string())?)
-}
-
 fn write(path: &Path, bytes: &[u8]) -> Result<()> {
     std::fs::write(path, bytes).with_context(|| format!("cannot write {}", path.display()))
 }
@@ -81,12 +76,12 @@ pub fn run(opts: &GenerateOptions) -> Result<Generated> {
     if opts.members.is_empty() || opts.seeds.is_empty() || opts.order_seeds.is_empty() {
         bail!("nothing to generate: give at least one member, one seed and one order seed");
     }
-    let base = pods_at(&opts.traces.join(BASE))?;
+    let base = read_pod_rows(&opts.traces.join(BASE))?;
     let nodes_path = opts.traces.join(NODES);
     let nodes_text = read_trace_text(&nodes_path)?;
     let nodes: Vec<NodeRow> = tessera_trace::read_nodes(nodes_text.as_bytes(), &nodes_path.display().to_string())?;
     let examples_path = opts.traces.join(SPEC_EXAMPLES);
-    let examples = if examples_path.exists() { pods_at(&examples_path)? } else { Vec::new() };
+    let examples = if examples_path.exists() { read_pod_rows(&examples_path)? } else { Vec::new() };
     let orders_dir = opts.out.join("arrival-order");
     std::fs::create_dir_all(&orders_dir).with_context(|| format!("cannot create {}", orders_dir.display()))?;
     // The cluster travels with its workloads, so the directory stands alone.

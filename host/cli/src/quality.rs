@@ -144,29 +144,23 @@ pub fn run(opts: &QualityOptions) -> Result<QualityReport> {
         let (workload, seed, ..) = &jobs[i];
         let o = outcome.with_context(|| format!("{workload} seed {seed}{}", if reference { " (FGD)" } else { "" }))?;
         if reference {
-            let r = &o.file.report;
-            ours_fgd.insert(i, 100.0 - r.allocation_at(130).unwrap_or(r.last.allocation));
+            ours_fgd.insert(i, o.file.report.unallocated_at(130));
         } else {
             outcomes.push((i, o));
         }
     }
-    let results: Vec<_> = outcomes
-        .into_iter()
-        .map(|(i, o)| {
-            let (workload, seed, ..) = jobs[i].clone();
-            let fgd = (opts.policy == "fgd" && fgd_published(&workload, seed).is_none()).then(|| {
-                let r = &o.file.report;
-                100.0 - r.allocation_at(130).unwrap_or(r.last.allocation)
-            });
-            (workload, seed, o, ours_fgd.get(&i).copied().or(fgd))
-        })
-        .collect();
     let mut runs = Vec::new();
-    for (workload, seed, o, fgd_ours) in results {
+    for (i, o) in outcomes {
+        let (workload, seed, ..) = jobs[i].clone();
         let r = &o.file.report;
+        let fgd_published = fgd_published(&workload, seed);
+        // FGD run as the policy is its own reference.
+        let own = || r.unallocated_at(130);
+        let fgd_ours =
+            ours_fgd.get(&i).copied().or_else(|| (fgd_published.is_none() && opts.policy == "fgd").then(own));
         runs.push(QualityRun {
-            unallocated_at_130: 100.0 - r.allocation_at(130).unwrap_or(r.last.allocation),
-            fgd_published_unallocated_at_130: fgd_published(&workload, seed),
+            unallocated_at_130: r.unallocated_at(130),
+            fgd_published_unallocated_at_130: fgd_published,
             fgd_ours_unallocated_at_130: fgd_ours,
             offline_bound_unallocated: (100.0 - o.file.bound_allocation_pct.unwrap_or(100.0)).max(0.0),
             repacking_bound_unallocated: o.file.repacking_bound_allocation_pct.map(|b| (100.0 - b).max(0.0)),

@@ -185,7 +185,7 @@ impl Figures {
         Self {
             placed: r.placed,
             failed: r.failed,
-            unallocated_pct: 100.0 - r.allocation_at(130).unwrap_or(r.last.allocation),
+            unallocated_pct: r.unallocated_at(130),
             fragmentation_pct: r.last.fragmentation,
             hotspot_ratio: r.hotspot_counts.iter().filter(|&&c| c > 0).count() as f64 / nodes,
             migrations: r.migrations,
@@ -358,6 +358,11 @@ pub fn read_node_list(path: &Path) -> Result<Vec<Node>> {
     Ok(rows.iter().enumerate().map(|(i, r)| node_of(i, r)).collect())
 }
 
+/// The rows of an openb pod list file.
+pub fn read_pod_rows(path: &Path) -> Result<Vec<PodRow>> {
+    Ok(tessera_trace::read_pods(std::io::BufReader::new(open(path)?), &path.display().to_string())?)
+}
+
 /// Loads nodes, pods and the arrival order.
 pub fn load_inputs(opts: &SimOptions) -> Result<Inputs> {
     let nodes: Vec<Node> = match &opts.nodes {
@@ -371,7 +376,7 @@ pub fn load_inputs(opts: &SimOptions) -> Result<Inputs> {
             (synthetic::pods(8_000, &models, opts.seed), None)
         }
         Input::File(p) => {
-            let rows = tessera_trace::read_pods(open(p)?, &p.display().to_string())?;
+            let rows = read_pod_rows(p)?;
             (rows.iter().map(pod_of).collect(), Some(rows))
         }
     };

@@ -99,6 +99,12 @@ impl RunReport {
     pub fn allocation_at(&self, pct: u32) -> Option<f64> {
         self.buckets.iter().find(|b| b.arrived_pct == pct).map(|b| b.allocation)
     }
+
+    /// Unallocated GPUs (%) at `pct` arrived demand, or at the end where the
+    /// run never reached it: the published protocol's figure at 130.
+    pub fn unallocated_at(&self, pct: u32) -> f64 {
+        100.0 - self.allocation_at(pct).unwrap_or(self.last.allocation)
+    }
 }
 
 /// An event of a replay: a pod leaves or arrives.

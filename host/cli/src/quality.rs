@@ -154,8 +154,8 @@ pub fn run(opts: &QualityOptions) -> Result<QualityReport> {
         let (workload, seed, ..) = jobs[i].clone();
         let r = &o.file.report;
         let fgd_published = fgd_published(&workload, seed);
-        // FGD run as the policy is its own reference.
-        let own = || r.unallocated_at(130);
+        // FGD run as the policy is its own reference (placement alone).
+        let own = || o.file.placement_only.as_ref().map_or(r.unallocated_at(130), |f| f.unallocated_pct);
         let fgd_ours =
             ours_fgd.get(&i).copied().or_else(|| (fgd_published.is_none() && opts.policy == "fgd").then(own));
         runs.push(QualityRun {

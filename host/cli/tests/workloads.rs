@@ -142,6 +142,26 @@ fn bench_quality_reads_generated_members_with_our_fgd_as_reference() {
         assert_eq!(r["unallocated_at_130"], r["fgd_ours_unallocated_at_130"], "{r}");
         assert_eq!(r["fgd_ours_unallocated_at_130"].as_f64(), by_seed.get(&r["seed"].as_u64().unwrap()).copied());
     }
+    // With rescheduling, its reference is still FGD placing alone.
+    let (ok, out, err) = tessera(&[
+        "bench",
+        "quality",
+        "--traces",
+        tmp.path().to_str().unwrap(),
+        "--policy",
+        "fgd",
+        "--reschedule",
+        "--reschedule-every",
+        "500",
+        "--format",
+        "json",
+    ]);
+    assert!(ok, "{out}\n{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    for r in v["runs"].as_array().unwrap() {
+        assert_eq!(r["fgd_ours_unallocated_at_130"], r["placement_only_unallocated_at_130"], "{r}");
+        assert_eq!(r["fgd_ours_unallocated_at_130"].as_f64(), by_seed.get(&r["seed"].as_u64().unwrap()).copied());
+    }
     let (ok, out, _) = tessera(&["bench", "quality", "--traces", tmp.path().to_str().unwrap(), "--policy", "bestfit"]);
     assert!(ok && out.contains("%*") && out.contains("* ours on the same orders"), "{out}");
 }

@@ -6,7 +6,7 @@
 //! A placement policy implements [`Scorer`]: a per-node [`Scorer::score`]
 //! (and optionally [`Scorer::filter`]). The SDK keeps the node table that the
 //! host feeds with deltas, runs one host call per pod over all candidates, and
-//! returns one value per candidate, as the contract `tessera:policy@0.2.0`
+//! returns one value per candidate, as the contract `tessera:policy@0.2.1`
 //! demands (or 0.1.0, frozen, with the `contract-0-1` feature).
 //! [`export_scorer!`] turns the type into the component's export.
 //!
@@ -82,6 +82,19 @@ pub trait Scorer: Sized + 'static {
     /// ([`NodeMeta::gpu_memory_used_mib`]); inside a component the SDK then
     /// asks the host for it with every node record.
     const GPU_MEMORY: bool = false;
+
+    /// How far the host may reuse this plugin's answers
+    /// (`tessera:policy/reuse`, since contract 0.2.1). [`Reuse::Node`]
+    /// promises that [`Scorer::filter`] and [`Scorer::score`] for a pod on
+    /// a node depend only on the pod's fields but its name and namespace,
+    /// on that node's record, on which nodes exist, on the zones' carbon
+    /// intensity and on the configuration: not on other nodes' state, the
+    /// other candidates of the call ([`Scorer::finish`]), earlier calls or
+    /// [`random_u64`]; [`Reuse::NodeShape`] promises the same, and that
+    /// the pod's workload does not matter either. The host then asks only about the candidates that
+    /// changed since it asked for a pod of the same shape, and checks the
+    /// promise now and then (a broken one ends reuse for the version).
+    const REUSE: Reuse = Reuse::Fresh;
 
     /// Builds the plugin from its configuration.
     fn new(config: Self::Config) -> Result<Self, String>;
@@ -181,7 +194,32 @@ pub fn random_u64() -> u64 {
     }
 }
 
-/// Exports a [`Scorer`] as the component's `tessera:policy/scoring` interface.
+/// Implements `tessera:policy/reuse` for the export glue of `$ty` (the
+/// current contract only: 0.1.0 and 0.2.0 have no such interface).
+#[cfg(not(any(feature = "contract-0-1", feature = "contract-0-2-0")))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __tessera_impl_reuse {
+    ($glue:ty, $ty:ty) => {
+        impl $crate::guest::scorer_bindings::exports::tessera::policy::reuse::Guest for $glue {
+            fn scope() -> $crate::guest::scorer_bindings::exports::tessera::policy::reuse::ScoreScope {
+                $crate::guest::scorer_scope::<$ty>()
+            }
+        }
+    };
+}
+
+/// Nothing to implement: the contract built against has no `reuse`.
+#[cfg(any(feature = "contract-0-1", feature = "contract-0-2-0"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __tessera_impl_reuse {
+    ($glue:ty, $ty:ty) => {};
+}
+
+/// Exports a [`Scorer`] as the component's `tessera:policy/scoring` interface
+/// (and, under the current contract, `tessera:policy/reuse` with
+/// [`Scorer::REUSE`]).
 /// Expands to nothing when not compiling for `wasm32`.
 #[macro_export]
 macro_rules! export_scorer {
@@ -220,6 +258,7 @@ macro_rules! export_scorer {
                     $crate::guest::scorer_score(&__STATE, pod, candidates)
                 }
             }
+            $crate::__tessera_impl_reuse!(__TesseraScorer, $ty);
             $crate::guest::scorer_bindings::__tessera_export_scorer!(__TesseraScorer with_types_in $crate::guest::scorer_bindings);
         };
     };

@@ -332,7 +332,7 @@ pub struct GpuRecord {
     pub health: GpuHealth,
     /// Utilisation, tenths of a percent.
     pub util_permille: u16,
-    /// Where it sits in the node's interconnect (contract 0.2.0).
+    /// Where it sits in the node's interconnect (since contract 0.2.0).
     #[serde(default)]
     pub link: GpuLink,
 }
@@ -379,6 +379,19 @@ pub enum NodeDelta {
     Upsert(NodeRecord),
     /// Remove a node.
     Remove(NodeId),
+}
+
+/// How far the host may reuse a scorer's answers ([`crate::Scorer::REUSE`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Reuse {
+    /// Ask about every candidate on every call.
+    #[default]
+    Fresh,
+    /// Answers for a node depend on the pod (but its name and namespace)
+    /// and that node alone: reuse them while the node does not change.
+    Node,
+    /// As [`Reuse::Node`], and not on the pod's workload either.
+    NodeShape,
 }
 
 /// Placement tier of a pod.

@@ -10,6 +10,7 @@ mod languages;
 mod load;
 mod oci;
 mod reload;
+mod reuse;
 mod scoring;
 mod serve;
 mod topology;

@@ -25,6 +25,9 @@ pub struct CheckReport {
     pub description: Option<String>,
     /// Filter reason codes it declares.
     pub filter_reasons: Vec<String>,
+    /// How far a scorer says its answers may be reused (`fresh`, `node`,
+    /// `node-shape`; `tessera:policy/reuse`, since 0.2.1).
+    pub reuse: Option<String>,
     /// Hex SHA-256 of the component.
     pub sha256: Option<String>,
     /// Exports.
@@ -52,6 +55,7 @@ pub fn check_file(rt: &Runtime, path: &Path, config_json: &str) -> CheckReport {
         plugin: None,
         description: None,
         filter_reasons: Vec::new(),
+        reuse: None,
         sha256: None,
         exports: Vec::new(),
         imports: Vec::new(),
@@ -84,6 +88,9 @@ pub fn check_file(rt: &Runtime, path: &Path, config_json: &str) -> CheckReport {
     r.plugin = Some(format!("{} {}", version.info().name, version.info().version));
     r.description = Some(version.info().description.clone());
     r.filter_reasons = version.info().filter_reasons.clone();
+    if version.kind() == WorldKind::Scorer {
+        r.reuse = Some(version.declared_scope().to_string());
+    }
     r.sha256 = Some(tessera_wasm::sha256_hex(&bytes));
     r.exports = report.exports.clone();
     r.imports = report.imports.clone();
@@ -154,6 +161,7 @@ impl CheckReport {
             ("contract", &self.contract.as_ref().map(|v| format!("tessera:policy@{v}"))),
             ("plugin", &self.plugin),
             ("description", &self.description),
+            ("reuse", &self.reuse),
             ("sha256", &self.sha256),
             ("cache", &self.cache),
         ] {

@@ -2,6 +2,7 @@
 //! path (`plugin bench`) and for differential tests: conversions from the
 //! core model to the SDK's types, and the built-in plugins by name.
 
+use tessera_core::reuse::{self, AnswerCache, Changes, Kind};
 use tessera_core::{GpuHealth, Node, Pod, Tier};
 use tessera_sdk as sdk;
 
@@ -85,6 +86,8 @@ pub trait NativeScorer: Send {
         values: &mut Vec<i64>,
         hints: &mut Vec<u8>,
     ) -> Result<(), String>;
+    /// How far its answers may be reused.
+    fn reuse(&self) -> sdk::Reuse;
 }
 
 impl<S: sdk::Scorer + Send> NativeScorer for sdk::ScorerHarness<S> {
@@ -114,6 +117,9 @@ impl<S: sdk::Scorer + Send> NativeScorer for sdk::ScorerHarness<S> {
     ) -> Result<(), String> {
         sdk::ScorerHarness::score(self, pod, candidates, values, hints)
     }
+    fn reuse(&self) -> sdk::Reuse {
+        S::REUSE
+    }
 }
 
 /// The native build of a built-in scorer, by name.
@@ -132,6 +138,15 @@ pub fn builtin(name: &str, config_json: &str) -> Option<Result<Box<dyn NativeSco
     })
 }
 
+/// What the host may reuse a native scorer's answers by.
+fn reuse_scope(r: sdk::Reuse) -> Option<reuse::Scope> {
+    match r {
+        sdk::Reuse::Fresh => None,
+        sdk::Reuse::Node => Some(reuse::Scope::Node),
+        sdk::Reuse::NodeShape => Some(reuse::Scope::NodeShape),
+    }
+}
+
 /// One native scorer with its weight and answer buffers.
 struct NativeMember {
     scorer: Box<dyn NativeScorer>,
@@ -140,6 +155,43 @@ struct NativeMember {
     values: Vec<i64>,
     hints: Vec<u8>,
     answered: bool,
+    /// Its answers kept for reuse, as the Wasm policy keeps them (a
+    /// scorer of the `node` scope, reuse on).
+    cache: Option<AnswerCache>,
+}
+
+impl NativeMember {
+    /// Filter verdicts on `ids` into `verdicts`, reused where promised.
+    fn filter(&mut self, changes: &Changes, pod: &Pod, p: &sdk::Pod, ids: &[u32]) -> bool {
+        let scorer = &mut self.scorer;
+        match &mut self.cache {
+            Some(cache) => {
+                let mut buf = Vec::new();
+                let answered = reuse::answer(cache, changes, Kind::Verdict, pod, ids, |asked| {
+                    scorer
+                        .filter(p, asked, &mut buf)
+                        .map(|()| (buf.iter().map(|&v| i64::from(v)).collect(), Vec::new()))
+                });
+                answered.map(|a| self.verdicts = a.values.into_iter().map(|v| v as u8).collect()).is_ok()
+            }
+            None => scorer.filter(p, ids, &mut self.verdicts).is_ok(),
+        }
+    }
+
+    /// Scores on `ids` into `values` and `hints`, reused where promised.
+    fn score(&mut self, changes: &Changes, pod: &Pod, p: &sdk::Pod, ids: &[u32]) -> bool {
+        let scorer = &mut self.scorer;
+        match &mut self.cache {
+            Some(cache) => {
+                let (mut v, mut h) = (Vec::new(), Vec::new());
+                let answered = reuse::answer(cache, changes, Kind::Score, pod, ids, |asked| {
+                    scorer.score(p, asked, &mut v, &mut h).map(|()| (std::mem::take(&mut v), std::mem::take(&mut h)))
+                });
+                answered.map(|a| (self.values, self.hints) = (a.values, a.hints)).is_ok()
+            }
+            None => scorer.score(p, ids, &mut self.values, &mut self.hints).is_ok(),
+        }
+    }
 }
 
 /// A policy of natively compiled scorers, combined exactly as the Wasm
@@ -150,6 +202,11 @@ pub struct NativePolicy {
     members: Vec<NativeMember>,
     tie: tessera_core::score::TieBreak,
     workers: Option<rayon::ThreadPool>,
+    /// Which nodes changed when, and which were seen (for reuse).
+    changes: Changes,
+    seen: Vec<bool>,
+    /// Zone carbon intensities as last told (a repeat changes nothing).
+    carbon: std::collections::BTreeMap<String, u32>,
 }
 
 impl NativePolicy {
@@ -162,6 +219,11 @@ impl NativePolicy {
             };
             let scorer = builtin(name, &tessera_policy::PolicyDocument::config_json(e))
                 .ok_or_else(|| format!("plugin {}: `{name}` has no native build", e.name))??;
+            let cache = reuse_scope(scorer.reuse()).map(|scope| {
+                let mut c = AnswerCache::new(AnswerCache::AUDIT_EVERY);
+                c.owned_by(1, scope);
+                c
+            });
             members.push(NativeMember {
                 scorer,
                 weight: e.weight.0,
@@ -169,9 +231,30 @@ impl NativePolicy {
                 values: Vec::new(),
                 hints: Vec::new(),
                 answered: false,
+                cache,
             });
         }
-        Ok(Self { members, tie: tessera_core::score::TieBreak::NodeId, workers: None })
+        Ok(Self {
+            members,
+            tie: tessera_core::score::TieBreak::NodeId,
+            workers: None,
+            changes: Changes::default(),
+            seen: Vec::new(),
+            carbon: Default::default(),
+        })
+    }
+
+    /// Reuses the answers of scorers of the `node` scope (on by default),
+    /// as [`tessera_wasm::Policy::with_reuse`] does.
+    pub fn with_reuse(mut self, on: bool, audit_every: u64) -> Self {
+        for m in &mut self.members {
+            m.cache = reuse_scope(m.scorer.reuse()).filter(|_| on).map(|scope| {
+                let mut c = AnswerCache::new(audit_every);
+                c.owned_by(1, scope);
+                c
+            });
+        }
+        self
     }
 
     /// Runs the scorers of one decision on `n` threads, as
@@ -185,11 +268,12 @@ impl NativePolicy {
         Ok(self)
     }
 
-    fn each(&mut self, f: impl Fn(&mut NativeMember) + Sync + Send) {
+    fn each(&mut self, f: impl Fn(&mut NativeMember, &Changes) + Sync + Send) {
         use rayon::prelude::*;
+        let changes = &self.changes;
         match &self.workers {
-            Some(pool) => pool.install(|| self.members.par_iter_mut().with_max_len(1).for_each(&f)),
-            None => self.members.iter_mut().for_each(f),
+            Some(pool) => pool.install(|| self.members.par_iter_mut().with_max_len(1).for_each(|m| f(m, changes))),
+            None => self.members.iter_mut().for_each(|m| f(m, changes)),
         }
     }
 }
@@ -199,6 +283,13 @@ impl tessera_core::framework::Placer for NativePolicy {
         let owned: Vec<Node> = nodes.iter().map(|n| (*n).clone()).collect();
         for m in &mut self.members {
             m.scorer.apply(&owned).expect("valid nodes");
+        }
+        for n in nodes {
+            let i = n.id as usize;
+            if i >= self.seen.len() {
+                self.seen.resize(i + 1, false);
+            }
+            self.changes.changed(n.id, !std::mem::replace(&mut self.seen[i], true));
         }
     }
 
@@ -211,16 +302,19 @@ impl tessera_core::framework::Placer for NativePolicy {
     }
 
     fn zone_carbon(&mut self, zone: &str, g_per_kwh: u32) {
+        if self.carbon.get(zone) == Some(&g_per_kwh) {
+            return;
+        }
+        self.carbon.insert(zone.to_string(), g_per_kwh);
         for m in &mut self.members {
             m.scorer.set_zone_carbon(zone, g_per_kwh);
         }
+        self.changes.everything();
     }
 
     fn place(&mut self, pod: &Pod, candidates: &[u32]) -> tessera_core::framework::Choice {
         let p = sdk_pod(pod);
-        self.each(|m| {
-            m.answered = m.scorer.filters() && m.scorer.filter(&p, candidates, &mut m.verdicts).is_ok();
-        });
+        self.each(|m, changes| m.answered = m.scorer.filters() && m.filter(changes, pod, &p, candidates));
         // As the Wasm policy does: a candidate's reason is that of the
         // first plugin, in policy order, that rejects it.
         let mut ok = vec![true; candidates.len()];
@@ -236,7 +330,7 @@ impl tessera_core::framework::Placer for NativePolicy {
         let feasible: Vec<u32> = candidates.iter().zip(&ok).filter(|(_, o)| **o).map(|(c, _)| *c).collect();
         let mut totals = vec![0.0; feasible.len()];
         if !feasible.is_empty() {
-            self.each(|m| m.answered = m.scorer.score(&p, &feasible, &mut m.values, &mut m.hints).is_ok());
+            self.each(|m, changes| m.answered = m.score(changes, pod, &p, &feasible));
         }
         let mut hint: Option<(f64, &[u8])> = None;
         for m in self.members.iter().filter(|m| m.answered && !feasible.is_empty()) {

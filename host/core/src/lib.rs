@@ -14,6 +14,7 @@ pub mod model;
 pub mod preempt;
 pub mod queue;
 pub mod quota;
+pub mod reuse;
 pub mod room;
 pub mod sched;
 pub mod score;

@@ -3,16 +3,18 @@
 //! in the current version's records ([`crate::wit`]) and turned into an
 //! older version's on the way in and back on the way out.
 //!
-//! `tessera:policy@0.2.0` is the current contract; `0.1.0` differs only in
-//! having no `gpu-link` on a GPU, so a 0.1.0 plugin sees every node it saw
-//! before, without links, and decides as it did.
+//! `tessera:policy@0.2.1` is the current contract. `0.2.0` differs only in
+//! lacking the optional `reuse` interface, so a 0.2.0 component binds to
+//! 0.2.1's bindings as it is. `0.1.0` differs in having no `gpu-link` on a
+//! GPU, so a 0.1.0 plugin sees every node it saw before, without links,
+//! and decides as it did.
 
 use std::fmt;
 
 use wasmtime::Store;
 use wasmtime::component::InstancePre;
 
-use crate::bindings::{detector, scorer, types as wit, v0_1};
+use crate::bindings::{ScoreScope, detector, reusable, scorer, types as wit, v0_1};
 use crate::error::WorldKind;
 use crate::host::HostState;
 
@@ -23,26 +25,33 @@ pub enum ContractVersion {
     V0_1,
     /// GPUs carry their interconnect (`gpu-link`).
     V0_2,
+    /// A scorer may say how far its answers may be reused (`reuse`).
+    V0_2_1,
 }
 
 impl ContractVersion {
     /// The version components are built against today (`wit/`).
-    pub const CURRENT: Self = Self::V0_2;
+    pub const CURRENT: Self = Self::V0_2_1;
     /// Every version the host loads, oldest first.
-    pub const ALL: [Self; 2] = [Self::V0_1, Self::V0_2];
+    pub const ALL: [Self; 3] = [Self::V0_1, Self::V0_2, Self::V0_2_1];
 
     /// The semver of the WIT package.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::V0_1 => "0.1.0",
             Self::V0_2 => "0.2.0",
+            Self::V0_2_1 => "0.2.1",
         }
     }
 
-    /// The version named `s` (`0.2.0`, `0.1`), if the host loads it.
+    /// The version named `s` (`0.2.0`, `0.1`), if the host loads it; a
+    /// version without its patch number is the newest of its line.
     pub fn parse(s: &str) -> Option<Self> {
         let s = s.strip_prefix('v').unwrap_or(s);
-        Self::ALL.into_iter().find(|v| v.as_str() == s || v.as_str().strip_suffix(".0") == Some(s))
+        Self::ALL
+            .into_iter()
+            .rev()
+            .find(|v| v.as_str() == s || v.as_str().rsplit_once('.').is_some_and(|(line, _)| line == s))
     }
 
     /// This version's WIT package, file by file (name, text), as the host
@@ -57,6 +66,12 @@ impl ContractVersion {
                 ("worlds.wit", include_str!("../../../wit/0.1.0/worlds.wit")),
             ],
             Self::V0_2 => [
+                ("host.wit", include_str!("../../../wit/0.2.0/host.wit")),
+                ("policy.wit", include_str!("../../../wit/0.2.0/policy.wit")),
+                ("types.wit", include_str!("../../../wit/0.2.0/types.wit")),
+                ("worlds.wit", include_str!("../../../wit/0.2.0/worlds.wit")),
+            ],
+            Self::V0_2_1 => [
                 ("host.wit", include_str!("../../../wit/host.wit")),
                 ("policy.wit", include_str!("../../../wit/policy.wit")),
                 ("types.wit", include_str!("../../../wit/types.wit")),
@@ -69,6 +84,15 @@ impl ContractVersion {
     pub fn interface(self, interface: &str) -> String {
         format!("tessera:policy/{interface}@{}", self.as_str())
     }
+
+    /// Which 0.2 version a component bound through 0.2.1's bindings was
+    /// built against: the version its `interface` export names (wasmtime
+    /// matched it semver-compatibly).
+    fn of_0_2(pre: &InstancePre<HostState>, interface: &str) -> Self {
+        let old = Self::V0_2.interface(interface);
+        let ty = pre.component().component_type();
+        if ty.exports(pre.component().engine()).any(|(name, _)| name == old) { Self::V0_2 } else { Self::V0_2_1 }
+    }
 }
 
 impl fmt::Display for ContractVersion {
@@ -80,8 +104,9 @@ impl fmt::Display for ContractVersion {
 /// A linked component, ready to instantiate, in the world and version it
 /// was built for.
 pub(crate) enum Pre {
-    Scorer(scorer::ScorerPre<HostState>),
-    Detector(detector::DetectorPre<HostState>),
+    /// 0.2.0 or 0.2.1 (which one: the version).
+    Scorer(scorer::ScorerPre<HostState>, ContractVersion),
+    Detector(detector::DetectorPre<HostState>, ContractVersion),
     ScorerV0_1(v0_1::scorer::ScorerPre<HostState>),
     DetectorV0_1(v0_1::detector::DetectorPre<HostState>),
 }
@@ -105,10 +130,10 @@ impl Pre {
     /// `None` if it exports no world of any version.
     pub(crate) fn find(pre: InstancePre<HostState>) -> Option<Self> {
         if let Ok(p) = scorer::ScorerPre::new(pre.clone()) {
-            return Some(Self::Scorer(p));
+            return Some(Self::Scorer(p, ContractVersion::of_0_2(&pre, "scoring")));
         }
         if let Ok(p) = detector::DetectorPre::new(pre.clone()) {
-            return Some(Self::Detector(p));
+            return Some(Self::Detector(p, ContractVersion::of_0_2(&pre, "detection")));
         }
         if let Ok(p) = v0_1::scorer::ScorerPre::new(pre.clone()) {
             return Some(Self::ScorerV0_1(p));
@@ -118,22 +143,34 @@ impl Pre {
 
     pub(crate) fn kind(&self) -> WorldKind {
         match self {
-            Self::Scorer(_) | Self::ScorerV0_1(_) => WorldKind::Scorer,
-            Self::Detector(_) | Self::DetectorV0_1(_) => WorldKind::Detector,
+            Self::Scorer(..) | Self::ScorerV0_1(_) => WorldKind::Scorer,
+            Self::Detector(..) | Self::DetectorV0_1(_) => WorldKind::Detector,
         }
     }
 
     pub(crate) fn contract(&self) -> ContractVersion {
         match self {
-            Self::Scorer(_) | Self::Detector(_) => ContractVersion::V0_2,
+            Self::Scorer(_, v) | Self::Detector(_, v) => *v,
             Self::ScorerV0_1(_) | Self::DetectorV0_1(_) => ContractVersion::V0_1,
         }
     }
 
+    /// The scope a scorer built against 0.2.1 declares through `reuse`,
+    /// asked on an instance of its own in `store`; `Fresh` for any other
+    /// component (one that exports no `reuse` promises nothing).
+    pub(crate) fn scope(&self, store: &mut Store<HostState>) -> wasmtime::Result<ScoreScope> {
+        let Self::Scorer(p, ContractVersion::V0_2_1) = self else { return Ok(ScoreScope::Fresh) };
+        let Ok(reusable) = reusable::ReusableScorerPre::new(p.instance_pre().clone()) else {
+            return Ok(ScoreScope::Fresh);
+        };
+        let bound = reusable.instantiate(&mut *store)?;
+        bound.tessera_policy_reuse().call_scope(store)
+    }
+
     pub(crate) fn instance_pre(&self) -> &InstancePre<HostState> {
         match self {
-            Self::Scorer(p) => p.instance_pre(),
-            Self::Detector(p) => p.instance_pre(),
+            Self::Scorer(p, _) => p.instance_pre(),
+            Self::Detector(p, _) => p.instance_pre(),
             Self::ScorerV0_1(p) => p.instance_pre(),
             Self::DetectorV0_1(p) => p.instance_pre(),
         }
@@ -141,8 +178,8 @@ impl Pre {
 
     pub(crate) fn instantiate(&self, store: &mut Store<HostState>) -> wasmtime::Result<Bound> {
         Ok(match self {
-            Self::Scorer(p) => Bound::Scorer(p.instantiate(store)?),
-            Self::Detector(p) => Bound::Detector(p.instantiate(store)?),
+            Self::Scorer(p, _) => Bound::Scorer(p.instantiate(store)?),
+            Self::Detector(p, _) => Bound::Detector(p.instantiate(store)?),
             Self::ScorerV0_1(p) => Bound::ScorerV0_1(p.instantiate(store)?),
             Self::DetectorV0_1(p) => Bound::DetectorV0_1(p.instantiate(store)?),
         })
@@ -338,29 +375,40 @@ mod old {
 mod tests {
     use super::*;
 
-    /// The frozen contract's files, as they shipped (commit 34783a2's
-    /// `wit/`): editing them would break every component built against
-    /// 0.1.0 while this crate still claimed to load it.
+    /// The frozen contracts' files, as they shipped (0.1.0: commit
+    /// 34783a2's `wit/`; 0.2.0: commit 6ba881e's): editing them would
+    /// break every component built against them while this crate still
+    /// claimed to load it.
     #[test]
-    fn the_frozen_contract_is_what_shipped() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../wit/0.1.0");
-        let mut all = Vec::new();
-        for f in ["host.wit", "policy.wit", "types.wit", "worlds.wit"] {
-            all.extend_from_slice(format!("{f}\n").as_bytes());
-            all.extend(std::fs::read(dir.join(f)).unwrap());
+    fn the_frozen_contracts_are_what_shipped() {
+        for (dir, digest) in [
+            ("0.1.0", "5f3a5ca8747c5d3c66a85b624f2779aa07b4ca9f4532d162ec1cec88c1328711"),
+            ("0.2.0", "3584a773b4516bb2533e62b2cce7d6dda14a20bdef73b954c8e98e8d1616134f"),
+        ] {
+            let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../wit").join(dir);
+            let mut all = Vec::new();
+            for f in ["host.wit", "policy.wit", "types.wit", "worlds.wit"] {
+                all.extend_from_slice(format!("{f}\n").as_bytes());
+                all.extend(std::fs::read(dir.join(f)).unwrap());
+            }
+            assert_eq!(
+                crate::sha256_hex(&all),
+                digest,
+                "{} changed: it is frozen; a change to the contract is a new version",
+                dir.display()
+            );
         }
-        assert_eq!(
-            crate::sha256_hex(&all),
-            "5f3a5ca8747c5d3c66a85b624f2779aa07b4ca9f4532d162ec1cec88c1328711",
-            "wit/0.1.0 changed: it is frozen; a change to the contract is a new version"
-        );
     }
 
     /// What `wit_files` hands out is each version's directory, whole.
     #[test]
     fn wit_files_are_each_versions_package() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../wit");
-        for (v, dir) in [(ContractVersion::V0_1, root.join("0.1.0")), (ContractVersion::V0_2, root.clone())] {
+        for (v, dir) in [
+            (ContractVersion::V0_1, root.join("0.1.0")),
+            (ContractVersion::V0_2, root.join("0.2.0")),
+            (ContractVersion::V0_2_1, root.clone()),
+        ] {
             let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
                 .unwrap()
                 .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -375,13 +423,16 @@ mod tests {
             assert!(files[3].1.contains(&format!("package tessera:policy@{v};")), "{v}");
         }
         assert_eq!(ContractVersion::parse("0.1.0"), Some(ContractVersion::V0_1));
-        assert_eq!(ContractVersion::parse("0.2"), Some(ContractVersion::V0_2));
+        assert_eq!(ContractVersion::parse("0.2.0"), Some(ContractVersion::V0_2));
+        assert_eq!(ContractVersion::parse("v0.2.1"), Some(ContractVersion::V0_2_1));
+        assert_eq!(ContractVersion::parse("0.2"), Some(ContractVersion::V0_2_1), "a line means its newest");
+        assert_eq!(ContractVersion::parse("0.1"), Some(ContractVersion::V0_1));
         assert_eq!(ContractVersion::parse("0.3.0"), None);
     }
 
     #[test]
     fn versions_name_their_interfaces() {
-        assert_eq!(ContractVersion::CURRENT.interface("scoring"), "tessera:policy/scoring@0.2.0");
+        assert_eq!(ContractVersion::CURRENT.interface("scoring"), "tessera:policy/scoring@0.2.1");
         assert_eq!(ContractVersion::V0_1.interface("detection"), "tessera:policy/detection@0.1.0");
         let wit =
             std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../wit/worlds.wit"))

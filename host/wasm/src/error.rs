@@ -38,7 +38,7 @@ pub enum LoadError {
     /// The component exports neither world of the contract.
     #[error(
         "plugin {plugin}: exports [{}], which is neither the `scorer` nor the `detector` world of tessera:policy \
-         (0.2.0, or 0.1.0)",
+         (0.2.1, 0.2.0 or 0.1.0)",
         .exports.join(", ")
     )]
     WrongWorld {
@@ -199,12 +199,25 @@ pub enum CallFault {
         /// Wall time that passed.
         wall_ms: u64,
     },
+    /// A scorer of the `node` scope (`tessera:policy/reuse`) answered
+    /// differently for a node that had not changed: its promise is broken,
+    /// so its answers are no longer reused (the decision took the fresh
+    /// ones). Not counted against the fault budget: the call itself
+    /// answered.
+    BrokenPromise {
+        /// The node.
+        node: u32,
+        /// What it answered before, for a pod of the same class.
+        reused: i64,
+        /// What it answered now.
+        fresh: i64,
+    },
 }
 
 impl CallFault {
     /// Every code [`CallFault::code`] gives, in declaration order (metrics
     /// create a series for each).
-    pub const CODES: [&'static str; 12] = [
+    pub const CODES: [&'static str; 13] = [
         "PLUGIN-TIMEOUT",
         "PLUGIN-MEMORY",
         "PLUGIN-FUEL",
@@ -217,11 +230,18 @@ impl CallFault {
         "PLUGIN-INSTANTIATE",
         "PLUGIN-APPLY",
         "HOST-OVERLOADED",
+        "PLUGIN-REUSE-BROKEN",
     ];
 
     /// Whether this counts against the fault budget and replaces the instance.
     pub fn is_fault(&self) -> bool {
-        !matches!(self, CallFault::Guest(_) | CallFault::Quarantined { .. } | CallFault::HostOverloaded { .. })
+        !matches!(
+            self,
+            CallFault::Guest(_)
+                | CallFault::Quarantined { .. }
+                | CallFault::HostOverloaded { .. }
+                | CallFault::BrokenPromise { .. }
+        )
     }
 
     /// Stable reason code.
@@ -239,6 +259,7 @@ impl CallFault {
             CallFault::Instantiate(_) => "PLUGIN-INSTANTIATE",
             CallFault::MirrorRefused(_) => "PLUGIN-APPLY",
             CallFault::HostOverloaded { .. } => "HOST-OVERLOADED",
+            CallFault::BrokenPromise { .. } => "PLUGIN-REUSE-BROKEN",
         }
     }
 }
@@ -275,6 +296,10 @@ impl fmt::Display for CallFault {
                 f,
                 "the host gave the call {cpu_ms} ms of CPU in {wall_ms} ms (its deadline is {deadline_ms} ms of CPU): host overload, not the plugin's fault"
             ),
+            CallFault::BrokenPromise { node, reused, fresh } => write!(
+                f,
+                "declares the `node` reuse scope but answered {fresh} for node {node}, which had not changed since it answered {reused} for a pod of the same class; its answers are no longer reused"
+            ),
         }
     }
 }
@@ -298,6 +323,7 @@ mod tests {
             CallFault::Instantiate(String::new()),
             CallFault::MirrorRefused(String::new()),
             CallFault::HostOverloaded { deadline_ms: 1, cpu_ms: 0, wall_ms: 10 },
+            CallFault::BrokenPromise { node: 1, reused: 2, fresh: 3 },
         ];
         let codes: Vec<&str> = kinds.iter().map(CallFault::code).collect();
         assert_eq!(codes, CallFault::CODES);

@@ -33,6 +33,10 @@ pub struct NodeFeed {
     /// Device memory in use per GPU, by node id (telemetry beside the
     /// record; offered through `host.gpu-memory-used`).
     gpu_memory_used: Vec<Vec<u32>>,
+    /// Which nodes changed when (what reused answers are checked against);
+    /// shared with a decision while it runs, so never copied in practice
+    /// (a change comes between decisions, when no one else holds it).
+    changes: std::sync::Arc<tessera_core::reuse::Changes>,
 }
 
 impl Default for NodeFeed {
@@ -54,6 +58,7 @@ impl NodeFeed {
             generation: 0,
             zones: std::sync::Arc::default(),
             gpu_memory_used: Vec::new(),
+            changes: Default::default(),
         }
     }
 
@@ -86,6 +91,12 @@ impl NodeFeed {
         let z = std::sync::Arc::make_mut(&mut self.zones);
         z.version += 1;
         z.carbon.insert(zone.to_string(), g_per_kwh);
+        std::sync::Arc::make_mut(&mut self.changes).everything();
+    }
+
+    /// Which nodes changed when, for reusing plugins' answers.
+    pub fn changes(&self) -> std::sync::Arc<tessera_core::reuse::Changes> {
+        self.changes.clone()
     }
 
     /// Device memory in use per GPU of node `id`, MiB (empty if unknown).
@@ -104,9 +115,11 @@ impl NodeFeed {
         if i >= self.nodes.len() {
             self.nodes.resize_with(i + 1, || None);
         }
-        if self.nodes[i].is_none() {
+        let joined = self.nodes[i].is_none();
+        if joined {
             self.present += 1;
         }
+        std::sync::Arc::make_mut(&mut self.changes).changed(node.id, joined);
         self.nodes[i] = Some(to_wit_node(node));
         if self.gpu_memory_used.len() <= i {
             self.gpu_memory_used.resize_with(i + 1, Vec::new);
@@ -128,6 +141,7 @@ impl NodeFeed {
             && slot.take().is_some()
         {
             self.present -= 1;
+            std::sync::Arc::make_mut(&mut self.changes).left(id);
             self.record(id);
         }
     }

@@ -1,8 +1,9 @@
 //! # tessera-wasm
 //!
 //! The sandboxed plugin runtime. Policies are WebAssembly components of the
-//! `tessera:policy` contract (0.2.0; components built against 0.1.0 load
-//! and decide as before, see [`ContractVersion`]), run by wasmtime with:
+//! `tessera:policy` contract (0.2.1; components built against 0.2.0 and
+//! 0.1.0 load and decide as before, see [`ContractVersion`]), run by
+//! wasmtime with:
 //!
 //! - **compile once**: precompiled artifacts cached by component digest and
 //!   engine settings ([`ArtifactCache`]), verified before use;
@@ -18,7 +19,9 @@
 //!
 //! Data rule: one call per pod per plugin. Each instance mirrors the nodes,
 //! fed with deltas ([`NodeFeed`]); calls pass candidate ids and get one value
-//! per candidate back.
+//! per candidate back. A scorer that promises the `node` scope is asked
+//! only about the candidates that changed since it answered for a pod of
+//! the same class (`reuse`, checked now and then).
 
 mod bindings;
 pub mod budget;
@@ -30,6 +33,7 @@ mod feed;
 mod host;
 mod plugin;
 mod policy;
+mod reuse;
 mod runtime;
 mod signature;
 mod slot;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tessera_policy::{Grants, Limits};
 use wasmtime::{Engine, Store, Trap};
 
-use crate::bindings::types as wit;
+use crate::bindings::{ScoreScope, types as wit};
 use crate::budget::{self, CallBudget, CallClock, HostStarved};
 use crate::contract::{Bound, ContractVersion, Pre};
 use crate::error::{CallError, CallFault, WorldKind};
@@ -84,6 +84,12 @@ pub struct PluginVersion {
     instances_created: AtomicU64,
     /// Largest linear memory of an instance after a call, bytes.
     peak_memory: AtomicU64,
+    /// What the scorer promised about its answers (`reuse.scope`).
+    scope: ScoreScope,
+    /// Unique in the process: whose answers a reuse cache holds.
+    pub(crate) uid: u64,
+    /// Set once the host found it breaking that promise: no more reuse.
+    promise_broken: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for PluginVersion {
@@ -137,6 +143,12 @@ impl PluginVersion {
             pool: Mutex::new(Vec::new()),
             instances_created: AtomicU64::new(0),
             peak_memory: AtomicU64::new(0),
+            scope: ScoreScope::Fresh,
+            uid: {
+                static NEXT: AtomicU64 = AtomicU64::new(1);
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            },
+            promise_broken: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -173,6 +185,41 @@ impl PluginVersion {
     /// The limits it runs under.
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    /// What the host may reuse this scorer's answers by, for nodes that
+    /// did not change: the scope it declares (`node`, `node-shape`), while
+    /// it has not been found breaking it; none for `fresh`.
+    pub fn reuse_scope(&self) -> Option<tessera_core::reuse::Scope> {
+        use tessera_core::reuse::Scope;
+        if self.promise_broken.load(Ordering::Relaxed) {
+            return None;
+        }
+        match self.scope {
+            ScoreScope::Fresh => None,
+            ScoreScope::Node => Some(Scope::Node),
+            ScoreScope::NodeShape => Some(Scope::NodeShape),
+        }
+    }
+
+    /// The scope the plugin declared (`fresh`, `node`, `node-shape`).
+    pub fn declared_scope(&self) -> &'static str {
+        match self.scope {
+            ScoreScope::Fresh => "fresh",
+            ScoreScope::Node => "node",
+            ScoreScope::NodeShape => "node-shape",
+        }
+    }
+
+    /// Whether the host found this version breaking its reuse promise.
+    pub fn promise_broken(&self) -> bool {
+        self.promise_broken.load(Ordering::Relaxed)
+    }
+
+    /// Records that an answer asked afresh differed from the one reused:
+    /// this version is asked about every candidate from now on.
+    pub(crate) fn break_promise(&self) {
+        self.promise_broken.store(true, Ordering::Relaxed);
     }
 
     /// Calls the host starved so far: past the deadline on the wall clock
@@ -481,6 +528,10 @@ impl PluginVersion {
         }
         if info.filter_reasons.len() > MAX_FILTER_REASONS {
             return oversized("filter reasons in its info", info.filter_reasons.len(), MAX_FILTER_REASONS);
+        }
+        if self.kind == WorldKind::Scorer {
+            let mut store = self.store();
+            self.scope = self.pre.scope(&mut store).map_err(|e| self.err("scope", self.classify(&store, e)))?;
         }
         self.version = Arc::from(info.version.as_str());
         self.info = PluginInfo {

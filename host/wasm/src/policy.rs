@@ -3,8 +3,9 @@
 //! decision: every scorer filters and scores the candidates once; a plugin
 //! that faults or is quarantined abstains and the rest still decide.
 
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
+use tessera_core::reuse::{AnswerCache, Kind};
 use tessera_core::{Node, NodeId, Pod, score};
 
 use crate::error::{CallError, WorldKind};
@@ -82,6 +83,9 @@ pub struct Decision {
     /// on the wall clock with less than it of CPU): host overload, not
     /// the plugins' fault; the decision's span says so.
     pub host_starved: u64,
+    /// Answers (verdicts and scores, over every plugin) taken from what a
+    /// plugin of the `node` scope answered before rather than asked.
+    pub reused: u64,
 }
 
 impl Decision {
@@ -115,12 +119,17 @@ pub struct Policy {
     workers: Option<Arc<rayon::ThreadPool>>,
     /// The detectors' own finding kinds, bounded.
     own_kinds: tessera_core::telemetry::OwnKinds,
+    /// Per scorer: its answers kept for reuse (none: every call asks
+    /// about every candidate).
+    answers: Option<Vec<Mutex<AnswerCache>>>,
 }
 
 impl Policy {
     /// A policy over loaded plugin slots.
     pub fn new(name: impl Into<String>, members: Vec<Member>) -> Self {
-        let (scorers, detectors) = members.into_iter().partition(|m| m.slot.current().kind() == WorldKind::Scorer);
+        let (scorers, detectors): (Vec<Member>, Vec<Member>) =
+            members.into_iter().partition(|m| m.slot.current().kind() == WorldKind::Scorer);
+        let answers = Some(Self::caches(scorers.len(), AnswerCache::AUDIT_EVERY));
         Self {
             name: name.into(),
             tie_break: score::TieBreak::NodeId,
@@ -130,7 +139,21 @@ impl Policy {
             feed: Arc::new(RwLock::new(NodeFeed::new())),
             workers: None,
             own_kinds: Default::default(),
+            answers,
         }
+    }
+
+    fn caches(n: usize, audit_every: u64) -> Vec<Mutex<AnswerCache>> {
+        (0..n).map(|_| Mutex::new(AnswerCache::new(audit_every))).collect()
+    }
+
+    /// Whether to reuse the answers of plugins that promise the `node`
+    /// scope (on by default), checking the promise every `audit_every`-th
+    /// reusing call (0: never). Off, every plugin is asked about every
+    /// candidate on every call, as a plugin of the `fresh` scope is.
+    pub fn with_reuse(mut self, on: bool, audit_every: u64) -> Self {
+        self.answers = on.then(|| Self::caches(self.scorers.len(), audit_every));
+        self
     }
 
     /// Calls the host starved so far, over the scorers' current versions.
@@ -162,7 +185,7 @@ impl Policy {
 
     /// Runs `f` over `members`, on the workers if there are any; results
     /// in member order.
-    fn each<'m, R: Send>(&self, members: &[&'m Member], f: impl Fn(&'m Member) -> R + Sync) -> Vec<R> {
+    fn each<T: Sync, R: Send>(&self, members: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
         match &self.workers {
             Some(pool) if members.len() > 1 => {
                 // Member i always runs on worker i mod n: its instance's
@@ -170,11 +193,11 @@ impl Policy {
                 // next.
                 let n = pool.current_num_threads();
                 let mut parts = pool.broadcast(|ctx| {
-                    (ctx.index()..members.len()).step_by(n).map(|i| f(members[i])).collect::<Vec<R>>().into_iter()
+                    (ctx.index()..members.len()).step_by(n).map(|i| f(&members[i])).collect::<Vec<R>>().into_iter()
                 });
                 (0..members.len()).map(|i| parts[i % n].next().expect("one result per member")).collect()
             }
-            _ => members.iter().map(|m| f(m)).collect(),
+            _ => members.iter().map(f).collect(),
         }
     }
 
@@ -256,6 +279,20 @@ impl Policy {
         self.member(name).map(|m| m.slot.swap(version))
     }
 
+    /// Scorer `at`'s `kind` answers on `ids`, reused where it promised.
+    fn ask(
+        &self,
+        at: usize,
+        v: &Arc<PluginVersion>,
+        kind: Kind,
+        pod: &Pod,
+        wit_pod: &crate::bindings::types::Pod,
+        ids: &[NodeId],
+    ) -> Result<crate::reuse::Answer, CallError> {
+        let cache = self.answers.as_ref().and_then(|c| c.get(at));
+        crate::reuse::ask(v, cache, &self.feed, kind, pod, wit_pod, ids)
+    }
+
     /// One decision for `pod` over `candidates` (sorted by node id, already
     /// through the host's hard filter).
     pub fn decide(&self, pod: &Pod, candidates: &[NodeId]) -> Decision {
@@ -268,16 +305,23 @@ impl Policy {
         // Filter: a candidate must pass every plugin that answers. A plugin
         // that declares no filter reasons cannot reject (any other verdict
         // than 0 would be a fault): it is not called.
-        let filtering: Vec<&Member> =
-            self.scorers.iter().filter(|m| !m.slot.current().info().filter_reasons.is_empty()).collect();
-        let answers = self
-            .each(&filtering, |m| m.slot.call(|v| v.filter(&self.feed, &wit_pod, candidates).map(|x| (x, v.clone()))));
+        let filtering: Vec<usize> = (0..self.scorers.len())
+            .filter(|&i| !self.scorers[i].slot.current().info().filter_reasons.is_empty())
+            .collect();
+        let answers = self.each(&filtering, |&i| {
+            self.scorers[i]
+                .slot
+                .call(|v| self.ask(i, v, Kind::Verdict, pod, &wit_pod, candidates).map(|x| (x, v.clone())))
+        });
         let mut ok = vec![true; candidates.len()];
-        for (m, answered) in filtering.iter().zip(answers) {
+        for (&at, answered) in filtering.iter().zip(answers) {
+            let m = &self.scorers[at];
             match answered {
                 Ok((verdicts, version)) => {
+                    d.reused += verdicts.reused as u64;
+                    d.errors.extend(verdicts.broken);
                     let reasons = &version.info().filter_reasons;
-                    for (i, &k) in verdicts.iter().enumerate() {
+                    for (i, &k) in verdicts.values.iter().enumerate() {
                         if k != 0 && ok[i] {
                             ok[i] = false;
                             d.rejections.push(Rejection {
@@ -302,19 +346,20 @@ impl Policy {
 
         // Score: one call per plugin, one value per feasible candidate. A
         // plugin not yet called when the budget runs out is skipped.
-        let scoring: Vec<&Member> = self.scorers.iter().collect();
+        let scoring: Vec<usize> = (0..self.scorers.len()).collect();
         let feasible = &d.feasible;
-        let answers = self.each(&scoring, |m| {
+        let answers = self.each(&scoring, |&i| {
             if late() {
                 return None;
             }
+            let m = &self.scorers[i];
             let version = m.slot.current();
             let at = started.elapsed();
-            let answered = m.slot.call(|v| v.score(&self.feed, &wit_pod, feasible));
+            let answered = m.slot.call(|v| self.ask(i, v, Kind::Score, pod, &wit_pod, feasible));
             Some((answered, version, at, started.elapsed() - at))
         });
         let mut hints: Option<(f64, Vec<u8>)> = None;
-        for (m, answer) in scoring.iter().zip(answers) {
+        for (m, answer) in self.scorers.iter().zip(answers) {
             let Some((answered, version, at, took)) = answer else {
                 d.deadline_hit = true;
                 continue;
@@ -330,9 +375,11 @@ impl Policy {
             };
             match answered {
                 Ok(out) => {
+                    d.reused += out.reused as u64;
+                    d.errors.extend(out.broken);
                     score::accumulate(&mut d.totals, &out.values, m.weight);
-                    if !out.gpu_hints.is_empty() && hints.as_ref().is_none_or(|(w, _)| m.weight > *w) {
-                        hints = Some((m.weight, out.gpu_hints));
+                    if !out.hints.is_empty() && hints.as_ref().is_none_or(|(w, _)| m.weight > *w) {
+                        hints = Some((m.weight, out.hints));
                     }
                     outcome.scores = out.values;
                 }

@@ -50,7 +50,7 @@ pub(crate) fn mismatched(version: &PluginVersion, mut store: Store<HostState>) -
         }
     };
     match pre {
-        Pre::Scorer(_) | Pre::Detector(_) => {
+        Pre::Scorer(..) | Pre::Detector(..) => {
             use crate::bindings::types as w;
             check_exports!(w, pre.kind(), check)
         }

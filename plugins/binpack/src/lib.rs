@@ -47,6 +47,7 @@ impl Scorer for BinPack {
     const NAME: &'static str = "binpack";
     const VERSION: &'static str = env!("CARGO_PKG_VERSION");
     const DESCRIPTION: &'static str = "prefer the most allocated nodes (CPU, memory, GPU share)";
+    const REUSE: tessera_sdk::Reuse = tessera_sdk::Reuse::NodeShape;
 
     fn new(cfg: Config) -> Result<Self, String> {
         if cfg.cpu_weight + cfg.memory_weight + cfg.gpu_weight == 0 {

@@ -125,6 +125,7 @@ impl Scorer for GpuAware {
     const FILTER_REASONS: &'static [&'static str] = &["SCHED-GPU-DEGRADED"];
     const SUGGESTS_GPU: bool = true;
     const GPU_MEMORY: bool = true;
+    const REUSE: tessera_sdk::Reuse = tessera_sdk::Reuse::NodeShape;
 
     fn new(cfg: GpuAwareConfig) -> Result<Self, String> {
         if !(0..=1000).contains(&cfg.degraded_penalty) || !(0..=1000).contains(&cfg.memory_penalty) {
@@ -269,6 +270,7 @@ impl Scorer for LoadAware {
     const NAME: &'static str = "load-aware";
     const VERSION: &'static str = env!("CARGO_PKG_VERSION");
     const DESCRIPTION: &'static str = "least measured CPU, memory and GPU utilisation";
+    const REUSE: tessera_sdk::Reuse = tessera_sdk::Reuse::NodeShape;
 
     fn new(cfg: LoadAwareConfig) -> Result<Self, String> {
         if cfg.cpu_weight + cfg.memory_weight + cfg.gpu_weight == 0 {

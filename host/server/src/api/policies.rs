@@ -31,7 +31,7 @@ pub struct PluginView {
     /// Version serving calls.
     pub version: String,
     /// The `tessera:policy` contract version its component was built
-    /// against (`0.2.0`, or `0.1.0`).
+    /// against (`0.2.1`, `0.2.0` or `0.1.0`).
     pub contract: String,
     /// Its content key (SHA-256 of the component and its configuration).
     pub key: String,
@@ -50,6 +50,12 @@ pub struct PluginView {
     /// Calls of the current version the host starved: host overload, not
     /// the plugin's fault.
     pub host_starved_calls: u64,
+    /// How far a scorer says its answers may be reused (`fresh`, `node`,
+    /// `node-shape`); `None` for a detector.
+    pub reuse: Option<String>,
+    /// The host found this version breaking its reuse promise
+    /// (`PLUGIN-REUSE-BROKEN`): it is asked afresh from then on.
+    pub reuse_promise_broken: bool,
 }
 
 /// The running policy's plugins.
@@ -75,6 +81,8 @@ fn plugin_view(m: &tessera_wasm::Member) -> PluginView {
         quarantined: st.quarantined,
         versions_loaded: st.versions,
         host_starved_calls: st.host_starved,
+        reuse: (v.kind() == tessera_wasm::WorldKind::Scorer).then(|| v.declared_scope().to_string()),
+        reuse_promise_broken: v.promise_broken(),
     }
 }
 

@@ -32,6 +32,8 @@ pub struct ThroughputOptions {
     /// Worker threads scoring each decision's plugins in parallel (1 = in
     /// turn); the native twin uses as many.
     pub workers: usize,
+    /// Reuse the answers of plugins that promise it (both sides alike).
+    pub reuse: bool,
 }
 
 /// The figures printed.
@@ -62,6 +64,8 @@ pub struct ThroughputResult {
     /// Plugin errors and faults seen (counted, never fatal: a bench
     /// reports).
     pub plugin_errors: u64,
+    /// Whether answers of plugins that promise it were reused.
+    pub reuse: bool,
 }
 
 #[derive(Default)]
@@ -140,8 +144,10 @@ pub fn run(opts: &ThroughputOptions) -> Result<ThroughputResult> {
     let pods = synthetic::pods(opts.pods, &models, opts.seed);
 
     let rt = Runtime::new(RuntimeConfig::default())?;
-    let mut wasm = load::load_policy(&rt, &doc)?.with_workers(opts.workers)?;
+    let audit = tessera_core::reuse::AnswerCache::AUDIT_EVERY;
+    let mut wasm = load::load_policy(&rt, &doc)?.with_workers(opts.workers)?.with_reuse(opts.reuse, audit);
     let mut twin = native::NativePolicy::from_document(&doc)
+        .map(|p| p.with_reuse(opts.reuse, audit))
         .and_then(|p| p.with_workers(opts.workers))
         .map_err(anyhow::Error::msg)
         .context("native twin")?;
@@ -161,6 +167,7 @@ pub fn run(opts: &ThroughputOptions) -> Result<ThroughputResult> {
         workers: opts.workers,
         deadline_hits: w.deadline_hits,
         plugin_errors: w.plugin_errors,
+        reuse: opts.reuse,
     })
 }
 
@@ -180,6 +187,7 @@ impl ThroughputResult {
             ("workers", self.workers.to_string()),
             ("deadline hits", self.deadline_hits.to_string()),
             ("plugin errors", self.plugin_errors.to_string()),
+            ("answers reused", if self.reuse { "where promised" } else { "never" }.to_string()),
         ];
         rows.iter().map(|(k, v)| format!("{k:<22} {v:>12}\n")).collect()
     }

@@ -31,6 +31,11 @@ pub enum BenchCmd {
         /// another core costs more than it saves, hence 1.
         #[arg(long, default_value_t = 1)]
         workers: usize,
+        /// Ask every plugin about every candidate, even those that promise
+        /// their answers may be reused (`tessera:policy/reuse`): the
+        /// comparison for what reuse saves.
+        #[arg(long)]
+        no_reuse: bool,
         #[arg(long, value_enum, default_value = "table")]
         format: Format,
     },
@@ -197,8 +202,12 @@ pub enum BenchCmd {
 /// Runs one.
 pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
     match cmd {
-        BenchCmd::Throughput { nodes, pods, policy, seed, workers, format } => {
-            emit(&throughput::run(&throughput::ThroughputOptions { nodes, pods, policy, seed, workers })?, format)?;
+        BenchCmd::Throughput { nodes, pods, policy, seed, workers, no_reuse, format } => {
+            let reuse = !no_reuse;
+            emit(
+                &throughput::run(&throughput::ThroughputOptions { nodes, pods, policy, seed, workers, reuse })?,
+                format,
+            )?;
         }
         BenchCmd::Fidelity { traces, policies, plot, format } => {
             let report = fidelity::run(&traces, &policies)?;

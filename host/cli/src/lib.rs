@@ -4,6 +4,7 @@
 pub mod agent;
 pub mod bench;
 pub mod bench_api;
+pub mod bench_serve;
 pub mod chaos;
 pub mod check;
 pub mod distribute;

@@ -40,6 +40,7 @@ macro_rules! reports {
 reports!(
     crate::bench::BenchResult,
     crate::bench_api::LoadReport,
+    crate::bench_serve::ServeBenchResult,
     crate::check::CheckReport,
     crate::fidelity::FidelityReport,
     crate::gang_bench::GangBench,

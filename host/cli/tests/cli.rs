@@ -262,6 +262,41 @@ fn throughput_bench_prints_the_documented_json() {
     assert!(v["p99_ms"].as_f64().unwrap() >= v["p50_ms"].as_f64().unwrap());
 }
 
+/// `bench serve` runs the bare loop and the service's engine on the same
+/// cluster, arrivals and seed: the same decisions, each run timed, and
+/// the throughput and reuse flag of `bench throughput --no-reuse` reported.
+#[test]
+fn serve_bench_runs_the_bare_loop_and_the_service_on_the_same_work() {
+    let (ok, out, err) = tessera(&[
+        "bench",
+        "serve",
+        "--nodes",
+        "60",
+        "--seconds",
+        "1800",
+        "--policy",
+        "throughput",
+        "--format",
+        "json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 3, "{v}");
+    let decisions: Vec<u64> = runs.iter().map(|r| r["decisions"].as_u64().unwrap()).collect();
+    assert!(decisions[0] > 50 && decisions.iter().all(|&d| d == decisions[0]), "the same work: {decisions:?}");
+    for r in runs {
+        for key in ["wall_s", "decisions_per_sec", "p50_ms", "p99_ms", "of_bare"] {
+            assert!(r[key].as_f64().is_some_and(|x| x > 0.0), "{key} in {r}");
+        }
+    }
+    assert_eq!(runs[0]["of_bare"].as_f64(), Some(1.0));
+    let (ok, out, err) =
+        tessera(&["bench", "throughput", "--nodes", "60", "--pods", "200", "--no-reuse", "--format", "json"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("\"reuse\":false"), "{out}");
+}
+
 /// `sim --online` runs the scheduling loop with an adaptive policy from a
 /// file, reports queue, tiers, preemption, telemetry, carbon and the
 /// bandit's arms, and replays exactly.

@@ -89,6 +89,29 @@ pub enum BenchCmd {
         #[arg(long, value_enum, default_value = "table")]
         format: Format,
     },
+    /// Decisions per second through the service's engine (decision
+    /// records, metrics and spans on; spans unsampled, then all sampled)
+    /// on its simulator backend, beside the bare loop on the same cluster,
+    /// arrivals, policy and seed (the chaos twin without faults).
+    Serve {
+        /// Nodes of the simulator backend.
+        #[arg(long, default_value_t = 1000)]
+        nodes: u32,
+        /// Offered load (1.0 fills the cluster; above it pods wait).
+        #[arg(long, default_value_t = 1.2)]
+        load: f64,
+        /// Backend seconds to run.
+        #[arg(long, default_value_t = 7200)]
+        seconds: u64,
+        /// A shipped policy or a policy file.
+        #[arg(long, default_value = "default")]
+        policy: String,
+        /// Seed of the cluster, the arrivals and the policy.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[arg(long, value_enum, default_value = "table")]
+        format: Format,
+    },
     /// Gang decisions on a large fragmented cluster through the Wasm
     /// policy: each gang's pass (hold room member by member, bind all or
     /// release all) timed, with one queue and with queues.
@@ -217,6 +240,10 @@ pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
                 }
             }
             emit(&report, format)?;
+        }
+        BenchCmd::Serve { nodes, load, seconds, policy, seed, format } => {
+            let opts = tessera::bench_serve::ServeBenchOptions { nodes, load, seconds, policy, seed };
+            emit(&tessera::bench_serve::run_bench(&opts)?, format)?;
         }
         BenchCmd::Gangs { nodes, gangs, members, member_gpus, idle_pct, queues, policy, seed, format } => {
             let opts =

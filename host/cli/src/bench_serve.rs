@@ -15,11 +15,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 use serde::Serialize;
-use tessera_core::driver::DriverConfig;
 use tessera_core::framework::{Choice, Placer};
 use tessera_core::metrics::percentile;
 use tessera_core::model::{Arrival, Node, NodeId, Pod};
-use tessera_core::telemetry::TelemetryConfig;
 use tessera_server::backend::{ArrivalStream, Backend};
 use tessera_server::config::{EngineConfig, SimBackendConfig};
 use tessera_server::engine::Engine;
@@ -180,18 +178,7 @@ fn bare(opts: &ServeBenchOptions) -> Result<ServeRun> {
         doc.movement.clone(),
         tessera_movement::sim::SimActuatorConfig { seed: opts.seed, ..Default::default() },
     );
-    let driver = DriverConfig {
-        sched: doc.scheduling,
-        queues: doc.queue_tree(),
-        telemetry: TelemetryConfig { interval_s: cfg.engine.telemetry_interval_s, ..TelemetryConfig::default() },
-        detection: doc.detection,
-        seed: opts.seed,
-        weight_sets: doc.adaptive.as_ref().map(|a| a.weight_sets.clone()).unwrap_or_default(),
-        max_moves_share: cfg.engine.max_migrations_pct / 100.0,
-        reschedule_every_s: cfg.engine.reschedule_every_s,
-        dead_band_permille: 0,
-        start_s: Some(0),
-    };
+    let driver = tessera_server::engine::driver_config(&cfg.engine, &doc, opts.seed);
     let mut timed = Timed { inner: &mut policy, latencies_ms: Vec::new() };
     let started = Instant::now();
     let outcome = tessera_chaos::twin::run(nodes, &workload, arrivals, &[], &mut timed, Some(&mut exec), &driver);

@@ -42,8 +42,9 @@ use crate::wall::now_unix_ms;
 use recorder::Recorder;
 use service::Service;
 
-/// The loop's settings from the service's and the policy's.
-fn driver_config(cfg: &EngineConfig, doc: &PolicyDocument, seed: u64) -> DriverConfig {
+/// The loop's settings from the service's and the policy's (what a bare
+/// loop on the same work must run with to make the same decisions).
+pub fn driver_config(cfg: &EngineConfig, doc: &PolicyDocument, seed: u64) -> DriverConfig {
     DriverConfig {
         sched: doc.scheduling,
         queues: doc.queue_tree(),

@@ -148,6 +148,11 @@ struct Answers {
 }
 
 impl Answers {
+    /// None kept, current at `generation` (nothing to catch up on).
+    fn at(generation: u64) -> Self {
+        Self { as_of: generation, ..Self::default() }
+    }
+
     #[inline]
     fn holds(&self, id: NodeId) -> bool {
         let i = id as usize;
@@ -360,8 +365,8 @@ impl AnswerCache {
                     class: PodClass::of(pod, scope),
                     epoch: changes.epoch(),
                     last_used: 0,
-                    verdicts: Answers::default(),
-                    scores: Answers::default(),
+                    verdicts: Answers::at(changes.generation()),
+                    scores: Answers::at(changes.generation()),
                 });
                 self.entries.len() - 1
             }
@@ -369,8 +374,8 @@ impl AnswerCache {
         let e = &mut self.entries[at];
         if e.epoch != changes.epoch() {
             e.epoch = changes.epoch();
-            e.verdicts = Answers::default();
-            e.scores = Answers::default();
+            e.verdicts = Answers::at(changes.generation());
+            e.scores = Answers::at(changes.generation());
         }
         e.last_used = self.calls;
         Some(e)
@@ -462,12 +467,9 @@ pub fn answer<E>(
         let (values, hints) = ask(ids)?;
         let broken = first_mismatch(&r, &values, &hints).map(|k| (k, r.values[k], values[k]));
         if broken.is_none() {
-            let at = std::mem::take(&mut r.ask);
-            let pick = |all: &[i64]| at.iter().map(|&k| all[k]).collect::<Vec<_>>();
-            let hint_at = |all: &[u8]| if all.is_empty() { Vec::new() } else { at.iter().map(|&k| all[k]).collect() };
-            let (v, h) = (pick(&values), hint_at(&hints));
-            r.ask = at;
-            r.fill(&v, &h);
+            // Every answer is fresh now: keep them all.
+            r.ask = (0..ids.len()).collect();
+            r.fill(&values, &hints);
             cache.keep(kind, pod, changes, ids, &r);
         }
         return Ok(Answered { values, hints, reused: 0, broken });
@@ -485,8 +487,7 @@ pub fn answer<E>(
 /// those `reused` would have given (only positions not asked about are
 /// compared): a plugin breaking its promise.
 pub fn first_mismatch(reused: &Reused, fresh_values: &[i64], fresh_hints: &[u8]) -> Option<usize> {
-    let asked: std::collections::BTreeSet<usize> = reused.ask.iter().copied().collect();
-    (0..reused.values.len()).filter(|k| !asked.contains(k)).find(|&k| {
+    (0..reused.values.len()).filter(|k| reused.ask.binary_search(k).is_err()).find(|&k| {
         let hint = fresh_hints.get(k).map_or(NO_LIST, |&h| u16::from(h));
         fresh_values.get(k) != Some(&reused.values[k]) || hint != reused.hint(k)
     })

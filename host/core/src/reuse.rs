@@ -67,7 +67,9 @@ impl PodClass {
     }
 }
 
-/// Which nodes changed when, as a plugin's node mirror sees them.
+/// Which nodes changed when, as a plugin's node mirror sees them: the log
+/// plugin instances are synced from (`tessera_wasm`'s node feed) and
+/// reused answers are checked against.
 #[derive(Debug, Clone, Default)]
 pub struct Changes {
     /// Bumps on every change.
@@ -90,7 +92,9 @@ impl Changes {
         self.nodes = self.nodes.max(id as usize + 1);
         self.log.push((self.generation, id));
         // Kept in proportion to the cluster by dropping the older half: a
-        // class not asked about for that long starts over.
+        // reader further behind (a plugin instance, a class of answers)
+        // starts over from a snapshot; dropping all of it would send every
+        // reader, however current, the whole cluster.
         if self.log.len() > 2 * self.nodes + 1024 {
             let cut = self.log.len() / 2;
             self.log_start = self.log[cut - 1].0;
@@ -106,13 +110,13 @@ impl Changes {
         self.changed(id, true);
     }
 
-    /// Something every answer may depend on moved (a zone signal).
+    /// Something every answer may depend on moved (a zone signal), but no
+    /// node's record: the epoch moves, the generation does not.
     pub fn everything(&mut self) {
-        self.generation += 1;
         self.epoch += 1;
     }
 
-    /// Current generation.
+    /// Current generation: the number of node changes so far.
     pub fn generation(&self) -> u64 {
         self.generation
     }
@@ -124,7 +128,7 @@ impl Changes {
 
     /// The nodes changed after generation `since` (repeats possible), or
     /// none if the log no longer reaches back that far.
-    fn since(&self, since: u64) -> Option<impl Iterator<Item = NodeId> + '_> {
+    pub fn since(&self, since: u64) -> Option<impl Iterator<Item = NodeId> + '_> {
         (since >= self.log_start).then(|| {
             let first = self.log.partition_point(|(g, _)| *g <= since);
             self.log[first..].iter().map(|(_, id)| *id)

@@ -18,24 +18,22 @@ pub struct ZoneSignals {
     pub carbon: std::collections::BTreeMap<String, u32>,
 }
 
-/// Current node state plus a change log, shared by a policy's plugins.
+/// Current node state plus a change log ([`tessera_core::reuse::Changes`],
+/// the one log both the mirrors' deltas and reused answers are read
+/// from), shared by a policy's plugins.
 #[derive(Debug)]
 pub struct NodeFeed {
     id: u64,
     nodes: Vec<Option<wit::Node>>,
     present: usize,
-    /// `(generation, node)` of each change, oldest first.
-    log: Vec<(u64, NodeId)>,
-    /// Generation before the oldest entry in `log`.
-    log_start: u64,
-    generation: u64,
     zones: std::sync::Arc<ZoneSignals>,
     /// Device memory in use per GPU, by node id (telemetry beside the
     /// record; offered through `host.gpu-memory-used`).
     gpu_memory_used: Vec<Vec<u32>>,
-    /// Which nodes changed when (what reused answers are checked against);
-    /// shared with a decision while it runs, so never copied in practice
-    /// (a change comes between decisions, when no one else holds it).
+    /// Which nodes changed when: what instances are synced from and reused
+    /// answers are checked against; shared with a decision while it runs,
+    /// so never copied in practice (a change comes between decisions, when
+    /// no one else holds it).
     changes: std::sync::Arc<tessera_core::reuse::Changes>,
 }
 
@@ -53,9 +51,6 @@ impl NodeFeed {
             id: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             nodes: Vec::new(),
             present: 0,
-            log: Vec::new(),
-            log_start: 0,
-            generation: 0,
             zones: std::sync::Arc::default(),
             gpu_memory_used: Vec::new(),
             changes: Default::default(),
@@ -69,7 +64,7 @@ impl NodeFeed {
 
     /// Current generation; bumps on every change.
     pub fn generation(&self) -> u64 {
-        self.generation
+        self.changes.generation()
     }
 
     /// Number of nodes present.
@@ -125,7 +120,6 @@ impl NodeFeed {
             self.gpu_memory_used.resize_with(i + 1, Vec::new);
         }
         self.gpu_memory_used[i] = node.gpus.iter().map(|g| g.memory_used_mib).collect();
-        self.record(node.id);
     }
 
     /// Inserts or replaces many nodes.
@@ -142,34 +136,20 @@ impl NodeFeed {
         {
             self.present -= 1;
             std::sync::Arc::make_mut(&mut self.changes).left(id);
-            self.record(id);
-        }
-    }
-
-    fn record(&mut self, id: NodeId) {
-        self.generation += 1;
-        self.log.push((self.generation, id));
-        // Keep the log proportional to the cluster by dropping its older
-        // half: an instance further behind than the rest gets a full
-        // snapshot instead. (Dropping all of it would send every instance,
-        // however current, a snapshot of the whole cluster.)
-        if self.log.len() > 2 * self.nodes.len() + 1024 {
-            let cut = self.log.len() / 2;
-            self.log_start = self.log[cut - 1].0;
-            self.log.drain(..cut);
         }
     }
 
     /// Deltas that bring an instance synced at `since` up to date.
     pub fn deltas_since(&self, since: u64) -> Vec<wit::NodeDelta> {
-        if since == self.generation && since != 0 {
+        if since == self.generation() && since != 0 {
             return Vec::new();
         }
-        if since == 0 || since < self.log_start {
+        // The log keeps about twice the cluster's changes (see `Changes`):
+        // an instance further behind gets a full snapshot instead.
+        let Some(changed) = self.changes.since(since).filter(|_| since != 0) else {
             return self.nodes.iter().flatten().cloned().map(wit::NodeDelta::Upsert).collect();
-        }
-        let first = self.log.partition_point(|(g, _)| *g <= since);
-        let mut ids: Vec<NodeId> = self.log[first..].iter().map(|(_, id)| *id).collect();
+        };
+        let mut ids: Vec<NodeId> = changed.collect();
         ids.sort_unstable();
         ids.dedup();
         ids.into_iter()

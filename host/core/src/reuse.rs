@@ -12,7 +12,7 @@
 //!
 //! Reuse is exact only if the promise holds, so the cache also says when
 //! to check it ([`AnswerCache::audit_due`]): on those calls the caller asks
-//! about every candidate and compares ([`AnswerCache::first_mismatch`]).
+//! about every candidate and compares ([`first_mismatch`]).
 //! Everything here counts calls, never time: a replay reuses and audits at
 //! the same calls on any machine.
 

@@ -335,6 +335,25 @@ impl Scorer for Fgd {
 }
 
 impl Fgd {
+    /// Bumped whenever the target workload's shapes are rebuilt (a
+    /// learned workload refreshed, new model names): terms computed under
+    /// another generation are stale.
+    pub fn generation(&self) -> u32 {
+        self.generation
+    }
+
+    /// After [`Scorer::prepare`]: the index of the pod's kind (scored CPU,
+    /// GPU count, GPU share) among the workload's, if it is one; a node's
+    /// [`Fgd::parts`] depend on nothing else of the pod.
+    pub fn kind(&self) -> Option<usize> {
+        self.kind
+    }
+
+    /// How many kinds the workload has.
+    pub fn kind_count(&self) -> usize {
+        self.kinds.len()
+    }
+
     /// CPU (millicores) per thousandth of GPU the target workload's GPU
     /// shapes ask for, weighted.
     fn cpu_per_gpu_milli(&self) -> f64 {
@@ -395,6 +414,13 @@ impl Fgd {
     }
 
     fn compute(&self, pod: &Pod, node: &Node<'_>) -> Score {
+        self.parts(pod, node).score()
+    }
+
+    /// What FGD found for `pod` on `node`, term by term: the score it
+    /// gives ([`Parts::score`]) and what a learned policy reads as
+    /// features (`tessera-learned-policy`).
+    pub fn parts(&self, pod: &Pod, node: &Node<'_>) -> Parts {
         let mut agg = self.scratch.borrow_mut();
         let gpus = node.gpus();
         let free = |g: &tessera_sdk::Gpu| if g.usable() { u32::from(g.free_milli) } else { 0 };
@@ -420,6 +446,19 @@ impl Fgd {
             (cache[i].1, cache[i].2)
         };
         let score = |after: f64| sigmoid_score(&self.thresholds, (before - after) / 1000.0);
+        let wholes = frees.iter().filter(|&&f| f == 1000).count() as u32;
+        let by_residue = self.spare_gpu_nodes && self.fill_residue;
+        let mut parts = Parts {
+            kind: PartsKind::Plain,
+            fgd: 0,
+            delta: 0.0,
+            residue_drop: 0,
+            tie: 0,
+            gpu: None,
+            gpu_free_after: 0,
+            whole_gpus_after: 0,
+            cpu_after,
+        };
         if pod.is_gpu_sharing() {
             // Each fitting GPU in index order; the best integer score wins,
             // the lowest index on ties. GPUs with equal free share give equal
@@ -430,10 +469,9 @@ impl Fgd {
                 let r = |x: u32| i64::from(self.residue.get(x as usize).copied().unwrap_or(0));
                 r(a) - r(b)
             };
-            let by_residue = self.spare_gpu_nodes && self.fill_residue;
             let first = by_residue && self.residue_first;
             let rank = |s: i64, drop: i64| if first { (drop, s) } else { (s, drop) };
-            let mut best: Option<(i64, i64, u8)> = None;
+            let mut best: Option<(i64, i64, u8, f64, u32)> = None;
             let mut tried = [u32::MAX; tessera_sdk::MAX_GPUS];
             for (k, g) in gpus.iter().filter(|g| g.usable()).enumerate() {
                 let a = free(g);
@@ -443,31 +481,46 @@ impl Fgd {
                 tried[k] = a;
                 let b = a - pod.gpu_milli;
                 agg.change(a, b, &self.levels);
-                let s = score(self.weighted(&agg, cpu_after, node.gpu_model, mask));
+                let after = self.weighted(&agg, cpu_after, node.gpu_model, mask);
                 agg.change(b, a, &self.levels);
+                let s = score(after);
                 let drop = if by_residue { residue_drop(a, b) } else { 0 };
-                if best.is_none_or(|(bs, bd, _)| rank(s, drop) > rank(bs, bd)) {
-                    best = Some((s, drop, g.index));
+                if best.is_none_or(|(bs, bd, ..)| rank(s, drop) > rank(bs, bd)) {
+                    best = Some((s, drop, g.index, before - after, wholes - u32::from(a == 1000)));
                 }
             }
-            return match best {
-                // The drop (−1000..=1000) in hundreds, FGD's 0..=99 below.
-                Some((s, drop, gpu)) if first => Score::with_gpu((drop + 1000) * 100 + s, gpu),
-                // 500 when the residue stays, 999 when it falls by 998+.
-                Some((s, drop, gpu)) if by_residue => Score::with_gpu(s * 1000 + (500 + drop / 2).clamp(0, 999), gpu),
-                Some((s, _, gpu)) => Score::with_gpu(s, gpu),
-                None => Score::new(0),
+            parts.kind = match (by_residue, first) {
+                (true, true) => PartsKind::ResidueFirst,
+                (true, false) => PartsKind::ResidueTie,
+                _ => PartsKind::Plain,
             };
+            match best {
+                Some((s, drop, gpu, delta, wholes)) => {
+                    parts.fgd = s;
+                    parts.residue_drop = drop;
+                    parts.gpu = Some(gpu);
+                    parts.delta = delta;
+                    parts.gpu_free_after = agg.total - pod.gpu_milli;
+                    parts.whole_gpus_after = wholes;
+                }
+                None => parts.kind = PartsKind::Unfit,
+            }
+            return parts;
         }
         // CPU-only or whole GPUs: the first entirely free GPUs (which ones
         // does not change the free shares).
-        for _ in 0..pod.gpu_count.min(frees.iter().filter(|&&f| f == 1000).count() as u32) {
+        for _ in 0..pod.gpu_count.min(wholes) {
             agg.change(1000, 0, &self.levels);
         }
-        let s = score(self.weighted(&agg, cpu_after, node.gpu_model, mask));
+        let after = self.weighted(&agg, cpu_after, node.gpu_model, mask);
+        parts.fgd = score(after);
+        parts.delta = before - after;
+        parts.gpu_free_after = agg.total;
+        parts.whole_gpus_after = wholes - pod.gpu_count.min(wholes);
         if self.spare_gpu_nodes {
+            parts.kind = PartsKind::TieBroken;
             // 999 on a node with no GPU share free, 0 with all of it free.
-            let tie = if pod.gpu_count == 0 && !frees.is_empty() && self.balance_cpu {
+            parts.tie = if pod.gpu_count == 0 && !frees.is_empty() && self.balance_cpu {
                 // Where the CPU left most exceeds what the free GPUs need.
                 let surplus = f64::from(cpu_after) - self.cpu_per_gpu_milli() * f64::from(agg.total);
                 let cap = f64::from(node.capacity.cpu_milli.max(1));
@@ -483,8 +536,67 @@ impl Fgd {
             } else {
                 0
             };
-            return Score::new(s * 1000 + tie);
         }
-        Score::new(s)
+        parts
+    }
+}
+
+/// How [`Parts`] make a score.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartsKind {
+    /// The published score alone.
+    Plain,
+    /// A sharing pod that fits no GPU of the node: 0.
+    Unfit,
+    /// `1000 × FGD + tie` (`spare_gpu_nodes`, not a sharing pod).
+    TieBroken,
+    /// A sharing pod, `1000 × FGD + residue term` (`fill_residue`).
+    ResidueTie,
+    /// A sharing pod, the residue's drop first (`residue_first`).
+    ResidueFirst,
+}
+
+/// FGD's terms for one pod on one node ([`Fgd::parts`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Parts {
+    /// How they make the score.
+    pub kind: PartsKind,
+    /// The published integer score, `⌊100·sigmoid(delta/1000)⌋`.
+    pub fgd: i64,
+    /// `F_n(M)` before minus after placement (milli-GPUs; positive: the
+    /// node fragments less).
+    pub delta: f64,
+    /// The residue's drop on the chosen GPU (sharing pods with
+    /// `fill_residue`), −1000..=1000.
+    pub residue_drop: i64,
+    /// The tie-break term, 0..=999 (`spare_gpu_nodes`, pods that do not
+    /// share a GPU).
+    pub tie: i64,
+    /// The GPU suggested for a sharing pod.
+    pub gpu: Option<u8>,
+    /// The node's usable free GPU share after placement, milli.
+    pub gpu_free_after: u32,
+    /// Its entirely free usable GPUs after placement.
+    pub whole_gpus_after: u32,
+    /// Its free CPU after placement (the scored request), millicores.
+    pub cpu_after: u32,
+}
+
+impl Parts {
+    /// The score FGD gives.
+    pub fn score(&self) -> Score {
+        let with_gpu = |v: i64| match self.gpu {
+            Some(g) => Score::with_gpu(v, g),
+            None => Score::new(v),
+        };
+        match self.kind {
+            PartsKind::Unfit => Score::new(0),
+            PartsKind::Plain => with_gpu(self.fgd),
+            PartsKind::TieBroken => Score::new(self.fgd * 1000 + self.tie),
+            // 500 when the residue stays, 999 when it falls by 998+.
+            PartsKind::ResidueTie => with_gpu(self.fgd * 1000 + (500 + self.residue_drop / 2).clamp(0, 999)),
+            // The drop (−1000..=1000) in hundreds, FGD's 0..=99 below.
+            PartsKind::ResidueFirst => with_gpu((self.residue_drop + 1000) * 100 + self.fgd),
+        }
     }
 }

@@ -15,7 +15,7 @@ use tessera_sdk::{Gpu, Node, NodeTable, Pod, Score, Scorer, Sym};
 
 mod fgd;
 
-pub use fgd::{Fgd, FgdConfig, ShapeConfig};
+pub use fgd::{Fgd, FgdConfig, Parts, PartsKind, ShapeConfig};
 
 /// The published simulator's reference node: 128 cores and 8 GPUs.
 const MAX_CPU: f64 = 128_000.0;

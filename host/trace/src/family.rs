@@ -70,7 +70,7 @@ impl Family {
     }
 
     /// The levels a member may have, %.
-    fn range(self) -> (f64, f64) {
+    pub fn range(self) -> (f64, f64) {
         match self {
             Family::Cpu => (0.0, 400.0),
             Family::GpuShare | Family::GpuSpec => (0.0, 100.0),
@@ -365,22 +365,32 @@ fn by_weight(models: &[(String, u64)], rng: &mut ChaCha8Rng) -> Vec<String> {
 /// clone's per-GPU share (`gpu_milli`), the running sum its whole demand.
 /// Indices are rows of `pods`.
 pub fn inflate(pods: &[PodRow], nodes: &[NodeRow], ratio: f64, seed: u64) -> Vec<u32> {
+    let shares: Vec<(u32, u32)> = pods.iter().map(|p| (p.num_gpu, p.gpu_milli)).collect();
+    let gpus = nodes.iter().map(|n| u64::from(n.gpus)).sum();
+    inflate_shares(&shares, gpus, ratio, seed)
+}
+
+/// [`inflate`] over pods given as `(GPUs, share per GPU)` on a cluster of
+/// `gpus` GPUs: the one rule, for pods that are not trace rows (a
+/// service's record of arrivals).
+pub fn inflate_shares(pods: &[(u32, u32)], gpus: u64, ratio: f64, seed: u64) -> Vec<u32> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut order: Vec<u32> = (0..pods.len() as u32).collect();
     shuffle(&mut order, &mut rng);
-    let capacity = nodes.iter().map(|n| u64::from(n.gpus) * u64::from(GPU_MILLI)).sum::<u64>() as f64 * ratio;
-    let mut arrived: u64 = pods.iter().map(PodRow::gpu_demand_milli).sum();
-    if pods.iter().all(|p| p.num_gpu == 0) {
+    let demand = |&(n, m): &(u32, u32)| u64::from(n) * u64::from(m);
+    let capacity = (gpus * u64::from(GPU_MILLI)) as f64 * ratio;
+    let mut arrived: u64 = pods.iter().map(demand).sum();
+    if pods.iter().all(|p| p.0 == 0) {
         return order;
     }
     loop {
         let i = rng.random_range(0..pods.len());
         let p = &pods[i];
-        if (arrived + u64::from(p.gpu_milli)) as f64 > capacity {
+        if (arrived + u64::from(p.1)) as f64 > capacity {
             return order;
         }
         order.push(i as u32);
-        arrived += p.gpu_demand_milli();
+        arrived += demand(p);
     }
 }
 

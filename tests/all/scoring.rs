@@ -194,6 +194,53 @@ fn parallel_workers_decide_like_one() {
     assert!(placed > 100, "the cluster filled up: {placed} placed");
 }
 
+/// The `learned` component (the trained weights embedded in Wasm) chooses
+/// exactly what its native twin — the scorer `tessera train` trains
+/// through — chooses, node and GPU, pod after pod as the cluster fills,
+/// with the target workload given (as the simulator injects it) and
+/// without (learned from the pods placed).
+#[test]
+fn learned_component_decides_like_its_native_twin() {
+    use tessera_core::cluster::{Cluster, choose_gpus};
+    use tessera_core::framework::Placer;
+    let pods = tessera_core::synthetic::pods(500, &[], 17);
+    let workload = tessera_core::metrics::TargetWorkload::from_pods(&pods, 0.95);
+    let rt = runtime();
+    for with_workload in [true, false] {
+        let mut doc = tessera::sim::policy_document("learned", 1).unwrap();
+        if with_workload {
+            tessera::sim::inject_workload(&mut doc, &workload);
+        }
+        let mut placers: Vec<Box<dyn Placer>> = vec![
+            Box::new(tessera::load::load_policy(&rt, &doc).unwrap()),
+            Box::new(tessera::native::NativePolicy::from_document(&doc).unwrap()),
+        ];
+        let mut clusters: Vec<Cluster> = (0..2).map(|_| Cluster::new(tessera::bench::synthetic_cluster(30))).collect();
+        for (p, c) in placers.iter_mut().zip(&clusters) {
+            p.nodes_changed(&c.nodes().iter().collect::<Vec<_>>());
+            p.prime();
+        }
+        let (mut candidates, mut rejected) = (Vec::new(), [0; tessera_core::cluster::FilterReason::COUNT]);
+        let mut placed = 0;
+        for pod in &pods {
+            clusters[0].feasible(pod, &mut candidates, &mut rejected);
+            if candidates.is_empty() {
+                continue;
+            }
+            let choices: Vec<_> = placers.iter_mut().map(|p| p.place(pod, &candidates)).collect();
+            assert_eq!(choices[0], choices[1], "workload given: {with_workload}; {pod:?}");
+            let node = choices[0].node.expect("a feasible node is chosen");
+            for (p, c) in placers.iter_mut().zip(clusters.iter_mut()) {
+                let gpus = choose_gpus(c.node(node).unwrap(), pod, choices[0].gpu_hint).unwrap();
+                c.bind(node, pod, gpus).unwrap();
+                p.nodes_changed(&[c.node(node).unwrap()]);
+            }
+            placed += 1;
+        }
+        assert!(placed > 100, "the cluster filled up: {placed} placed");
+    }
+}
+
 /// The hybrid-score component reads zone carbon intensity from the host
 /// (`zone-carbon-intensity`), and follows it as the host's values move.
 #[test]

@@ -6,4 +6,5 @@ pub mod plan;
 pub mod plugin;
 pub mod policy;
 pub mod sim;
+pub mod train;
 pub mod workload;

@@ -25,3 +25,4 @@ pub mod scaffold;
 pub mod serve;
 pub mod sim;
 pub mod throughput;
+pub mod train;

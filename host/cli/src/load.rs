@@ -42,6 +42,14 @@ pub fn load_entry(rt: &Runtime, entry: &PluginEntry, seed: u64) -> Result<Arc<Pl
     Ok(rt.load(&spec(entry, seed), &bytes)?.0)
 }
 
+/// How a document's equal totals are decided.
+pub fn tie_break(doc: &PolicyDocument) -> tessera_core::score::TieBreak {
+    match doc.tie_break {
+        tessera_policy::TieBreakSpec::NodeId => tessera_core::score::TieBreak::NodeId,
+        tessera_policy::TieBreakSpec::SeededRank => tessera_core::score::TieBreak::SeededRank(doc.seed),
+    }
+}
+
 /// Loads every plugin of a document; all or nothing.
 pub fn load_policy(rt: &Runtime, doc: &PolicyDocument) -> Result<Policy, LoadError> {
     let mut members = Vec::new();
@@ -50,11 +58,7 @@ pub fn load_policy(rt: &Runtime, doc: &PolicyDocument) -> Result<Policy, LoadErr
         let weight = if entry.role == Role::Scorer { entry.weight.0 } else { 0.0 };
         members.push(Member { name: entry.name.clone(), weight, slot: Arc::new(PluginSlot::new(version)) });
     }
-    let tie = match doc.tie_break {
-        tessera_policy::TieBreakSpec::NodeId => tessera_core::score::TieBreak::NodeId,
-        tessera_policy::TieBreakSpec::SeededRank => tessera_core::score::TieBreak::SeededRank(doc.seed),
-    };
     Ok(Policy::new(doc.name.clone(), members)
-        .with_tie_break(tie)
+        .with_tie_break(tie_break(doc))
         .with_timeout(std::time::Duration::from_millis(doc.timeout_ms.0)))
 }

@@ -75,6 +75,11 @@ enum Command {
     /// families.
     #[command(subcommand)]
     Workload(cmd::workload::WorkloadCmd),
+    /// Train the `learned` placement policy in the simulator (evolution
+    /// strategies over generated members of the workload families,
+    /// starting from `default`'s rules) and write the model, its card and
+    /// training curves.
+    Train(cmd::train::TrainArgs),
 }
 
 /// The CustomResourceDefinitions `tessera crd` prints.
@@ -124,5 +129,6 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Plugin(c) => cmd::plugin::run(c),
         Command::Policy(c) => cmd::policy::run(c),
         Command::Workload(c) => cmd::workload::run(c),
+        Command::Train(a) => cmd::train::run(a),
     }
 }

@@ -134,6 +134,8 @@ pub fn builtin(name: &str, config_json: &str) -> Option<Result<Box<dyn NativeSco
         "load-aware" => boxed::<tessera_placement_policies::LoadAware>(config_json),
         "hybrid-score" => boxed::<tessera_placement_policies::HybridScore>(config_json),
         "gpu-topology" => boxed::<tessera_plugin_gpu_topology::GpuTopology>(config_json),
+        "fgd" => boxed::<tessera_openb_policies::Fgd>(config_json),
+        "learned" => boxed::<tessera_learned_policy::Learned>(config_json),
         _ => return None,
     })
 }
@@ -254,6 +256,13 @@ impl NativePolicy {
                 c
             });
         }
+        self
+    }
+
+    /// Decides equal totals by `tie` (the lowest node id by default), as
+    /// [`tessera_wasm::Policy::with_tie_break`] does.
+    pub fn with_tie_break(mut self, tie: tessera_core::score::TieBreak) -> Self {
+        self.tie = tie;
         self
     }
 

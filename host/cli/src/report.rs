@@ -38,6 +38,7 @@ macro_rules! reports {
 }
 
 reports!(
+    crate::train::TrainReport,
     crate::bench::BenchResult,
     crate::bench_api::LoadReport,
     crate::bench_serve::ServeBenchResult,

@@ -204,7 +204,7 @@ pub struct SimOutcome {
 }
 
 /// A simulator node from an openb node row (`i` is its id).
-fn node_of(i: usize, row: &NodeRow) -> Node {
+pub fn node_of(i: usize, row: &NodeRow) -> Node {
     let cap = Resources { cpu_milli: row.cpu_milli, memory_mib: row.memory_mib };
     Node::new(i as u32, row.name.clone(), cap, row.gpus as usize, &row.model)
 }
@@ -268,6 +268,7 @@ pub const SHIPPED: &[(&str, &str)] = &[
     ("default", include_str!("../../../deploy/policies/default.yaml")),
     ("throughput", include_str!("../../../deploy/policies/throughput.yaml")),
     ("training", include_str!("../../../deploy/policies/training.yaml")),
+    ("learned", include_str!("../../../deploy/policies/learned.yaml")),
 ];
 
 /// The policy document for `--policy`: a shipped policy's name, a built-in

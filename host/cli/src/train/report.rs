@@ -1,0 +1,189 @@
+//! What `tessera train` prints and writes beside the model: the summary
+//! table, the model card and the training curves.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::{Result, anyhow};
+use plotters::prelude::*;
+
+use super::{Comparison, Evaluation, TrainReport};
+
+fn row(out: &mut String, name: &str, e: &Evaluation) {
+    let _ = writeln!(
+        out,
+        "| {name} | {:.3}% | {:.3} | {} of {} |",
+        e.unallocated_pct, e.ratio_to_fgd, e.worse_than_fgd, e.episodes
+    );
+}
+
+fn comparison(out: &mut String, c: &Comparison, started_from: &str) {
+    let _ = writeln!(out, "\n**{}**\n", c.set);
+    let _ = writeln!(out, "| policy | unallocated at 130% | ÷ FGD (mean) | worse than FGD |");
+    let _ = writeln!(out, "| --- | ---: | ---: | ---: |");
+    row(out, "FGD", &c.fgd);
+    row(out, "default (hand-written)", &c.default);
+    row(out, &format!("initial model ({started_from})"), &c.initial);
+    row(out, "learned", &c.learned);
+}
+
+/// The summary printed after training.
+pub fn table(r: &TrainReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "generation  train gain  best perturbation  validation gain   (gain: 1 − ours ÷ FGD)");
+    for g in &r.generations {
+        let _ = writeln!(
+            out,
+            "{:>10}  {:>+9.2}%  {:>+16.2}%  {:>+14.2}%",
+            g.generation,
+            100.0 * g.train_gain,
+            100.0 * g.best_gain,
+            100.0 * g.validation_gain
+        );
+    }
+    for c in &r.comparisons {
+        comparison(&mut out, c, &r.started_from);
+    }
+    let _ = writeln!(
+        out,
+        "\nkept generation {} ({}), {} weights, {} episodes in {:.1} s",
+        r.kept_generation, r.digest, r.params, r.episodes_played, r.wall_s
+    );
+    out
+}
+
+/// The model card.
+pub fn card(r: &TrainReport) -> String {
+    let o = &r.options;
+    let mut out = String::new();
+    let _ = writeln!(out, "# Model card: `learned`\n");
+    let _ = writeln!(
+        out,
+        "Written by `tessera train` (the command below reproduces it byte for byte). \
+         A placement scorer for GPU clusters: it ranks the candidate nodes the host's filter \
+         left for one pod; the component `builtin:learned` embeds these weights.\n"
+    );
+    let _ = writeln!(out, "## Reproduce\n");
+    let mut cmd = format!(
+        "tessera train --traces ../shared/traces/openb --families {} --generations {} --pairs {} --episodes {} --validation {} --scale {} --sigma {} --lr {} --hidden {} --seed {}",
+        r.families.join(","),
+        o.generations,
+        o.pairs,
+        o.episodes,
+        o.validation,
+        o.scale,
+        o.sigma,
+        o.lr,
+        o.hidden,
+        o.seed
+    );
+    if !r.holdout.is_empty() {
+        let _ = write!(cmd, " --holdout {}", r.holdout.join(","));
+    }
+    let _ = writeln!(out, "```\n{cmd} --out DIR\n```\n");
+    let _ = writeln!(out, "## Data\n");
+    let _ = writeln!(
+        out,
+        "Generated members of the openb workload families ({}; held out: {}), \
+         each drawn with a level uniform in the family's range and a seed of its own \
+         from `openb_pod_list_default.csv` (`tessera_trace::family`), on {}% of the \
+         openb GPU cluster's nodes with {}% of the member's pods (sampled), arrivals \
+         inflated to 130% of GPU capacity as the published protocol does. Every \
+         generation draws {} fresh episodes; the model is checked after every step \
+         on {} fixed validation episodes of the same families, and the generation \
+         with the best validation gain is kept. No trace row is stored in the model.\n",
+        r.families.join(", "),
+        if r.holdout.is_empty() { "none".to_string() } else { r.holdout.join(", ") },
+        o.scale * 100.0,
+        o.scale * 100.0,
+        o.episodes,
+        o.validation
+    );
+    let _ = writeln!(out, "## Features and model\n");
+    let _ = writeln!(
+        out,
+        "Per candidate: {}. Per pod: {}. A linear term per pod kind over the candidate \
+         features plus {} hidden units (softsign) over all of them; {} weights. \
+         Training starts from `default`'s rules written as the linear term.\n",
+        tessera_learned_policy::features::CANDIDATE.join(", "),
+        tessera_learned_policy::features::POD.join(", "),
+        o.hidden,
+        r.params
+    );
+    let _ = writeln!(out, "## Training\n");
+    let _ = writeln!(
+        out,
+        "Evolution strategies: {} ± pairs per generation, σ = {}, AdamW (candle) at \
+         lr = {}, {} generations, seed {}; the return of an episode is `1 − ours ÷ FGD` \
+         in unallocated GPUs at 130% arrived demand, ranked across the population. \
+         {} episodes played. Kept: generation {} (`{}`).\n",
+        o.pairs, o.sigma, o.lr, o.generations, o.seed, r.episodes_played, r.kept_generation, r.digest
+    );
+    let _ = writeln!(out, "![training curves](curve.svg)\n");
+    let _ = writeln!(out, "## Figures (training scale)\n");
+    for c in &r.comparisons {
+        comparison(&mut out, c, &r.started_from);
+    }
+    let _ = writeln!(
+        out,
+        "\nAt full scale on the published protocol: `tessera bench quality --policy learned` \
+         (docs/BENCHMARKS.md §2).\n"
+    );
+    let _ = writeln!(out, "## Limits\n");
+    let _ = writeln!(
+        out,
+        "Trained on placement alone (no departures, no rescheduling) against the \
+         workload's own shape distribution, which the host gives the plugin; on a cluster \
+         or workload unlike openb's, check it with `tessera bench quality` before use."
+    );
+    out
+}
+
+/// Gains per generation as SVG.
+pub fn curve_svg(path: &Path, r: &TrainReport) -> Result<()> {
+    let err = |e: &dyn std::fmt::Display| anyhow!("plot {}: {e}", path.display());
+    type Series<'a> = (&'a str, Vec<(f64, f64)>, usize);
+    let series: [Series<'_>; 3] = [
+        (
+            "model on the generation's episodes",
+            r.generations.iter().map(|g| (g.generation as f64, 100.0 * g.train_gain)).collect(),
+            0,
+        ),
+        ("best perturbation", r.generations.iter().map(|g| (g.generation as f64, 100.0 * g.best_gain)).collect(), 1),
+        (
+            "model on the validation episodes",
+            r.generations.iter().map(|g| (g.generation as f64, 100.0 * g.validation_gain)).collect(),
+            2,
+        ),
+    ];
+    let ys = series.iter().flat_map(|s| s.1.iter().map(|p| p.1));
+    let (lo, hi) = ys.fold((0.0f64, 0.0f64), |(lo, hi), y| (lo.min(y), hi.max(y)));
+    let pad = ((hi - lo) * 0.1).max(0.5);
+    let root = SVGBackend::new(path, (960, 540)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption("tessera train: gain over FGD (1 − ours ÷ FGD, unallocated GPUs at 130%)", ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0.0f64..(r.generations.len().max(1) as f64 + 1.0), (lo - pad)..(hi + pad))
+        .map_err(|e| err(&e))?;
+    chart.configure_mesh().x_desc("generation").y_desc("gain over FGD (%)").draw().map_err(|e| err(&e))?;
+    for (label, points, colour) in series {
+        let style = Palette99::pick(colour).to_rgba().stroke_width(2);
+        chart
+            .draw_series(LineSeries::new(points, style))
+            .map_err(|e| err(&e))?
+            .label(label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], style));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::LowerRight)
+        .draw()
+        .map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))?;
+    Ok(())
+}

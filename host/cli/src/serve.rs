@@ -15,6 +15,7 @@ use tessera_kube::KubeBackendConfig;
 use tessera_policy::{PluginEntry, PolicyDocument};
 use tessera_server::campaigns::{CampaignError, CampaignJob, CampaignOutcome};
 use tessera_server::config::BackendKind;
+use tessera_server::learning::{FineTuneError, FineTuneJob, FineTuneOutcome};
 use tessera_server::{Backend, CampaignRunner, LoadError, Loader, ServeConfig, Server, SimBackend};
 use tessera_wasm::{PluginVersion, Policy, Runtime, RuntimeConfig};
 
@@ -147,6 +148,46 @@ impl CampaignRunner for CliCampaigns {
     }
 }
 
+/// Fine-tunes the service's learned plugin with `tessera train`'s
+/// optimiser on episodes drawn from the service's record.
+pub struct CliTuner;
+
+impl tessera_server::FineTuner for CliTuner {
+    fn fine_tune(&self, job: &FineTuneJob) -> Result<FineTuneOutcome, FineTuneError> {
+        let t = &job.training;
+        let record = crate::train::episodes::Recorded { nodes: job.nodes.clone(), pods: job.arrivals.clone() };
+        let tune = crate::train::FineTune {
+            active: &job.active,
+            plugin: &job.plugin,
+            record: &record,
+            hyper: crate::train::Hyper {
+                generations: t.generations,
+                pairs: t.pairs,
+                episodes: t.episodes,
+                validation: t.validation,
+                scale: t.scale,
+                sigma: t.sigma,
+                lr: t.lr,
+                seed: t.seed,
+            },
+        };
+        let tuned =
+            crate::train::fine_tune(&tune, job.min_gain).map_err(|e| FineTuneError::Failed(format!("{e:#}")))?;
+        let mut candidate = tuned.candidate;
+        if let Some(doc) = &mut candidate {
+            // Named for what it is, so the rollout shows it.
+            doc.name = format!("{}-tuned-{}", job.active.name, &tuned.report.digest[7..15]);
+        }
+        Ok(FineTuneOutcome {
+            candidate,
+            current_gain: tuned.gains.0,
+            tuned_gain: tuned.gains.1,
+            digest: tuned.report.digest.clone(),
+            kept_generation: tuned.report.kept_generation,
+        })
+    }
+}
+
 /// Starts the service on `cfg` (the simulator, or Kubernetes through the
 /// in-cluster configuration or `KUBECONFIG`) and binds its listener. Call
 /// inside a Tokio runtime.
@@ -213,7 +254,8 @@ pub async fn start_on(
     )?);
     let listener =
         tokio::net::TcpListener::bind(cfg.listen).await.with_context(|| format!("cannot listen on {}", cfg.listen))?;
-    let server = Server::start(cfg, backend, doc, loader, Some(Arc::new(CliCampaigns)))?;
+    let mut server = Server::start(cfg, backend, doc, loader, Some(Arc::new(CliCampaigns)))?;
+    server.learn(Arc::new(CliTuner))?;
     Ok((server, listener))
 }
 

@@ -10,6 +10,7 @@
 mod app;
 mod chaos;
 pub mod error;
+mod learning;
 mod openapi;
 mod policies;
 mod rollout;
@@ -58,6 +59,7 @@ pub fn router(state: AppState) -> axum::Router {
         .route("/v1/snapshot", get(views::snapshot))
         .merge(rollout::routes())
         .merge(chaos::routes())
+        .merge(learning::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(from_fn_with_state(state.clone(), count_requests))

@@ -67,6 +67,10 @@ pub struct ServeConfig {
     pub cache_dir: Option<PathBuf>,
     /// Chaos campaigns the service runs on a schedule (unset: none).
     pub chaos: Option<ChaosConfig>,
+    /// Fine-tuning of the active policy's learned plugin on a schedule,
+    /// from what the service saw arrive; the tuned model becomes the
+    /// rollout's candidate, never the active policy (unset: none).
+    pub learning: Option<LearningConfig>,
     /// The directory the file sources of policy documents posted to the
     /// API are read from (and below; `..`, absolute paths elsewhere and
     /// links out of it are refused). Unset: a posted document may name
@@ -97,6 +101,7 @@ impl Default for ServeConfig {
             rollout: RolloutConfig::default(),
             cache_dir: None,
             chaos: None,
+            learning: None,
             sources_dir: None,
             fuel_metering: false,
             header_read_timeout_ms: 10_000,
@@ -168,6 +173,73 @@ pub struct ChaosConfig {
 
 fn yes() -> bool {
     true
+}
+
+/// Online fine-tuning, as configured (`learning:`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LearningConfig {
+    /// Cron expression, UTC, as `chaos.schedule`.
+    pub schedule: String,
+    /// The plugin whose model is tuned: a `builtin:learned` entry of the
+    /// active policy.
+    #[serde(default = "learned")]
+    pub plugin: String,
+    /// Arrivals kept for training, newest (1..=1000000, default 20000).
+    #[serde(default = "record")]
+    pub record: usize,
+    /// A run with fewer recorded arrivals is skipped (default 500).
+    #[serde(default = "min_arrivals")]
+    pub min_arrivals: usize,
+    /// The tuned model becomes a candidate only when its validation gain
+    /// over FGD beats the model in use by more than this (0..1, default
+    /// 0.005: half a percent of FGD's unallocated GPUs).
+    #[serde(default = "min_gain")]
+    pub min_gain: f64,
+    /// The optimiser's settings.
+    #[serde(default)]
+    pub training: TrainingConfig,
+}
+
+fn learned() -> String {
+    "learned".into()
+}
+fn record() -> usize {
+    20_000
+}
+fn min_arrivals() -> usize {
+    500
+}
+fn min_gain() -> f64 {
+    0.005
+}
+
+/// The settings of a fine-tuning run (`tessera train`'s, smaller).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrainingConfig {
+    /// Generations (1..=1000).
+    pub generations: usize,
+    /// ± perturbation pairs per generation (1..=64).
+    pub pairs: usize,
+    /// Episodes per generation (1..=256).
+    pub episodes: usize,
+    /// Validation episodes (1..=256).
+    pub validation: usize,
+    /// Share of the nodes and of the recorded pods an episode uses, (0, 1].
+    pub scale: f64,
+    /// Perturbation scale, > 0.
+    pub sigma: f64,
+    /// Learning rate, > 0.
+    pub lr: f64,
+    /// Seed.
+    pub seed: u64,
+}
+
+impl Default for TrainingConfig {
+    fn default() -> Self {
+        Self { generations: 10, pairs: 4, episodes: 6, validation: 6, scale: 0.5, sigma: 0.001, lr: 0.0005, seed: 42 }
+    }
 }
 
 /// The embedded simulator as the backend: a cluster (built-in or an openb
@@ -406,6 +478,39 @@ impl ServeConfig {
             }
             if c.campaign.as_os_str().is_empty() {
                 return bad("chaos.campaign", "must name a campaign file");
+            }
+        }
+        if let Some(l) = &self.learning {
+            if let Err(e) = crate::cron::Schedule::parse(&l.schedule) {
+                return bad("learning.schedule", &e.to_string());
+            }
+            if l.plugin.is_empty() {
+                return bad("learning.plugin", "must name a plugin of the policy");
+            }
+            if !(1..=1_000_000).contains(&l.record) {
+                return bad("learning.record", "must be in 1..=1000000");
+            }
+            if l.min_arrivals > l.record {
+                return bad("learning.min_arrivals", "must be at most learning.record");
+            }
+            if !(0.0..1.0).contains(&l.min_gain) {
+                return bad("learning.min_gain", "must be in 0..1");
+            }
+            let t = &l.training;
+            if !(1..=1000).contains(&t.generations) {
+                return bad("learning.training.generations", "must be in 1..=1000");
+            }
+            if !(1..=64).contains(&t.pairs) {
+                return bad("learning.training.pairs", "must be in 1..=64");
+            }
+            if !(1..=256).contains(&t.episodes) || !(1..=256).contains(&t.validation) {
+                return bad("learning.training", "episodes and validation must be in 1..=256");
+            }
+            if !(t.scale > 0.0 && t.scale <= 1.0) {
+                return bad("learning.training.scale", "must be in (0, 1]");
+            }
+            if !(t.sigma > 0.0 && t.sigma.is_finite() && t.lr > 0.0 && t.lr.is_finite()) {
+                return bad("learning.training", "sigma and lr must be above 0");
             }
         }
         Ok(())

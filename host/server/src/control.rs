@@ -32,6 +32,20 @@ pub struct ChaosInputs {
     pub snapshot: tessera_core::snapshot::Snapshot,
 }
 
+/// What the loop hands fine-tuning: the active policy, the cluster and
+/// the record of arrivals of one instant.
+#[derive(Debug)]
+pub struct LearningInputs {
+    /// The active policy.
+    pub active: PolicyDocument,
+    /// A candidate is in rollout (shadow or canary).
+    pub candidate: bool,
+    /// The cluster's nodes.
+    pub nodes: Vec<tessera_core::model::Node>,
+    /// The pods that arrived, oldest first (at most `learning.record`).
+    pub arrivals: Vec<tessera_core::model::Pod>,
+}
+
 /// What the loop is asked to do between passes.
 pub enum Control {
     /// Replace the running policy (already loaded and checked).
@@ -56,8 +70,11 @@ pub enum Control {
     SetCandidate {
         /// The candidate, loaded and checked, and its document.
         candidate: Option<(Policy, Box<PolicyDocument>)>,
-        /// Told once set.
-        done: Reply<()>,
+        /// Only when there is no candidate (fine-tuning never replaces an
+        /// operator's).
+        only_if_none: bool,
+        /// Told once handled: whether it was set.
+        done: Reply<bool>,
     },
     /// Move the candidate to another stage.
     SetStage {
@@ -88,6 +105,12 @@ pub enum Control {
     ChaosInputs {
         /// Told them.
         done: Reply<ChaosInputs>,
+    },
+    /// The active policy, whether a candidate is in rollout, the cluster
+    /// and the pods that arrived lately, for fine-tuning.
+    LearningInputs {
+        /// Told them.
+        done: Reply<LearningInputs>,
     },
     /// Queues from outside the policy (the Kubernetes `TesseraQueue`
     /// objects) replace the policy's `queues:`, across policy changes;
@@ -191,7 +214,10 @@ impl PolicyHandle {
     /// rollout's candidate, in shadow.
     pub async fn set_candidate(&self, doc: PolicyDocument) -> Result<(), ApplyError> {
         let policy = self.load(&doc).await?;
-        Ok(self.handle.ask(|done| Control::SetCandidate { candidate: Some((policy, Box::new(doc))), done }).await?)
+        self.handle
+            .ask(|done| Control::SetCandidate { candidate: Some((policy, Box::new(doc))), only_if_none: false, done })
+            .await?;
+        Ok(())
     }
 
     /// Loads `doc` and makes it the active policy at once.

@@ -35,7 +35,7 @@ use tessera_wasm::Policy;
 
 use crate::backend::Backend;
 use crate::config::EngineConfig;
-use crate::control::{ChaosInputs, Control};
+use crate::control::{ChaosInputs, Control, LearningInputs};
 use crate::observe::Tracing;
 use crate::state::{PolicyView, Shared};
 use crate::wall::now_unix_ms;
@@ -90,6 +90,12 @@ impl Engine {
         let mut e = Self { driver, svc, queues: None };
         e.publish_policy();
         e
+    }
+
+    /// Keeps the latest `cap` pods that arrive, for fine-tuning.
+    pub fn record_arrivals(mut self, cap: usize) -> Self {
+        self.svc.arrivals_cap = cap;
+        self
     }
 
     /// Runs passes every `tick_ms` until `shared.stopping` is set; the pass
@@ -158,7 +164,11 @@ impl Engine {
                 }
                 let _ = done.send(old);
             }
-            Control::SetCandidate { candidate, done } => {
+            Control::SetCandidate { candidate, only_if_none, done } => {
+                if only_if_none && self.svc.placer.candidate.is_some() {
+                    let _ = done.send(false);
+                    return;
+                }
                 let nodes: Vec<&Node> = self.driver.model().cluster().nodes().iter().collect();
                 self.svc.placer.candidate = candidate.map(|(mut policy, doc)| {
                     // Mirror the cluster into the candidate's plugins.
@@ -168,7 +178,7 @@ impl Engine {
                 });
                 let name = self.svc.placer.candidate.as_ref().map(|c| c.doc.name.as_str());
                 self.svc.shared.rollout.write().unwrap_or_else(|p| p.into_inner()).set_candidate(name);
-                let _ = done.send(());
+                let _ = done.send(true);
             }
             Control::SetStage { stage, done } => {
                 let r = match &mut self.svc.placer.candidate {
@@ -211,6 +221,14 @@ impl Engine {
             }
             Control::Queues { done } => {
                 let _ = done.send(self.driver.model().sched().queues());
+            }
+            Control::LearningInputs { done } => {
+                let _ = done.send(LearningInputs {
+                    active: self.svc.doc.clone(),
+                    candidate: self.svc.placer.candidate.is_some(),
+                    nodes: self.driver.model().cluster().nodes().to_vec(),
+                    arrivals: self.svc.arrivals(),
+                });
             }
             Control::ChaosInputs { done } => {
                 let candidate_id = self.svc.shared.rollout.read().unwrap_or_else(|p| p.into_inner()).candidate_id;

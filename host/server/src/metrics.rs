@@ -32,7 +32,8 @@ impl TraceLabel {
 /// `outcome` label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabel {
-    /// bound, preempted, unschedulable.
+    /// bound, preempted, unschedulable (decisions); CANDIDATE, NO-GAIN,
+    /// SKIPPED, ERROR (fine-tuning runs).
     pub outcome: String,
 }
 
@@ -200,6 +201,8 @@ pub struct Metrics {
     pub chaos_campaigns: Family<VerdictLabel, Counter>,
     /// Wall time of a chaos campaign run by the service.
     pub chaos_campaign_duration: Histogram,
+    /// Fine-tuning runs of the learned plugin, by outcome.
+    pub learning_runs: Family<OutcomeLabel, Counter>,
     /// 1 while this replica decides and acts (it holds the leader lease;
     /// always on the simulator), 0 while it stands by.
     pub leader: Gauge,
@@ -255,6 +258,7 @@ impl Metrics {
             chaos_campaigns: Family::default(),
             // 1 s … 4.5 h.
             chaos_campaign_duration: Histogram::new(exponential_buckets(1.0, 2.0, 15)),
+            learning_runs: Family::default(),
             leader: Gauge::default(),
             registry: Registry::default(),
         };
@@ -346,6 +350,11 @@ impl Metrics {
             m.chaos_campaign_duration.clone(),
         );
         registry.register(
+            "learning_runs",
+            "Fine-tuning runs of the learned plugin, by outcome (CANDIDATE: the tuned model is the rollout's candidate)",
+            m.learning_runs.clone(),
+        );
+        registry.register(
             "leader",
             "1 while this replica decides and acts (holds the leader lease), 0 while it stands by",
             m.leader.clone(),
@@ -397,6 +406,9 @@ impl Metrics {
         }
         for verdict in ["PROMOTE", "BLOCK", "ERROR", "SKIPPED"] {
             let _ = self.chaos_campaigns.get_or_create(&VerdictLabel { verdict: verdict.into() });
+        }
+        for outcome in ["CANDIDATE", "NO-GAIN", "SKIPPED", "ERROR"] {
+            let _ = self.learning_runs.get_or_create(&OutcomeLabel { outcome: outcome.into() });
         }
         for phase in ["detect", "plan", "execute"] {
             let _ = self.policy_execution.get_or_create(&PhaseLabel { phase: phase.into() });

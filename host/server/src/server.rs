@@ -37,6 +37,9 @@ pub enum ServeError {
     /// The loop's thread.
     #[error("cannot start the scheduling loop: {0}")]
     Thread(std::io::Error),
+    /// Fine-tuning's schedule.
+    #[error("learning.schedule: {0}")]
+    Learning(String),
     /// The scheduled campaign.
     #[error("chaos.campaign {campaign}: {source}")]
     Campaign {
@@ -58,6 +61,8 @@ pub struct Server {
     /// Wakes the campaign scheduler for a manual run (none: no schedule).
     chaos: Option<Arc<tokio::sync::Notify>>,
     chaos_task: Option<tokio::task::JoinHandle<()>>,
+    /// Wakes the fine-tuning scheduler for a manual run (none: none runs).
+    learning: Option<Arc<tokio::sync::Notify>>,
     /// Routes served beside the API.
     extra: Option<axum::Router>,
     /// Tasks that live as long as the service (e.g. a policy controller).
@@ -101,7 +106,8 @@ impl Server {
             cfg.otel.top_k,
             tracing.clone(),
             shared.clone(),
-        );
+        )
+        .record_arrivals(cfg.learning.as_ref().map_or(0, |l| l.record));
         let handle = std::thread::Builder::new()
             .name("tessera-loop".into())
             .spawn(move || e.run(rx))
@@ -130,9 +136,31 @@ impl Server {
             engine: Some(handle),
             chaos,
             chaos_task,
+            learning: None,
             extra: None,
             owned: Vec::new(),
         })
+    }
+
+    /// Runs fine-tuning with `tuner` on `learning.schedule`, when the
+    /// configuration has a `learning:` section (else nothing). Call before
+    /// [`Server::router`], inside the Tokio runtime.
+    pub fn learn(&mut self, tuner: Arc<dyn crate::learning::FineTuner>) -> Result<(), ServeError> {
+        let Some(cfg) = self.cfg.learning.clone() else { return Ok(()) };
+        let schedule = Schedule::parse(&cfg.schedule).map_err(|e| ServeError::Learning(e.to_string()))?;
+        let manual = Arc::new(tokio::sync::Notify::new());
+        let s = crate::learning::LearningScheduler {
+            cfg,
+            schedule,
+            tuner,
+            loader: self.loader.clone(),
+            shared: self.shared.clone(),
+            control: self.handle(),
+            manual: manual.clone(),
+        };
+        self.owned.push(tokio::spawn(s.run()));
+        self.learning = Some(manual);
+        Ok(())
     }
 
     /// State shared with the loop.
@@ -200,6 +228,7 @@ impl Server {
             seed: self.cfg.sim.seed,
             rollout: self.cfg.rollout,
             chaos: self.chaos.clone(),
+            learning: self.learning.clone(),
             uploads: Arc::new(tokio::sync::Semaphore::new(crate::api::MAX_UPLOADS_AT_ONCE)),
             sources_dir: self.cfg.sources_dir.as_deref().map(Arc::from),
         })

@@ -64,6 +64,8 @@ pub struct Shared {
     pub rollout: RwLock<RolloutView>,
     /// Scheduled chaos campaigns.
     pub chaos: RwLock<ChaosView>,
+    /// Scheduled fine-tuning.
+    pub learning: RwLock<LearningView>,
     /// The loop mirrored the cluster into the plugins and runs.
     pub ready: AtomicBool,
     /// Shutdown asked.
@@ -83,6 +85,11 @@ impl Shared {
             chaos: RwLock::new(ChaosView {
                 schedule: cfg.chaos.as_ref().map(|c| c.schedule.clone()),
                 campaign: cfg.chaos.as_ref().map(|c| c.campaign.display().to_string()),
+                ..Default::default()
+            }),
+            learning: RwLock::new(LearningView {
+                schedule: cfg.learning.as_ref().map(|l| l.schedule.clone()),
+                plugin: cfg.learning.as_ref().map(|l| l.plugin.clone()),
                 ..Default::default()
             }),
             ready: AtomicBool::new(false),
@@ -152,4 +159,80 @@ pub struct ChaosView {
     /// The latest runs, newest last.
     #[schema(value_type = Vec<CampaignRun>)]
     pub runs: VecDeque<CampaignRun>,
+}
+
+/// Fine-tuning runs kept for `GET /v1/learning`.
+pub const LEARNING_HISTORY: usize = 20;
+
+/// How a fine-tuning run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "SCREAMING-KEBAB-CASE")]
+pub enum LearningOutcome {
+    /// The tuned model is the rollout's candidate, in shadow.
+    Candidate,
+    /// The tuned model did not beat the one in use by `min_gain`.
+    NoGain,
+    /// Not run: too few arrivals, or a candidate already in rollout.
+    Skipped,
+    /// It could not run or failed.
+    Error,
+}
+
+impl LearningOutcome {
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Candidate => "CANDIDATE",
+            Self::NoGain => "NO-GAIN",
+            Self::Skipped => "SKIPPED",
+            Self::Error => "ERROR",
+        }
+    }
+}
+
+/// One fine-tuning run, as the API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct LearningRun {
+    /// Sequence number, from 1.
+    pub id: u64,
+    /// Why it ran.
+    pub trigger: CampaignTrigger,
+    /// The active policy it tuned.
+    pub policy: String,
+    /// Arrivals it learned from.
+    pub arrivals: usize,
+    /// Started, Unix ms.
+    pub started_unix_ms: u64,
+    /// Ended, Unix ms (none: running).
+    pub ended_unix_ms: Option<u64>,
+    /// How it ended (none: running).
+    pub outcome: Option<LearningOutcome>,
+    /// Why it was skipped, or the error.
+    pub reason: Option<String>,
+    /// Validation gain over FGD (`1 − ours ÷ FGD`) of the model in use.
+    pub current_gain: Option<f64>,
+    /// And of the tuned model.
+    pub tuned_gain: Option<f64>,
+    /// The tuned model's digest.
+    pub digest: Option<String>,
+    /// The generation kept (0: none beat the model in use).
+    pub kept_generation: Option<usize>,
+    /// The candidate's name, when one was set.
+    pub candidate: Option<String>,
+}
+
+/// Scheduled fine-tuning, as the API shows it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct LearningView {
+    /// The cron expression (none: not scheduled).
+    pub schedule: Option<String>,
+    /// The plugin tuned.
+    pub plugin: Option<String>,
+    /// Its next scheduled start, Unix ms.
+    pub next_run_unix_ms: Option<u64>,
+    /// A run is under way.
+    pub running: bool,
+    /// The latest runs, newest last.
+    #[schema(value_type = Vec<LearningRun>)]
+    pub runs: VecDeque<LearningRun>,
 }

@@ -28,6 +28,8 @@ pub struct AppState {
     pub rollout: RolloutConfig,
     /// Wakes the campaign scheduler (none: no campaign is scheduled).
     pub chaos: Option<Arc<tokio::sync::Notify>>,
+    /// Wakes the fine-tuning scheduler (none: fine-tuning does not run).
+    pub learning: Option<Arc<tokio::sync::Notify>>,
     /// Slots of the component uploads buffered at once
     /// ([`super::MAX_UPLOADS_AT_ONCE`]).
     pub uploads: Arc<tokio::sync::Semaphore>,

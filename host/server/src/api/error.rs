@@ -72,6 +72,10 @@ pub enum Code {
     ChaosNotScheduled,
     /// A campaign is running.
     ChaosRunning,
+    /// Fine-tuning is not configured.
+    LearningNotScheduled,
+    /// Fine-tuning is running.
+    LearningRunning,
 }
 
 impl Code {
@@ -102,7 +106,9 @@ impl Code {
             | Code::RolloutBlocked
             | Code::RolloutVerdictStale
             | Code::ChaosNotScheduled
-            | Code::ChaosRunning => StatusCode::CONFLICT,
+            | Code::ChaosRunning
+            | Code::LearningNotScheduled
+            | Code::LearningRunning => StatusCode::CONFLICT,
         }
     }
 }

@@ -4,7 +4,7 @@
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{chaos, error, policies, rollout, views};
+use super::{chaos, error, learning, policies, rollout, views};
 
 struct BearerAuth;
 
@@ -62,6 +62,8 @@ impl Modify for BearerAuth {
         rollout::rollback,
         chaos::view,
         chaos::run_now,
+        learning::view,
+        learning::run_now,
     ),
     components(schemas(
         error::ApiError,
@@ -111,6 +113,8 @@ mod tests {
             "/v1/rollout/promote",
             "/v1/chaos",
             "/v1/chaos/run",
+            "/v1/learning",
+            "/v1/learning/run",
         ] {
             assert!(paths.contains_key(p), "{p} is not documented");
         }

@@ -48,7 +48,9 @@ pub async fn set_candidate(
 ) -> Result<Json<RolloutView>, ApiError> {
     let (policy, doc) = load_policy_body(&s, &headers, body).await?;
     not_stopping(&s)?;
-    s.control.ask(|done| Control::SetCandidate { candidate: Some((policy, Box::new(doc))), done }).await?;
+    s.control
+        .ask(|done| Control::SetCandidate { candidate: Some((policy, Box::new(doc))), only_if_none: false, done })
+        .await?;
     Ok(view(State(s)).await)
 }
 
@@ -149,6 +151,6 @@ pub async fn promote(State(s): State<AppState>, headers: HeaderMap) -> Result<Js
 pub async fn rollback(State(s): State<AppState>, headers: HeaderMap) -> Result<Json<RolloutView>, ApiError> {
     authorize(&s, &headers)?;
     not_stopping(&s)?;
-    s.control.ask(|done| Control::SetCandidate { candidate: None, done }).await?;
+    s.control.ask(|done| Control::SetCandidate { candidate: None, only_if_none: false, done }).await?;
     Ok(view(State(s)).await)
 }

@@ -67,6 +67,10 @@ pub(super) struct Service {
     pass_started: Option<(SystemTime, Instant)>,
     pub tracing: Tracing,
     pub shared: Arc<Shared>,
+    /// The pods that arrived, oldest first, for fine-tuning (`learning:`).
+    arrivals: VecDeque<Pod>,
+    /// At most this many are kept (0: none).
+    pub arrivals_cap: usize,
 }
 
 impl Service {
@@ -96,7 +100,14 @@ impl Service {
             pass_started: None,
             tracing,
             shared,
+            arrivals: VecDeque::new(),
+            arrivals_cap: 0,
         }
+    }
+
+    /// The pods that arrived lately, oldest first.
+    pub(super) fn arrivals(&self) -> Vec<Pod> {
+        self.arrivals.iter().cloned().collect()
     }
 
     /// The backend's events up to `now`, for the loop to take in time
@@ -142,6 +153,14 @@ impl Service {
             &event
         {
             self.binder.heard_of(*id, matches!(event, ClusterEvent::Deleted { .. }));
+        }
+        if let ClusterEvent::Submitted { pod, .. } = &event
+            && self.arrivals_cap > 0
+        {
+            if self.arrivals.len() == self.arrivals_cap {
+                self.arrivals.pop_front();
+            }
+            self.arrivals.push_back(pod.clone());
         }
         let named = match &event {
             ClusterEvent::Submitted { id, pod } | ClusterEvent::Running { id, pod, .. } => {

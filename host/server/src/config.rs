@@ -67,6 +67,8 @@ pub struct ServeConfig {
     pub cache_dir: Option<PathBuf>,
     /// Chaos campaigns the service runs on a schedule (unset: none).
     pub chaos: Option<ChaosConfig>,
+    /// The web console at `/ui/`.
+    pub console: ConsoleConfig,
     /// Fine-tuning of the active policy's learned plugin on a schedule,
     /// from what the service saw arrive; the tuned model becomes the
     /// rollout's candidate, never the active policy (unset: none).
@@ -101,6 +103,7 @@ impl Default for ServeConfig {
             rollout: RolloutConfig::default(),
             cache_dir: None,
             chaos: None,
+            console: ConsoleConfig::default(),
             learning: None,
             sources_dir: None,
             fuel_metering: false,
@@ -173,6 +176,16 @@ pub struct ChaosConfig {
 
 fn yes() -> bool {
     true
+}
+
+/// The web console's settings (`console:`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConsoleConfig {
+    /// A trace's address in Jaeger or Grafana, with `{trace_id}` where the
+    /// id goes (`http://jaeger:16686/trace/{trace_id}`); unset: the console
+    /// shows trace ids without links.
+    pub trace_url: Option<String>,
 }
 
 /// Online fine-tuning, as configured (`learning:`).
@@ -480,6 +493,11 @@ impl ServeConfig {
                 return bad("chaos.campaign", "must name a campaign file");
             }
         }
+        if let Some(u) = &self.console.trace_url
+            && (!(u.starts_with("http://") || u.starts_with("https://")) || !u.contains("{trace_id}"))
+        {
+            return bad("console.trace_url", "must be an http(s) URL with {trace_id} in it");
+        }
         if let Some(l) = &self.learning {
             if let Err(e) = crate::cron::Schedule::parse(&l.schedule) {
                 return bad("learning.schedule", &e.to_string());
@@ -540,6 +558,26 @@ mod tests {
         let c = ServeConfig::parse("chaos:\n  schedule: '0 3 * * *'\n  campaign: c.yaml\n", "s.yaml").unwrap();
         assert!(c.chaos.unwrap().live_cluster, "campaigns run on the live cluster unless told otherwise");
         assert_eq!(ServeConfig::parse("{}", "s.yaml").unwrap(), ServeConfig::default());
+    }
+
+    #[test]
+    fn fine_tuning_settings_are_checked_at_load() {
+        let parse = |text: &str| ServeConfig::parse(text, "s.yaml");
+        let c = parse("learning:\n  schedule: '0 2 * * *'\n").unwrap().learning.unwrap();
+        assert_eq!((c.plugin.as_str(), c.record, c.min_arrivals), ("learned", 20_000, 500));
+        assert_eq!(c.training, TrainingConfig::default());
+        for (text, field) in [
+            ("learning:\n  schedule: sometimes\n", "learning.schedule"),
+            ("learning:\n  schedule: '0 2 * * *'\n  min_gain: 1.5\n", "learning.min_gain"),
+            ("learning:\n  schedule: '0 2 * * *'\n  record: 10\n", "learning.min_arrivals"),
+            ("learning:\n  schedule: '0 2 * * *'\n  training: {generations: 0}\n", "learning.training.generations"),
+            ("learning:\n  schedule: '0 2 * * *'\n  training: {scale: 2}\n", "learning.training.scale"),
+            ("learning:\n  schedule: '0 2 * * *'\n  training: {sigma: -1}\n", "learning.training"),
+            ("learning:\n  schedule: '0 2 * * *'\n  training: {epochs: 3}\n", "unknown field `epochs`"),
+        ] {
+            let e = parse(text).unwrap_err().to_string();
+            assert!(e.contains(field), "{text}: {e}");
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@
 
 mod app;
 mod chaos;
+mod console;
 pub mod error;
 mod learning;
 mod openapi;
@@ -60,6 +61,7 @@ pub fn router(state: AppState) -> axum::Router {
         .merge(rollout::routes())
         .merge(chaos::routes())
         .merge(learning::routes())
+        .merge(console::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(from_fn_with_state(state.clone(), count_requests))

@@ -346,6 +346,11 @@ impl DecisionLog {
         self.entries.is_empty()
     }
 
+    /// Decisions recorded since the start (held or not).
+    pub fn total(&self) -> u64 {
+        self.seq0 + self.entries.len() as u64
+    }
+
     /// Every decision held, newest first.
     pub fn newest_first(&self) -> impl Iterator<Item = &DecisionRecord> {
         self.entries.iter().rev()

@@ -229,6 +229,7 @@ impl Server {
             rollout: self.cfg.rollout,
             chaos: self.chaos.clone(),
             learning: self.learning.clone(),
+            trace_url: self.cfg.console.trace_url.as_deref().map(Arc::from),
             uploads: Arc::new(tokio::sync::Semaphore::new(crate::api::MAX_UPLOADS_AT_ONCE)),
             sources_dir: self.cfg.sources_dir.as_deref().map(Arc::from),
         })
@@ -242,6 +243,13 @@ impl Server {
     ) -> std::io::Result<()> {
         let app = self.router();
         let header_read_timeout = Duration::from_millis(self.cfg.header_read_timeout_ms);
+        // Event streams end as the listener closes, so they do not hold
+        // the drain.
+        let shared = self.shared.clone();
+        let shutdown = async move {
+            shutdown.await;
+            shared.draining.store(true, std::sync::atomic::Ordering::SeqCst);
+        };
         let served = crate::http::serve(listener, app, header_read_timeout, shutdown).await;
         tokio::task::spawn_blocking(move || self.stop()).await.map_err(std::io::Error::other)?;
         served

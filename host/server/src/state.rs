@@ -70,6 +70,8 @@ pub struct Shared {
     pub ready: AtomicBool,
     /// Shutdown asked.
     pub stopping: AtomicBool,
+    /// The listener closed: requests in flight drain (event streams end).
+    pub draining: AtomicBool,
 }
 
 impl Shared {
@@ -94,6 +96,7 @@ impl Shared {
             }),
             ready: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
         };
         shared.metrics.zero_known_series(doc);
         shared

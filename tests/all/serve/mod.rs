@@ -6,6 +6,7 @@
 mod api;
 mod backend;
 mod chaos;
+mod console;
 mod learning;
 mod load;
 mod one_loop;

@@ -28,6 +28,8 @@ pub struct AppState {
     pub rollout: RolloutConfig,
     /// Wakes the campaign scheduler (none: no campaign is scheduled).
     pub chaos: Option<Arc<tokio::sync::Notify>>,
+    /// The console's trace link template (`console.trace_url`).
+    pub trace_url: Option<Arc<str>>,
     /// Wakes the fine-tuning scheduler (none: fine-tuning does not run).
     pub learning: Option<Arc<tokio::sync::Notify>>,
     /// Slots of the component uploads buffered at once

@@ -4,7 +4,7 @@
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{chaos, error, learning, policies, rollout, views};
+use super::{chaos, console, error, learning, policies, rollout, views};
 
 struct BearerAuth;
 
@@ -64,6 +64,10 @@ impl Modify for BearerAuth {
         chaos::run_now,
         learning::view,
         learning::run_now,
+        console::config,
+        console::cluster,
+        console::latency,
+        console::events,
     ),
     components(schemas(
         error::ApiError,
@@ -115,6 +119,10 @@ mod tests {
             "/v1/chaos/run",
             "/v1/learning",
             "/v1/learning/run",
+            "/v1/console/cluster",
+            "/v1/console/latency",
+            "/v1/console/events",
+            "/v1/console/config",
         ] {
             assert!(paths.contains_key(p), "{p} is not documented");
         }

@@ -1,0 +1,252 @@
+//! The web console (`/ui/`): a single page, embedded in the binary (plain
+//! HTML, CSS and JavaScript under `host/server/console/`, no build step,
+//! no external fonts or CDNs), over the same API any client uses, plus
+//! three views made for it: the cluster compacted for a GPU map of
+//! 10,000 nodes, decision latency over time as a heatmap, and a stream of
+//! the service's status (server-sent events) that keeps the page live.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderValue, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::get;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::app::AppState;
+use super::error::ApiError;
+use crate::control::Control;
+
+const INDEX: &str = include_str!("../../console/index.html");
+const SCRIPT: &str = include_str!("../../console/console.js");
+const STYLE: &str = include_str!("../../console/console.css");
+
+/// Nothing but this origin: no inline script, no external font, script or
+/// style.
+const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+                   connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
+
+/// The console's routes.
+pub fn routes() -> axum::Router<AppState> {
+    axum::Router::new()
+        .route("/", get(|| async { Redirect::to("/ui/") }))
+        .route("/ui", get(|| async { Redirect::to("/ui/") }))
+        .route("/ui/", get(|| async { asset(INDEX, "text/html; charset=utf-8") }))
+        .route("/ui/console.js", get(|| async { asset(SCRIPT, "text/javascript; charset=utf-8") }))
+        .route("/ui/console.css", get(|| async { asset(STYLE, "text/css; charset=utf-8") }))
+        .route("/v1/console/cluster", get(cluster))
+        .route("/v1/console/latency", get(latency))
+        .route("/v1/console/events", get(events))
+        .route("/v1/console/config", get(config))
+}
+
+fn asset(body: &'static str, kind: &'static str) -> Response {
+    let mut r = body.into_response();
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(kind));
+    h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    r
+}
+
+/// What the page needs to know of the configuration.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ConsoleInfo {
+    /// A trace's address in Jaeger or Grafana, `{trace_id}` replaced (none:
+    /// trace ids are shown, not linked).
+    pub trace_url: Option<String>,
+    /// Mutating endpoints are enabled (an API token is configured).
+    pub mutations: bool,
+}
+
+/// The console's settings.
+#[utoipa::path(get, path = "/v1/console/config", responses((status = 200, body = ConsoleInfo)))]
+pub async fn config(State(s): State<AppState>) -> Json<ConsoleInfo> {
+    Json(ConsoleInfo { trace_url: s.trace_url.as_deref().map(str::to_string), mutations: s.token.is_some() })
+}
+
+/// One node of the GPU map.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MapNode {
+    /// Name.
+    pub name: String,
+    /// Zone.
+    pub zone: String,
+    /// GPU model.
+    pub model: String,
+    /// Ready for pods.
+    pub ready: bool,
+    /// Per GPU: free share, 0..=1000.
+    pub free: Vec<u32>,
+    /// Per GPU: 0 healthy, 1 degraded, 2 failed.
+    pub health: Vec<u8>,
+    /// Pods running here: `[name, GPU bit mask, share per GPU, queue]`.
+    #[schema(value_type = Vec<Object>)]
+    pub pods: Vec<(String, u32, u32, String)>,
+}
+
+/// The cluster as the GPU map draws it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ClusterMap {
+    /// Backend time, seconds.
+    pub backend_time_s: u64,
+    /// Nodes in id order.
+    pub nodes: Vec<MapNode>,
+    /// Pods waiting to be placed.
+    pub waiting: usize,
+}
+
+/// The cluster compacted for the GPU map: each node's GPUs (free share,
+/// health) and the pods on them.
+#[utoipa::path(get, path = "/v1/console/cluster", responses(
+    (status = 200, body = ClusterMap),
+    (status = 503, body = ApiError),
+))]
+pub async fn cluster(State(s): State<AppState>) -> Result<Json<ClusterMap>, ApiError> {
+    let snap = s.control.ask(|done| Control::Snapshot { done }).await?;
+    let mut nodes: Vec<MapNode> = snap
+        .nodes
+        .iter()
+        .map(|n| MapNode {
+            name: n.name.clone(),
+            zone: n.zone.clone(),
+            model: n.gpu_model.clone(),
+            ready: n.ready,
+            free: n.gpus.iter().map(|g| g.free_milli).collect(),
+            health: n
+                .gpus
+                .iter()
+                .map(|g| match g.health {
+                    tessera_core::model::GpuHealth::Healthy => 0,
+                    tessera_core::model::GpuHealth::Degraded => 1,
+                    tessera_core::model::GpuHealth::Failed => 2,
+                })
+                .collect(),
+            pods: Vec::new(),
+        })
+        .collect();
+    for r in &snap.running {
+        if let Some(n) = nodes.get_mut(r.placement.node as usize) {
+            let queue = r.pod.queue.clone().unwrap_or_default();
+            n.pods.push((r.pod.name.clone(), r.placement.gpus.0, r.pod.gpu_milli, queue));
+        }
+    }
+    Ok(Json(ClusterMap { backend_time_s: snap.backend_time_s, nodes, waiting: snap.waiting.len() }))
+}
+
+/// Latency buckets of the heatmap, upper bounds in µs (the last is
+/// unbounded).
+const LATENCY_US: [u64; 12] = [50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 100_000, 1_000_000, u64::MAX];
+/// Columns of the heatmap.
+const COLUMNS: u64 = 30;
+
+/// Decision latency over time, and failures by code.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LatencyMap {
+    /// Column edges, Unix ms (`columns + 1` of them).
+    pub edges_unix_ms: Vec<u64>,
+    /// Row upper bounds, µs (the last: above the one before).
+    pub rows_us: Vec<u64>,
+    /// `counts[row][column]`.
+    pub counts: Vec<Vec<u32>>,
+    /// Decisions not bound, by reason code.
+    pub failures: BTreeMap<String, u32>,
+    /// Decisions in the log.
+    pub decisions: usize,
+}
+
+/// The decisions the service holds, as latency × time (the cells link to
+/// `/v1/attribution` for the decisions behind them) and failures by code.
+#[utoipa::path(get, path = "/v1/console/latency", responses((status = 200, body = LatencyMap)))]
+pub async fn latency(State(s): State<AppState>) -> Json<LatencyMap> {
+    let log = s.shared.decisions.read().unwrap_or_else(|p| p.into_inner());
+    let (mut lo, mut hi) = (u64::MAX, 0);
+    for d in log.newest_first() {
+        lo = lo.min(d.at_unix_ms);
+        hi = hi.max(d.at_unix_ms);
+    }
+    let mut counts = vec![vec![0u32; COLUMNS as usize]; LATENCY_US.len()];
+    let mut failures = BTreeMap::new();
+    let mut decisions = 0;
+    if lo > hi {
+        lo = crate::wall::now_unix_ms();
+        hi = lo;
+    }
+    // Whole seconds per column, at least one.
+    let width = (hi - lo) / COLUMNS / 1000 * 1000 + 1000;
+    for d in log.newest_first() {
+        decisions += 1;
+        let col = (((d.at_unix_ms - lo) / width) as usize).min(COLUMNS as usize - 1);
+        let row = LATENCY_US.iter().position(|&b| d.latency_us <= b).unwrap_or(LATENCY_US.len() - 1);
+        counts[row][col] += 1;
+        if let Some(code) = &d.reason {
+            *failures.entry(code.clone()).or_insert(0) += 1;
+        }
+    }
+    Json(LatencyMap {
+        edges_unix_ms: (0..=COLUMNS).map(|i| lo + i * width).collect(),
+        rows_us: LATENCY_US.to_vec(),
+        counts,
+        failures,
+        decisions,
+    })
+}
+
+/// What the stream sends every second.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Pulse {
+    /// Backend time, seconds.
+    pub backend_time_s: u64,
+    /// Nodes.
+    pub nodes: usize,
+    /// Pods running.
+    pub pods_running: usize,
+    /// Pods waiting.
+    pub pods_waiting: usize,
+    /// Decisions recorded since the start.
+    pub decisions: u64,
+    /// The newest plan's id.
+    pub latest_plan: Option<u64>,
+    /// The active policy.
+    pub policy: String,
+    /// The rollout's candidate.
+    pub candidate: Option<String>,
+}
+
+fn pulse(s: &AppState) -> Pulse {
+    let status = s.shared.status.read().unwrap_or_else(|p| p.into_inner()).clone();
+    let rollout = s.shared.rollout.read().unwrap_or_else(|p| p.into_inner());
+    Pulse {
+        backend_time_s: status.backend_time_s,
+        nodes: status.nodes,
+        pods_running: status.pods_running,
+        pods_waiting: status.pods_waiting,
+        decisions: s.shared.decisions.read().unwrap_or_else(|p| p.into_inner()).total(),
+        latest_plan: s.shared.plans.read().unwrap_or_else(|p| p.into_inner()).newest_first().next().map(|p| p.id),
+        policy: rollout.active.clone(),
+        candidate: rollout.candidate.clone(),
+    }
+}
+
+/// The service's status every second, as server-sent events (`pulse`).
+#[utoipa::path(get, path = "/v1/console/events", responses(
+    (status = 200, description = "text/event-stream of Pulse, one a second", body = Pulse),
+))]
+pub async fn events(State(s): State<AppState>) -> Sse<impl tokio_stream::Stream<Item = Result<Event, Infallible>>> {
+    use tokio_stream::StreamExt as _;
+    let ticks = tokio_stream::wrappers::IntervalStream::new(tokio::time::interval(Duration::from_secs(1)));
+    let shared = s.shared.clone();
+    // Ends when the service drains, so an open page does not hold it.
+    let ticks = ticks.take_while(move |_| !shared.draining.load(std::sync::atomic::Ordering::SeqCst));
+    let stream = ticks.map(move |_| {
+        let data = serde_json::to_string(&pulse(&s)).unwrap_or_default();
+        Ok(Event::default().event("pulse").data(data))
+    });
+    Sse::new(stream).keep_alive(KeepAlive::default())
+}

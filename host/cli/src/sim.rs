@@ -605,7 +605,7 @@ mod tests {
     #[test]
     fn the_target_workload_goes_to_the_built_in_plugins_whose_manifest_takes_it_unless_the_policy_gives_one() {
         let takers: Vec<&str> = tessera_plugins::ALL.iter().filter(|a| a.takes_workload).map(|a| a.name).collect();
-        assert_eq!(takers, ["fgd"], "from plugins/*/Cargo.toml");
+        assert_eq!(takers, ["fgd", "learned"], "from plugins/*/Cargo.toml");
         let yaml = "name: p\nplugins:\n  - name: a\n    source: builtin:fgd\n  - name: b\n    source: builtin:binpack\n  - name: c\n    source: builtin:fgd\n    config: { workload: [] }\n";
         let mut doc = tessera_policy::PolicyDocument::parse(yaml, "test").unwrap();
         let w = TargetWorkload::from_pods(&[Pod { gpu_count: 1, gpu_milli: 500, ..Pod::default() }], 0.95);

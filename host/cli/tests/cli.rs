@@ -167,7 +167,7 @@ fn sim_rejects_a_malformed_trace_before_simulating() {
     let (ok, _, err) = tessera(&["sim", "--node-count", "10", "--policy", "no-such-policy"]);
     assert!(!ok);
     assert!(
-        err.contains("not a file, a shipped policy (default, throughput, training), or a built-in plugin"),
+        err.contains("not a file, a shipped policy (default, throughput, training, learned), or a built-in plugin"),
         "{err}"
     );
 }

@@ -60,6 +60,25 @@ impl Dag {
         }
         self
     }
+
+    /// For each of a plan's `moves` moves, the moves it waits for, by
+    /// index, ascending: its steps' dependencies, by the moves they belong
+    /// to (a dropped move waits for none).
+    pub fn waits_for(&self, moves: usize) -> Vec<Vec<usize>> {
+        let mut out = vec![Vec::new(); moves];
+        for s in &self.steps {
+            for &d in &s.deps {
+                let m = self.steps[d].move_index;
+                if m != s.move_index && s.move_index < moves && !out[s.move_index].contains(&m) {
+                    out[s.move_index].push(m);
+                }
+            }
+        }
+        for v in &mut out {
+            v.sort_unstable();
+        }
+        out
+    }
 }
 
 /// Orders `plan` on `cluster` (where every moved pod runs at its `from`).

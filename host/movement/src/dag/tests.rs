@@ -51,6 +51,7 @@ fn a_chain_waits_for_the_move_that_makes_room() {
     assert_eq!(order, [2, 1], "the room-making move first");
     assert_eq!(dag.steps[1].deps, [0]);
     assert!(!dag.steps.iter().any(|s| s.hop));
+    assert_eq!(dag.waits_for(2), [vec![1], vec![]], "by move: the first waits for the second");
 }
 
 #[test]
@@ -66,6 +67,7 @@ fn a_swap_hops_through_a_free_node() {
     assert_eq!(steps, [(1, 0, 2, true), (2, 1, 0, false), (1, 2, 1, true)]);
     assert_eq!(dag.steps[1].deps, [0], "p2 enters n0 once p1 left it");
     assert_eq!(dag.steps[2].deps, [0, 1], "p1's second hop after its first and after p2 left n1");
+    assert_eq!(dag.waits_for(2), [vec![1], vec![0]], "a swap waits both ways, its own hop excluded");
     // Replaying the steps in order never overcommits a node.
     let mut state = c.clone();
     for s in &dag.steps {

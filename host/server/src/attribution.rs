@@ -358,6 +358,7 @@ mod tests {
             cost: 1.0,
             state,
             reason: None,
+            after: Vec::new(),
         };
         p.upsert(PlanRecord {
             id: 1,

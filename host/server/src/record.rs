@@ -119,6 +119,38 @@ pub struct DecisionRecord {
     pub sampled: bool,
 }
 
+/// What would have to move for a waiting pod to fit: the planner's
+/// room-making search (`tessera_core::room`) on the cluster as it stands.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RoomAnswer {
+    /// The pod.
+    pub pod: String,
+    /// It is waiting (otherwise nothing was searched).
+    pub waiting: bool,
+    /// The reason code of its last failure.
+    pub reason: Option<String>,
+    /// The node room would be made on; none: moving at most `max_moves`
+    /// pods (never hard-tier ones) makes room nowhere.
+    pub node: Option<String>,
+    /// The moves, in order.
+    pub moves: Vec<RoomMove>,
+    /// Most pods the search moves.
+    pub max_moves: usize,
+}
+
+/// One move of a [`RoomAnswer`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct RoomMove {
+    /// The pod moved.
+    pub pod: String,
+    /// From.
+    pub from: String,
+    /// To.
+    pub to: String,
+    /// Its GPUs there.
+    pub gpus: Vec<u8>,
+}
+
 /// What became of a move.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -247,6 +279,11 @@ pub struct MoveRecord {
     pub state: MoveState,
     /// Why it failed, rolled back or was dropped.
     pub reason: Option<String>,
+    /// The moves (indices into the plan's) it waits for: they free the
+    /// room it needs, or are an earlier hop of the same pod (the Movement
+    /// Manager's DAG).
+    #[serde(default)]
+    pub after: Vec<usize>,
 }
 
 /// One rescheduling cycle's plan.

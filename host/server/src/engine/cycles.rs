@@ -212,6 +212,7 @@ impl Cycles {
                     cost: m.cost,
                     state: MoveState::Planned,
                     reason: None,
+                    after: Vec::new(),
                 })
                 .collect(),
             trace_id: String::new(),
@@ -223,15 +224,21 @@ impl Cycles {
         }
         let links: Vec<Option<SpanContext>> = plan.moves.iter().map(|m| pods.placed_by(ids[m.pod])).collect();
         let planned: Vec<(usize, Placement)> = plan.moves.iter().map(|m| (m.pod, m.to)).collect();
+        let mplan = tessera_movement::MovePlan {
+            id: self.plan_seq,
+            moves: planned.iter().map(|&(i, to)| move_of(ids[i], &running[i].0, running[i].1, to)).collect(),
+        };
+        // What each move waits for, as the Movement Manager orders them
+        // (the console draws the plan's DAG from it).
+        let waits = tessera_movement::dag::build(model.cluster(), &mplan).waits_for(record.moves.len());
+        for (m, after) in record.moves.iter_mut().zip(waits) {
+            m.after = after;
+        }
         if self.simulated.is_some() {
             let done = self.execute(env, model, &root, &running, &ids, &planned, &links, &mut record);
             conclude(env.shared, &root, record, trigger);
             done.into_iter().map(|(i, to)| (ids[i], to)).collect()
         } else {
-            let mplan = tessera_movement::MovePlan {
-                id: self.plan_seq,
-                moves: planned.iter().map(|&(i, to)| move_of(ids[i], &running[i].0, running[i].1, to)).collect(),
-            };
             live.start(env, model, root, mplan, links, record, trigger);
             Vec::new()
         }

@@ -412,6 +412,7 @@ impl LiveMoves {
                     cost: 0.0,
                     state: MoveState::Planned,
                     reason: None,
+                    after: Vec::new(),
                 });
             }
             let m = &mut moves[st.move_index];
@@ -420,6 +421,10 @@ impl LiveMoves {
                 m.from = node_name(st.mv.from.node);
             }
             m.to = node_name(st.mv.to);
+        }
+        let waits = ex.dag().waits_for(moves.len());
+        for (m, after) in moves.iter_mut().zip(waits) {
+            m.after = after;
         }
         let record = PlanRecord {
             id: plan_id,

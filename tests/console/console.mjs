@@ -4,9 +4,11 @@
 // the API says. Exit status 0: every check passed; else the first failure.
 //
 // Environment: TESSERA_URL (http://127.0.0.1:PORT), TESSERA_TOKEN,
-// CHROMIUM (the browser binary), SCREENSHOT (optional: a PNG of the map).
+// CHROMIUM (the browser binary), SCREENSHOTS (optional: a directory the
+// views' PNGs are written to).
 
 import { chromium } from 'playwright-core';
+import path from 'node:path';
 
 const base = process.env.TESSERA_URL;
 const token = process.env.TESSERA_TOKEN;
@@ -21,6 +23,10 @@ async function api(path) {
   const r = await fetch(base + path);
   if (!r.ok) throw new Error(`${path}: ${r.status}`);
   return r.json();
+}
+
+async function shot(page, name) {
+  if (process.env.SCREENSHOTS) await page.screenshot({ path: path.join(process.env.SCREENSHOTS, name + '.png'), fullPage: true });
 }
 
 async function until(what, f, ms = 60000) {
@@ -77,7 +83,7 @@ try {
     check(n === cluster.nodes.filter((x) => x.zone === zones[0]).length, `filtering by zone ${zones[0]} keeps its ${n} nodes`);
     await page.selectOption('#map-zone', '');
   }
-  if (process.env.SCREENSHOT) await page.screenshot({ path: process.env.SCREENSHOT, fullPage: false });
+  await shot(page, 'cluster');
 
   // ---- a pod's decision ----
   await page.click('#tab-pods');
@@ -107,6 +113,23 @@ try {
   });
   const hostRows = await page.$$eval('#x-host-filter tbody tr', (rows) => rows.map((r) => [...r.cells].map((c) => c.textContent)));
   check(hostRows.length === Object.keys(d.host_filter).length, 'every host-filter reason');
+  await shot(page, 'pod');
+  // A pod that waits: why, and what would have to move for it to fit.
+  const pending = decisions.find((x) => x.outcome === 'unschedulable');
+  check(pending !== undefined, 'some pod waits (demand is above capacity)');
+  await page.fill('#pod-name', pending.pod);
+  await page.click('#pod-form button[type=submit]');
+  await page.waitForSelector('#x-room');
+  const room = await api(`/v1/decisions/${encodeURIComponent(pending.pod)}/room`);
+  const roomText = await page.textContent('#x-room');
+  if (room.waiting) {
+    check(roomText.includes(room.reason || pending.reason), `why ${pending.pod} waits: ${room.reason}`);
+    const moves = await page.$$('#x-room-moves tbody tr');
+    check(moves.length === room.moves.length, `what would have to move for it: ${room.moves.length} pods${room.node ? ' to fit on ' + room.node : ''}`);
+  } else {
+    check(roomText.startsWith('It is not waiting'), `${pending.pod} no longer waits, and the page says so`);
+  }
+  await shot(page, 'waiting');
   await page.fill('#pod-name', 'no-such-pod');
   await page.click('#pod-form button[type=submit]');
   await page.waitForSelector('#pod-result .error');
@@ -121,6 +144,7 @@ try {
   await page.click('#heatmap .cell:not(.empty)');
   await page.waitForSelector('#cell-decisions tbody tr');
   check((await page.$$('#cell-decisions tbody tr')).length > 0, 'a cell opens the decisions behind it');
+  await shot(page, 'decisions');
 
   // ---- a plan's DAG ----
   const plan = await until('a plan with moves', async () => (await api('/v1/plans?limit=50')).find((p) => p.moves.length > 0));
@@ -132,6 +156,10 @@ try {
   const fresh = await api('/v1/plans/' + plan.id);
   check(drawn.length === fresh.moves.length, `plan ${plan.id}'s DAG has a box per move (${drawn.length})`);
   check(drawn.every((s, i) => s === fresh.moves[i].state), 'each box shows its move\'s state');
+  const edges = await page.$$eval('#plan-dag line', (ls) => ls.length);
+  const deps = fresh.moves.reduce((n, m) => n + m.after.length, 0);
+  check(edges === deps, `an arrow per dependency of the Movement Manager's DAG (${edges})`);
+  await shot(page, 'plan');
 
   // ---- policies and the token ----
   await page.click('#tab-policies');
@@ -152,6 +180,7 @@ try {
   const inShadow = await page.textContent('#action-result');
   check(inShadow.startsWith('ROLLOUT-STAGE'), `a candidate in shadow is not promoted (${inShadow})`);
   check((await api('/v1/rollout')).active === rollout.active, 'the active policy did not change');
+  await shot(page, 'policies');
 
   check(outside.length === 0, `no request left the service (${outside.join(', ')})`);
   check(consoleErrors.length === 0, `no script error (${consoleErrors.join('; ')})`);

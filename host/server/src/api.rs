@@ -42,6 +42,7 @@ pub fn router(state: AppState) -> axum::Router {
         .route("/v1/status", get(views::status))
         .route("/v1/decisions", get(views::list_decisions))
         .route("/v1/decisions/{pod}", get(views::explain))
+        .route("/v1/decisions/{pod}/room", get(views::room))
         .route("/v1/plans", get(views::list_plans))
         .route("/v1/plans/{id}", get(views::plan))
         .route(

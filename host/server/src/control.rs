@@ -93,6 +93,15 @@ pub enum Control {
         /// Told the snapshot.
         done: Reply<tessera_core::snapshot::Snapshot>,
     },
+    /// What would have to move for a waiting pod to fit.
+    Room {
+        /// The pod's name.
+        pod: String,
+        /// Most pods moved.
+        max_moves: usize,
+        /// Told the answer.
+        done: Reply<crate::record::RoomAnswer>,
+    },
     /// A scheduler extender's call, answered from the model.
     Extender {
         /// The call.

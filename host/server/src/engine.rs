@@ -204,6 +204,9 @@ impl Engine {
             Control::Snapshot { done } => {
                 let _ = done.send(self.snapshot());
             }
+            Control::Room { pod, max_moves, done } => {
+                let _ = done.send(self.room(&pod, max_moves));
+            }
             Control::Extender { call, done } => {
                 let _ = done.send(self.svc.extend(self.driver.model_mut(), *call));
             }
@@ -251,6 +254,44 @@ impl Engine {
         self.driver.model_mut().resync();
         self.driver.model_mut().set_queues(queues);
         self.publish_policy();
+    }
+
+    /// The room-making search for the waiting pod `name`, on a copy of
+    /// the cluster: the nodes a moved pod may go to in the hard filter's
+    /// order.
+    fn room(&self, name: &str, max_moves: usize) -> crate::record::RoomAnswer {
+        use crate::record::{RoomAnswer, RoomMove};
+        let model = self.driver.model();
+        let mut answer =
+            RoomAnswer { pod: name.into(), waiting: false, reason: None, node: None, moves: Vec::new(), max_moves };
+        let Some((_, pod, why)) = model.waiting().find(|(_, p, _)| p.name == name) else { return answer };
+        answer.waiting = true;
+        answer.reason = why.map(|w| w.code().to_string());
+        let pod = pod.clone();
+        let running: Vec<(tessera_core::model::Pod, tessera_core::cluster::Placement)> =
+            model.running().map(|(_, p, at)| (p.clone(), at)).collect();
+        let mut cluster = model.cluster().clone();
+        let borrowed = tessera_core::room::borrow_running(&running);
+        let room =
+            tessera_core::room::make_room(&mut cluster, &borrowed, &pod, max_moves, &mut |_, nodes| nodes.to_vec());
+        if let Some(room) = room {
+            let name_of = |id: u32| cluster.node(id).map(|n| n.name.clone()).unwrap_or_default();
+            answer.node = Some(name_of(room.node));
+            answer.moves = room
+                .moves
+                .iter()
+                .map(|m| {
+                    let (p, from) = &running[m.running];
+                    RoomMove {
+                        pod: p.name.clone(),
+                        from: name_of(from.node),
+                        to: name_of(m.to.node),
+                        gpus: m.to.gpus.indices().map(|g| g as u8).collect(),
+                    }
+                })
+                .collect();
+        }
+        answer
     }
 
     fn snapshot(&self) -> tessera_core::snapshot::Snapshot {

@@ -37,23 +37,29 @@ async fn the_console_shows_what_the_api_says_in_a_real_browser() {
     };
     let mut cfg = config(None);
     cfg.console.trace_url = Some("http://jaeger.invalid/trace/{trace_id}".into());
+    // More demand than room: some pods wait, and the page explains why.
+    cfg.sim.load = 1.6;
     let svc = Running::start(cfg).await;
-    svc.wait("decisions and a plan", Duration::from_secs(120), |s| {
-        s.decisions.read().unwrap().len() >= 50 && s.plans.read().unwrap().newest_first().any(|p| !p.moves.is_empty())
+    svc.wait("decisions, a waiting pod and a plan", Duration::from_secs(120), |s| {
+        let d = s.decisions.read().unwrap();
+        d.len() >= 50
+            && d.newest_first().any(|r| r.outcome.as_str() == "unschedulable")
+            && s.plans.read().unwrap().newest_first().any(|p| !p.moves.is_empty())
     })
     .await;
     let url = svc.url("");
-    let shot = std::env::var_os("TESSERA_CONSOLE_SCREENSHOT");
+    // Screenshots of each view, kept as the test's artifacts.
+    let shots = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("console");
+    std::fs::create_dir_all(&shots).unwrap();
+    let dir_for_shots = shots.clone();
     let out = tokio::task::spawn_blocking(move || {
         let mut cmd = Command::new("node");
         cmd.arg("console.mjs")
             .current_dir(&dir)
             .env("TESSERA_URL", url.trim_end_matches('/'))
             .env("TESSERA_TOKEN", TOKEN)
-            .env("CHROMIUM", chromium);
-        if let Some(s) = shot {
-            cmd.env("SCREENSHOT", s);
-        }
+            .env("CHROMIUM", chromium)
+            .env("SCREENSHOTS", &dir_for_shots);
         cmd.output().expect("node runs")
     })
     .await
@@ -61,6 +67,9 @@ async fn the_console_shows_what_the_api_says_in_a_real_browser() {
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "the browser checks failed:\n{stdout}\n{stderr}");
     assert!(stdout.contains("ok - no request left the service"), "{stdout}");
+    for view in ["cluster", "pod", "waiting", "decisions", "plan", "policies"] {
+        assert!(shots.join(format!("{view}.png")).exists(), "no screenshot of {view}");
+    }
     svc.stop().await;
 }
 

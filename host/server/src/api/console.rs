@@ -22,9 +22,16 @@ use super::app::AppState;
 use super::error::ApiError;
 use crate::control::Control;
 
-const INDEX: &str = include_str!("../../console/index.html");
-const SCRIPT: &str = include_str!("../../console/console.js");
-const STYLE: &str = include_str!("../../console/console.css");
+/// The page's files: path under `/ui/`, body, media type.
+const ASSETS: [(&str, &str, &str); 6] = [
+    ("", include_str!("../../console/index.html"), "text/html; charset=utf-8"),
+    ("console.css", include_str!("../../console/console.css"), "text/css; charset=utf-8"),
+    ("console.js", include_str!("../../console/console.js"), JS),
+    ("util.js", include_str!("../../console/util.js"), JS),
+    ("map.js", include_str!("../../console/map.js"), JS),
+    ("views.js", include_str!("../../console/views.js"), JS),
+];
+const JS: &str = "text/javascript; charset=utf-8";
 
 /// Nothing but this origin: no inline script, no external font, script or
 /// style.
@@ -33,13 +40,13 @@ const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-
 
 /// The console's routes.
 pub fn routes() -> axum::Router<AppState> {
-    axum::Router::new()
+    let mut r = axum::Router::new()
         .route("/", get(|| async { Redirect::to("/ui/") }))
-        .route("/ui", get(|| async { Redirect::to("/ui/") }))
-        .route("/ui/", get(|| async { asset(INDEX, "text/html; charset=utf-8") }))
-        .route("/ui/console.js", get(|| async { asset(SCRIPT, "text/javascript; charset=utf-8") }))
-        .route("/ui/console.css", get(|| async { asset(STYLE, "text/css; charset=utf-8") }))
-        .route("/v1/console/cluster", get(cluster))
+        .route("/ui", get(|| async { Redirect::to("/ui/") }));
+    for (path, body, kind) in ASSETS {
+        r = r.route(&format!("/ui/{path}"), get(move || async move { asset(body, kind) }));
+    }
+    r.route("/v1/console/cluster", get(cluster))
         .route("/v1/console/latency", get(latency))
         .route("/v1/console/events", get(events))
         .route("/v1/console/config", get(config))

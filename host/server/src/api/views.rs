@@ -15,7 +15,7 @@ use super::app::AppState;
 use super::error::{ApiError, Code};
 use crate::attribution::{self, Attribution, Metric};
 use crate::control::Control;
-use crate::record::{DecisionRecord, PlanRecord};
+use crate::record::{DecisionRecord, PlanRecord, RoomAnswer};
 use crate::state::Status;
 use crate::wall::now_unix_ms;
 
@@ -102,6 +102,36 @@ pub async fn explain(State(s): State<AppState>, pod: Result<Path<String>, PathRe
             format!("no decision about pod {pod:?} is held (the last {} are)", log.cap()),
         )
     })
+}
+
+/// `?max_moves=`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct RoomQuery {
+    /// Most pods moved (1..=8, default 4).
+    pub max_moves: Option<usize>,
+}
+
+/// For a waiting pod: what it waits for (its last failure's code) and
+/// what would have to move for it to fit — the planner's room-making
+/// search on the cluster as it stands (hard-tier pods never move).
+#[utoipa::path(get, path = "/v1/decisions/{pod}/room", params(("pod" = String, Path, description = "Pod name"), RoomQuery), responses(
+    (status = 200, body = RoomAnswer),
+    (status = 400, body = ApiError),
+    (status = 503, body = ApiError),
+))]
+pub async fn room(
+    State(s): State<AppState>,
+    pod: Result<Path<String>, PathRejection>,
+    q: Result<Query<RoomQuery>, QueryRejection>,
+) -> ApiResult<RoomAnswer> {
+    let Path(pod) = pod?;
+    let max_moves = match q?.max_moves {
+        None => 4,
+        Some(n @ 1..=8) => n,
+        Some(n) => return Err(ApiError::new(Code::ApiBadQuery, format!("max_moves {n} is not in 1..=8"))),
+    };
+    Ok(Json(s.control.ask(|done| Control::Room { pod, max_moves, done }).await?))
 }
 
 /// The latest rescheduling plans, newest first.

@@ -140,7 +140,7 @@ try {
   await page.waitForSelector('#heatmap .cell:not(.empty)');
   const cells = await page.$$eval('#heatmap .cell:not(.empty)', (bs) => bs.reduce((s, b) => s + Number(b.textContent), 0));
   const heat = await api('/v1/console/latency');
-  check(cells > 0 && cells <= heat.decisions, `the heatmap counts the decisions held (${cells})`);
+  check(cells > 0 && cells <= heat.decisions, `the heatmap counts the decisions of the histogram (${cells} of ${heat.decisions})`);
   await page.click('#heatmap .cell:not(.empty)');
   await page.waitForSelector('#cell-decisions tbody tr');
   check((await page.$$('#cell-decisions tbody tr')).length > 0, 'a cell opens the decisions behind it');

@@ -106,14 +106,20 @@ async function waitsFor(out, d) {
 
 export async function loadHeatmap() {
   const h = await api('/v1/console/latency');
+  const box = clear($('heatmap'));
+  if (!h.starts_unix_ms.length) { box.append(el('p', { text: 'No decision yet.' })); return; }
   const max = Math.max(1, ...h.counts.flat());
   const us = (v) => (v >= 1000 ? v / 1000 + ' ms' : v + ' µs');
-  // The last row has no upper bound.
-  const rowLabel = (i) => (i === h.rows_us.length - 1 ? `> ${us(h.rows_us[i - 1])}` : `≤ ${us(h.rows_us[i])}`);
+  // Rows are the histogram's buckets; the last has no upper bound.
+  const rowLabel = (i) => (i === h.bounds_us.length ? `> ${us(h.bounds_us[i - 1])}` : `≤ ${us(h.bounds_us[i])}`);
+  // Only the rows some decision fell in, and the one above.
+  const used = h.counts.map((r) => r.some((n) => n > 0));
+  const top = Math.min(h.counts.length - 1, used.lastIndexOf(true) + 1);
+  const bottom = Math.max(0, used.indexOf(true) - 1);
   const rows = [];
-  for (let i = h.rows_us.length - 1; i >= 0; i--) {
+  for (let i = top; i >= bottom; i--) {
     rows.push(el('tr', {}, el('th', { scope: 'row', text: rowLabel(i) }), h.counts[i].map((n, j) => {
-      const from = h.edges_unix_ms[j], to = h.edges_unix_ms[j + 1];
+      const from = h.starts_unix_ms[j], to = from + h.column_ms;
       const label = `${n} decisions ${rowLabel(i)} from ${time(from)} to ${time(to)}`;
       const b = el('button', { class: 'cell' + (n ? '' : ' empty'), 'aria-label': label, title: label, text: n, disabled: n === 0 });
       b.style.background = n ? shade(0.15 + 0.85 * n / max) : '#f4f4f4';
@@ -121,10 +127,10 @@ export async function loadHeatmap() {
       return el('td', {}, b);
     })));
   }
-  const box = clear($('heatmap'));
-  box.append(el('table', { 'aria-label': `Decision latency by time, ${h.decisions} decisions` },
+  const last = h.starts_unix_ms[h.starts_unix_ms.length - 1] + h.column_ms;
+  box.append(el('table', { 'aria-label': `Decision latency by minute, ${h.decisions} decisions` },
     el('tbody', {}, rows),
-    el('tfoot', {}, el('tr', {}, el('th', { text: '' }), el('td', { colspan: h.counts[0].length, text: `${time(h.edges_unix_ms[0])} → ${time(h.edges_unix_ms[h.edges_unix_ms.length - 1])}` })))));
+    el('tfoot', {}, el('tr', {}, el('th', { text: '' }), el('td', { colspan: h.starts_unix_ms.length, text: `${time(h.starts_unix_ms[0])} → ${time(last)}, a column a minute` })))));
   const body = clear($('failures').tBodies[0]);
   const failures = Object.entries(h.failures);
   if (!failures.length) body.append(el('tr', {}, el('td', { colspan: 2, text: 'none' })));

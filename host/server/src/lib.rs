@@ -20,6 +20,7 @@ pub mod control;
 pub mod cron;
 pub mod engine;
 pub mod extend;
+pub mod heat;
 pub mod http;
 pub mod learning;
 pub mod loader;

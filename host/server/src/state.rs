@@ -70,6 +70,8 @@ pub struct Shared {
     pub ready: AtomicBool,
     /// Shutdown asked.
     pub stopping: AtomicBool,
+    /// Decision latency over the last hour, by minute (the console's heatmap).
+    pub heat: std::sync::Mutex<crate::heat::LatencyHeat>,
     /// The listener closed: requests in flight drain (event streams end).
     pub draining: AtomicBool,
 }
@@ -97,6 +99,7 @@ impl Shared {
             ready: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
             draining: AtomicBool::new(false),
+            heat: Default::default(),
         };
         shared.metrics.zero_known_series(doc);
         shared

@@ -5,7 +5,6 @@
 //! 10,000 nodes, decision latency over time as a heatmap, and a stream of
 //! the service's status (server-sent events) that keeps the page live.
 
-use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::time::Duration;
 
@@ -21,6 +20,7 @@ use utoipa::ToSchema;
 use super::app::AppState;
 use super::error::ApiError;
 use crate::control::Control;
+use crate::heat::HeatView;
 
 /// The page's files: path under `/ui/`, body, media type.
 const ASSETS: [(&str, &str, &str); 6] = [
@@ -147,62 +147,13 @@ pub async fn cluster(State(s): State<AppState>) -> Result<Json<ClusterMap>, ApiE
     Ok(Json(ClusterMap { backend_time_s: snap.backend_time_s, nodes, waiting: snap.waiting.len() }))
 }
 
-/// Latency buckets of the heatmap, upper bounds in µs (the last is
-/// unbounded).
-const LATENCY_US: [u64; 12] = [50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 100_000, 1_000_000, u64::MAX];
-/// Columns of the heatmap.
-const COLUMNS: u64 = 30;
-
-/// Decision latency over time, and failures by code.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct LatencyMap {
-    /// Column edges, Unix ms (`columns + 1` of them).
-    pub edges_unix_ms: Vec<u64>,
-    /// Row upper bounds, µs (the last: above the one before).
-    pub rows_us: Vec<u64>,
-    /// `counts[row][column]`.
-    pub counts: Vec<Vec<u32>>,
-    /// Decisions not bound, by reason code.
-    pub failures: BTreeMap<String, u32>,
-    /// Decisions in the log.
-    pub decisions: usize,
-}
-
-/// The decisions the service holds, as latency × time (the cells link to
-/// `/v1/attribution` for the decisions behind them) and failures by code.
-#[utoipa::path(get, path = "/v1/console/latency", responses((status = 200, body = LatencyMap)))]
-pub async fn latency(State(s): State<AppState>) -> Json<LatencyMap> {
-    let log = s.shared.decisions.read().unwrap_or_else(|p| p.into_inner());
-    let (mut lo, mut hi) = (u64::MAX, 0);
-    for d in log.newest_first() {
-        lo = lo.min(d.at_unix_ms);
-        hi = hi.max(d.at_unix_ms);
-    }
-    let mut counts = vec![vec![0u32; COLUMNS as usize]; LATENCY_US.len()];
-    let mut failures = BTreeMap::new();
-    let mut decisions = 0;
-    if lo > hi {
-        lo = crate::wall::now_unix_ms();
-        hi = lo;
-    }
-    // Whole seconds per column, at least one.
-    let width = (hi - lo) / COLUMNS / 1000 * 1000 + 1000;
-    for d in log.newest_first() {
-        decisions += 1;
-        let col = (((d.at_unix_ms - lo) / width) as usize).min(COLUMNS as usize - 1);
-        let row = LATENCY_US.iter().position(|&b| d.latency_us <= b).unwrap_or(LATENCY_US.len() - 1);
-        counts[row][col] += 1;
-        if let Some(code) = &d.reason {
-            *failures.entry(code.clone()).or_insert(0) += 1;
-        }
-    }
-    Json(LatencyMap {
-        edges_unix_ms: (0..=COLUMNS).map(|i| lo + i * width).collect(),
-        rows_us: LATENCY_US.to_vec(),
-        counts,
-        failures,
-        decisions,
-    })
+/// Decision latency over the last hour by minute — the buckets of the
+/// service's `tessera_decision_latency_seconds` histogram, kept per minute
+/// (`crate::heat`) — and failures by code; a cell's minute is what
+/// `/v1/attribution` is asked for the decisions behind it.
+#[utoipa::path(get, path = "/v1/console/latency", responses((status = 200, body = HeatView)))]
+pub async fn latency(State(s): State<AppState>) -> Json<HeatView> {
+    Json(s.shared.heat.lock().unwrap_or_else(|p| p.into_inner()).view())
 }
 
 /// What the stream sends every second.

@@ -281,6 +281,11 @@ impl Explain<'_> {
             m.failures.get_or_create(&CodeLabel { code: code.clone() }).inc_by(1, ex(), None);
         }
         m.decision_latency.observe(latency.as_secs_f64(), ex(), None);
+        self.shared.heat.lock().unwrap_or_else(|p| p.into_inner()).observe(
+            crate::wall::unix_ms(start),
+            latency.as_secs_f64(),
+            reason.as_deref(),
+        );
         if let Some(d) = d {
             for o in &d.outcomes {
                 m.plugin_latency.get_or_create(&PluginLabel { plugin: o.plugin.clone() }).observe(

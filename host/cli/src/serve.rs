@@ -301,7 +301,7 @@ pub fn run(opts: &ServeOptions) -> Result<()> {
             BackendKind::Kubernetes => format!("Kubernetes, scheduler name {scheduler_name}"),
         };
         eprintln!(
-            "tessera serve: http://{addr} (policy {}, {on}, traces {}{})",
+            "tessera serve: http://{addr} (console http://{addr}/ui/; policy {}, {on}, traces {}{})",
             c.policy,
             c.otel.endpoint.as_deref().unwrap_or("not exported"),
             if c.api_token.is_some() { "" } else { "; mutating endpoints disabled: no api_token" },

@@ -180,6 +180,16 @@ try {
   const inShadow = await page.textContent('#action-result');
   check(inShadow.startsWith('ROLLOUT-STAGE'), `a candidate in shadow is not promoted (${inShadow})`);
   check((await api('/v1/rollout')).active === rollout.active, 'the active policy did not change');
+  // A plugin's new version, uploaded from the page, is swapped in.
+  const before = (await api('/v1/plugins')).find((p) => p.name === 'topology-spread');
+  await page.selectOption('#plugin-name', 'topology-spread');
+  await page.setInputFiles('#plugin-file', process.env.PLUGIN_WASM);
+  await page.click('#act-upload');
+  await page.waitForFunction(() => document.getElementById('action-result').textContent.includes('/v1/plugins'));
+  const uploaded = await page.textContent('#action-result');
+  const after = (await api('/v1/plugins')).find((p) => p.name === 'topology-spread');
+  check(uploaded.startsWith('done') && after.versions_loaded === before.versions_loaded + 1,
+    `a plugin uploaded from the page is swapped in (${uploaded}; versions ${before.versions_loaded} → ${after.versions_loaded})`);
   await shot(page, 'policies');
 
   check(outside.length === 0, `no request left the service (${outside.join(', ')})`);

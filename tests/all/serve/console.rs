@@ -4,7 +4,8 @@
 //! `tests/console/console.mjs`: the GPU map draws every node and GPU, a
 //! pod's explanation shows the API's numbers, a heatmap cell opens its
 //! decisions, a plan's DAG has a box per move, a promotion without the
-//! token is refused and a candidate set from the page is the service's.
+//! token is refused, a candidate set from the page is the service's, and
+//! a plugin's new version uploaded from the page is swapped in.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -59,7 +60,8 @@ async fn the_console_shows_what_the_api_says_in_a_real_browser() {
             .env("TESSERA_URL", url.trim_end_matches('/'))
             .env("TESSERA_TOKEN", TOKEN)
             .env("CHROMIUM", chromium)
-            .env("SCREENSHOTS", &dir_for_shots);
+            .env("SCREENSHOTS", &dir_for_shots)
+            .env("PLUGIN_WASM", tessera_plugins::TOPOLOGY_SPREAD.path);
         cmd.output().expect("node runs")
     })
     .await

@@ -100,16 +100,8 @@ impl CampaignScheduler {
     pub async fn run(self) {
         let me = Arc::new(self);
         loop {
-            let now = now_unix_ms();
-            let next = me.schedule.next_after(now);
-            me.view(|v| v.next_run_unix_ms = next);
-            let sleep = next.map_or(std::time::Duration::from_secs(86_400 * 365), |n| {
-                std::time::Duration::from_millis(n.saturating_sub(now))
-            });
-            let trigger = tokio::select! {
-                () = tokio::time::sleep(sleep) => CampaignTrigger::Schedule,
-                () = me.manual.notified() => CampaignTrigger::Manual,
-            };
+            let manual = me.schedule.wait(&me.manual, |next| me.view(|v| v.next_run_unix_ms = next)).await;
+            let trigger = if manual { CampaignTrigger::Manual } else { CampaignTrigger::Schedule };
             if me.shared.stopping.load(std::sync::atomic::Ordering::SeqCst) {
                 return;
             }

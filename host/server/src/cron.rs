@@ -1,5 +1,6 @@
-//! Cron schedules of the service's chaos campaigns: POSIX/Vixie cron
-//! with optional seconds (like Kubernetes CronJobs), evaluated in UTC.
+//! Cron schedules of the service's chaos campaigns and fine-tuning:
+//! POSIX/Vixie cron with optional seconds (like Kubernetes CronJobs),
+//! evaluated in UTC.
 
 /// A cron expression (5 fields, or 6 with seconds first; `@daily` and the
 /// other aliases), evaluated in UTC.
@@ -35,6 +36,22 @@ impl Schedule {
         let t = jiff::Timestamp::from_millisecond(i64::try_from(after_unix_ms).ok()?).ok()?;
         let next = self.cron.find_next_occurrence(&t.to_zoned(jiff::tz::TimeZone::UTC), false).ok()?;
         u64::try_from(next.timestamp().as_millisecond()).ok()
+    }
+
+    /// Waits until it fires next (told to `next` first, Unix ms; none:
+    /// never) or `manual` is notified, whichever comes first; true for
+    /// `manual`.
+    pub async fn wait(&self, manual: &tokio::sync::Notify, next: impl FnOnce(Option<u64>)) -> bool {
+        let now = crate::wall::now_unix_ms();
+        let at = self.next_after(now);
+        next(at);
+        let sleep = at.map_or(std::time::Duration::from_secs(86_400 * 365), |n| {
+            std::time::Duration::from_millis(n.saturating_sub(now))
+        });
+        tokio::select! {
+            () = tokio::time::sleep(sleep) => false,
+            () = manual.notified() => true,
+        }
     }
 }
 

@@ -56,45 +56,14 @@ pub struct TrainOptions {
     pub families: Vec<Family>,
     /// Families held out: reported on, never trained on.
     pub holdout: Vec<Family>,
-    /// Generations.
-    pub generations: usize,
-    /// ± perturbation pairs per generation.
-    pub pairs: usize,
-    /// Episodes per generation (all perturbations play the same).
-    pub episodes: usize,
-    /// Fixed episodes the model is checked on after every generation
-    /// (training families), and held-out episodes at the start and end.
-    pub validation: usize,
-    /// Share of the cluster's nodes and of a member's pods an episode uses.
-    pub scale: f64,
-    /// Perturbation scale.
-    pub sigma: f64,
-    /// AdamW learning rate.
-    pub lr: f64,
+    /// The optimiser's settings.
+    pub hyper: Hyper,
     /// Hidden units.
     pub hidden: usize,
-    /// Seed of everything.
-    pub seed: u64,
     /// Where the model, its card, the curves and the record are written.
     pub out: Option<PathBuf>,
     /// Draw a progress bar on stderr.
     pub progress: bool,
-}
-
-impl TrainOptions {
-    /// The optimiser's settings.
-    pub fn hyper(&self) -> Hyper {
-        Hyper {
-            generations: self.generations,
-            pairs: self.pairs,
-            episodes: self.episodes,
-            validation: self.validation,
-            scale: self.scale,
-            sigma: self.sigma,
-            lr: self.lr,
-            seed: self.seed,
-        }
-    }
 }
 
 /// One generation's figures: gains are `1 − ours ÷ FGD` in unallocated
@@ -321,7 +290,7 @@ pub fn run(opts: &TrainOptions) -> Result<(Model, TrainReport)> {
     if let Some(f) = opts.families.iter().find(|f| opts.holdout.contains(f)) {
         bail!("family {} is both trained on and held out", f.name());
     }
-    let hyper = opts.hyper();
+    let hyper = opts.hyper;
     hyper.check().context("tessera train")?;
     let source = Source {
         base: crate::sim::read_pod_rows(&opts.traces.join(BASE))?,
@@ -336,7 +305,7 @@ pub fn run(opts: &TrainOptions) -> Result<(Model, TrainReport)> {
         },
     };
     let start = {
-        let mut r = ChaCha8Rng::seed_from_u64(opts.seed ^ 0x1111);
+        let mut r = ChaCha8Rng::seed_from_u64(hyper.seed ^ 0x1111);
         // Hidden inputs start small: the initial model is `default`'s rules.
         Model::initial(opts.hidden, 0.5, || noise(&mut r).clamp(-3.0, 3.0) / 3.0)
     };
@@ -347,9 +316,9 @@ pub fn run(opts: &TrainOptions) -> Result<(Model, TrainReport)> {
         started_from: "default's rules".into(),
         place: Box::new(move |m| with_model(&base, "learned", m)),
         draw: Box::new(|set, count, seed| match set {
-            Set::Train | Set::Validation => source.episodes(&opts.families, count, opts.scale, seed),
+            Set::Train | Set::Validation => source.episodes(&opts.families, count, hyper.scale, seed),
             Set::Holdout if opts.holdout.is_empty() => Ok(Vec::new()),
-            Set::Holdout => source.episodes(&opts.holdout, count, opts.scale, seed),
+            Set::Holdout => source.episodes(&opts.holdout, count, hyper.scale, seed),
         }),
         families: opts.families.iter().map(|f| f.name()).collect(),
         holdout: opts.holdout.iter().map(|f| f.name()).collect(),

@@ -84,6 +84,14 @@ pub struct BenchResult {
     pub native_ns_per_node: f64,
     /// `wasm_ns_per_node / native_ns_per_node`.
     pub ratio: f64,
+    /// Wasm cost per node when every node changed since the last call
+    /// (the change fed to the plugin's mirror, the node scored afresh:
+    /// no per-node memo applies), beyond a call over unchanged nodes, ns.
+    pub wasm_ns_per_changed_node: f64,
+    /// The same natively (the change applied to the native table), ns.
+    pub native_ns_per_changed_node: f64,
+    /// `wasm_ns_per_changed_node / native_ns_per_changed_node`.
+    pub changed_ratio: f64,
     /// First load: compile with Cranelift and store in the cache, ms.
     pub cold_load_ms: f64,
     /// Load with a precompiled-cache hit (deserialize, link, check), µs.
@@ -137,6 +145,16 @@ pub fn synthetic_cluster(n: u32) -> Vec<Node> {
             node
         })
         .collect()
+}
+
+/// `nodes`, each a little changed (one millicore more or less free), so
+/// a plugin's per-node memo cannot answer for it.
+fn changed_cluster(nodes: &[Node]) -> Vec<Node> {
+    let mut changed = nodes.to_vec();
+    for n in &mut changed {
+        n.free.cpu_milli = if n.free.cpu_milli > 0 { n.free.cpu_milli - 1 } else { 1 };
+    }
+    changed
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -231,7 +249,33 @@ pub fn run(opts: &BenchOptions) -> Result<BenchResult> {
         native_samples[0].push(time_calls(iters, || nscore(&ids)));
         native_samples[1].push(time_calls(iters_small, || nscore(&ids[..SMALL as usize])));
     }
+    // Every node changed before each call: the two clusters in turn, so
+    // each call feeds and scores every node afresh.
+    let changed = changed_cluster(&nodes);
+    let calls_changed = (200_000 / opts.nodes).clamp(3, 1_000);
+    let (mut wasm_changed, mut native_changed) = (Vec::new(), Vec::new());
+    let mut turn = false;
+    let mut next = || {
+        turn = !turn;
+        if turn { &changed } else { &nodes }
+    };
+    for _ in 0..opts.reps {
+        wasm_changed.push(time_calls(calls_changed, || {
+            feed.write().unwrap().upsert_all(next());
+            subjects[0].score(&feed, &wit_pod, &ids);
+        }));
+        native_changed.push(time_calls(calls_changed, || {
+            if native.apply(next()).is_err() {
+                native_errors.set(native_errors.get() + 1);
+            }
+            if native.score(&sdk_pod, &ids, &mut values, &mut hints).is_err() {
+                native_errors.set(native_errors.get() + 1);
+            }
+        }));
+    }
     let [native_full, native_small] = native_samples.map(median);
+    let per_changed = |changed: Vec<f64>, full: f64| ((median(changed) - full) / f64::from(opts.nodes)).max(0.0);
+    let native_ns_per_changed_node = per_changed(native_changed, native_full).max(f64::MIN_POSITIVE);
     let span = f64::from(opts.nodes - SMALL);
     let native_ns_per_node = ((native_full - native_small) / span).max(f64::MIN_POSITIVE);
     let mut figures = Vec::new();
@@ -259,6 +303,7 @@ pub fn run(opts: &BenchOptions) -> Result<BenchResult> {
         });
     }
     let builtin = figures.remove(0);
+    let wasm_ns_per_changed_node = per_changed(wasm_changed, builtin.ns_per_call);
     Ok(BenchResult {
         plugin: opts.plugin.clone(),
         nodes: opts.nodes,
@@ -267,6 +312,9 @@ pub fn run(opts: &BenchOptions) -> Result<BenchResult> {
         wasm_fixed_ns_per_call: builtin.fixed_ns_per_call,
         native_ns_per_node,
         ratio: builtin.ratio,
+        wasm_ns_per_changed_node,
+        native_ns_per_changed_node,
+        changed_ratio: wasm_ns_per_changed_node / native_ns_per_changed_node,
         cold_load_ms: builtin.cold_load_ms,
         cache_hit_load_us: builtin.cache_hit_load_us,
         first_sync_ms: builtin.first_sync_ms,
@@ -374,6 +422,9 @@ impl BenchResult {
             ("wasm ns per node", format!("{:.2}", self.wasm_ns_per_node)),
             ("native ns per node", format!("{:.2}", self.native_ns_per_node)),
             ("wasm / native", format!("{:.2}", self.ratio)),
+            ("wasm ns per changed node", format!("{:.1}", self.wasm_ns_per_changed_node)),
+            ("native ns per changed node", format!("{:.1}", self.native_ns_per_changed_node)),
+            ("wasm / native, changed", format!("{:.2}", self.changed_ratio)),
             ("cold load (compile) ms", format!("{:.1}", self.cold_load_ms)),
             ("cache-hit load µs", format!("{:.0}", self.cache_hit_load_us)),
             ("first sync ms", format!("{:.1}", self.first_sync_ms)),

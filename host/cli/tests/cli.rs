@@ -98,6 +98,9 @@ fn plugin_bench_prints_the_documented_json() {
         "wasm_ns_per_node",
         "native_ns_per_node",
         "ratio",
+        "wasm_ns_per_changed_node",
+        "native_ns_per_changed_node",
+        "changed_ratio",
         "cache_hit_load_us",
         "first_sync_ms",
         "wasm_calls",
@@ -109,6 +112,8 @@ fn plugin_bench_prints_the_documented_json() {
         assert!(v.get(key).is_some_and(|x| x.is_number()), "{key} in {v}");
     }
     assert_eq!(v["nodes"], 200);
+    // The calls after every node changed ran too, and none failed.
+    assert_eq!((v["wasm_faults"].as_u64(), v["native_errors"].as_u64()), (Some(0), Some(0)), "{v}");
 }
 
 /// On a machine made busy, the benches report (faults and timeouts

@@ -168,6 +168,7 @@ impl tessera_server::FineTuner for CliTuner {
                 scale: t.scale,
                 sigma: t.sigma,
                 lr: t.lr,
+                aim: None,
                 seed: t.seed,
             },
         };

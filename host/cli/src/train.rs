@@ -56,6 +56,9 @@ pub struct TrainOptions {
     pub families: Vec<Family>,
     /// Families held out: reported on, never trained on.
     pub holdout: Vec<Family>,
+    /// Also train on the trace directory's own pod lists
+    /// (`openb_pod_list_*.csv`), each drawn from like a family member.
+    pub with_traces: bool,
     /// The optimiser's settings.
     pub hyper: Hyper,
     /// Hidden units.
@@ -121,10 +124,11 @@ pub struct TrainReport {
     pub options: OptionsRecord,
     /// Per generation.
     pub generations: Vec<Generation>,
-    /// The generation whose model was kept (best validation gain; 0: the
-    /// initial model).
+    /// The generation whose model was kept (best validation objective;
+    /// 0: the initial model).
     pub kept_generation: usize,
-    /// The starting model's validation gain over FGD.
+    /// The starting model's validation objective: its mean gain over FGD
+    /// (each episode's capped at `1 − aim` with an aim).
     pub start_gain: f64,
     /// The kept model's.
     pub kept_gain: f64,
@@ -157,10 +161,42 @@ pub struct OptionsRecord {
     pub sigma: f64,
     /// See [`TrainOptions`].
     pub lr: f64,
+    /// See [`Hyper::aim`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub aim: Option<f64>,
     /// See [`TrainOptions`].
     pub hidden: usize,
     /// See [`TrainOptions`].
     pub seed: u64,
+}
+
+/// How the card and report name the trace directory's own pod lists
+/// among the families trained on.
+const TRACES: &str = "openb";
+
+/// The trace directory's pod lists (`openb_pod_list_*.csv`), by stem, in
+/// name order.
+fn pod_lists(dir: &Path) -> Result<Vec<(String, Vec<tessera_trace::PodRow>)>> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("openb_pod_list_") && n.ends_with(".csv"))
+        })
+        .collect();
+    paths.sort();
+    if paths.is_empty() {
+        bail!("--with-traces: no openb_pod_list_*.csv in {}", dir.display());
+    }
+    paths
+        .into_iter()
+        .map(|p| {
+            let stem = p.file_stem().and_then(|s| s.to_str()).unwrap_or_default().trim_start_matches("openb_pod_list_");
+            Ok((stem.to_string(), crate::sim::read_pod_rows(&p)?))
+        })
+        .collect()
 }
 
 const BASE: &str = "openb_pod_list_default.csv";
@@ -183,7 +219,14 @@ fn play(docs: &[PolicyDocument], eps: &[Episode]) -> Result<Vec<Vec<f64>>> {
 
 /// Mean `1 − ours ÷ FGD`.
 fn gain(ours: &[f64], fgd: &[f64]) -> f64 {
-    ours.iter().zip(fgd).map(|(&o, &f)| 1.0 - o / f.max(0.01)).sum::<f64>() / ours.len().max(1) as f64
+    objective(ours, fgd, None)
+}
+
+/// What training maximises: the mean over episodes of `1 − ours ÷ FGD`,
+/// each capped at `1 − aim` when there is an aim.
+fn objective(ours: &[f64], fgd: &[f64], aim: Option<f64>) -> f64 {
+    let cap = aim.map_or(f64::INFINITY, |a| 1.0 - a);
+    ours.iter().zip(fgd).map(|(&o, &f)| (1.0 - o / f.max(0.01)).min(cap)).sum::<f64>() / ours.len().max(1) as f64
 }
 
 fn evaluation(ours: &[f64], fgd: &[f64]) -> Evaluation {
@@ -235,6 +278,10 @@ pub struct Hyper {
     pub sigma: f64,
     /// AdamW learning rate.
     pub lr: f64,
+    /// The ratio to FGD training aims at: an episode already at or under
+    /// it earns no more for going further, so the weights move for the
+    /// episodes that miss it (None: the mean gain over all).
+    pub aim: Option<f64>,
     /// Seed of everything.
     pub seed: u64,
 }
@@ -247,6 +294,9 @@ impl Hyper {
         let positive = |x: f64| x > 0.0 && x.is_finite();
         if !(positive(self.scale) && self.scale <= 1.0 && positive(self.sigma) && positive(self.lr)) {
             bail!("scale must be in (0, 1], sigma and lr above 0");
+        }
+        if self.aim.is_some_and(|a| !(positive(a) && a <= 1.0)) {
+            bail!("aim must be in (0, 1]");
         }
         Ok(())
     }
@@ -303,6 +353,7 @@ pub fn run(opts: &TrainOptions) -> Result<(Model, TrainReport)> {
             let text = crate::sim::read_trace_text(&p)?;
             tessera_trace::read_nodes(text.as_bytes(), &p.display().to_string())?
         },
+        workloads: if opts.with_traces { pod_lists(&opts.traces)? } else { Vec::new() },
     };
     let start = {
         let mut r = ChaCha8Rng::seed_from_u64(hyper.seed ^ 0x1111);
@@ -316,11 +367,11 @@ pub fn run(opts: &TrainOptions) -> Result<(Model, TrainReport)> {
         started_from: "default's rules".into(),
         place: Box::new(move |m| with_model(&base, "learned", m)),
         draw: Box::new(|set, count, seed| match set {
-            Set::Train | Set::Validation => source.episodes(&opts.families, count, hyper.scale, seed),
+            Set::Train | Set::Validation => source.episodes(&opts.families, true, count, hyper.scale, seed),
             Set::Holdout if opts.holdout.is_empty() => Ok(Vec::new()),
-            Set::Holdout => source.episodes(&opts.holdout, count, hyper.scale, seed),
+            Set::Holdout => source.episodes(&opts.holdout, false, count, hyper.scale, seed),
         }),
-        families: opts.families.iter().map(|f| f.name()).collect(),
+        families: opts.families.iter().map(|f| f.name()).chain(opts.with_traces.then_some(TRACES)).collect(),
         holdout: opts.holdout.iter().map(|f| f.name()).collect(),
         hidden: opts.hidden,
         progress: opts.progress,
@@ -450,7 +501,7 @@ fn evolve(run: Run<'_>) -> Result<(Model, TrainReport)> {
     let start_gain = {
         let v = play(&[published(place(&initial)?)], &validation)?.remove(0);
         played += validation.len();
-        gain(&v, &val_fgd)
+        objective(&v, &val_fgd, h.aim)
     };
     let mut kept = (0usize, initial.clone(), start_gain);
     let mut generations = Vec::with_capacity(h.generations);
@@ -469,7 +520,7 @@ fn evolve(run: Run<'_>) -> Result<(Model, TrainReport)> {
         let results = play(&docs, &eps)?;
         played += docs.len() * eps.len();
         let fgd = &results[0];
-        let fitness: Vec<f64> = results[2..].iter().map(|u| gain(u, fgd)).collect();
+        let fitness: Vec<f64> = results[2..].iter().map(|u| objective(u, fgd, h.aim)).collect();
         let ranks = centred_ranks(&fitness);
         // ES gradient of the expected rank-shaped return.
         let mut grad = vec![0.0; dim];
@@ -490,8 +541,9 @@ fn evolve(run: Run<'_>) -> Result<(Model, TrainReport)> {
         let v = play(&[published(place(&model)?)], &validation)?.remove(0);
         played += validation.len();
         let validation_gain = gain(&v, &val_fgd);
-        if validation_gain > kept.2 {
-            kept = (g, model, validation_gain);
+        let validation_objective = objective(&v, &val_fgd, h.aim);
+        if validation_objective > kept.2 {
+            kept = (g, model, validation_objective);
         }
         let rec = Generation {
             generation: g,
@@ -534,6 +586,7 @@ fn evolve(run: Run<'_>) -> Result<(Model, TrainReport)> {
             scale: h.scale,
             sigma: h.sigma,
             lr: h.lr,
+            aim: h.aim,
             hidden,
             seed: h.seed,
         },

@@ -137,8 +137,17 @@ fn fine_tuning_from_a_record_is_reproducible_and_offers_only_a_better_model() {
     let record =
         Recorded { nodes: tessera::bench::synthetic_cluster(40), pods: tessera_core::synthetic::pods(400, &[], 3) };
     let active = tessera::sim::policy_document("learned", 1).unwrap();
-    let hyper =
-        Hyper { generations: 3, pairs: 2, episodes: 2, validation: 2, scale: 0.5, sigma: 0.001, lr: 0.0005, seed: 9 };
+    let hyper = Hyper {
+        generations: 3,
+        pairs: 2,
+        episodes: 2,
+        validation: 2,
+        scale: 0.5,
+        sigma: 0.001,
+        lr: 0.0005,
+        aim: None,
+        seed: 9,
+    };
     let job = FineTune { active: &active, plugin: "learned", record: &record, hyper };
     let a = fine_tune(&job, 0.0).unwrap();
     let b = fine_tune(&job, 0.0).unwrap();

@@ -43,8 +43,23 @@ pub struct TrainArgs {
     /// Learning rate (AdamW), about half of sigma.
     #[arg(long, default_value_t = 0.0005)]
     lr: f64,
-    /// Hidden units.
-    #[arg(long, default_value_t = 8)]
+    /// Also train on the directory's own pod lists (`openb_pod_list_*.csv`),
+    /// in turn with the families' members: the shared workloads are then
+    /// training data, and only generated members test generalisation.
+    #[arg(long)]
+    with_traces: bool,
+    /// The ratio to FGD to aim at: an episode's gain past `1 − aim` earns
+    /// nothing more, so training works on the episodes that miss it (the
+    /// issue's target is 0.9); without it, the mean gain.
+    #[arg(long)]
+    aim: Option<f64>,
+    /// Hidden units (softsign) beside the linear term. None by default:
+    /// with 8, at full scale and on seeds 42 and 43, the shared workloads
+    /// came out the same (mean ratio to FGD 0.847 and 0.841 against the
+    /// linear model's 0.845 and 0.848) and generated members no better
+    /// (0.871/0.874 against 0.863/0.875), and one generated member went
+    /// above FGD that the linear model kept under it (docs/BENCHMARKS.md §2).
+    #[arg(long, default_value_t = 0)]
     hidden: usize,
     #[arg(long, default_value_t = 42)]
     seed: u64,
@@ -77,6 +92,7 @@ pub fn run(a: TrainArgs) -> anyhow::Result<std::process::ExitCode> {
         traces: a.traces,
         families,
         holdout: a.holdout,
+        with_traces: a.with_traces,
         hyper: tessera::train::Hyper {
             generations: a.generations,
             pairs: a.pairs,
@@ -85,6 +101,7 @@ pub fn run(a: TrainArgs) -> anyhow::Result<std::process::ExitCode> {
             scale: a.scale,
             sigma: a.sigma,
             lr: a.lr,
+            aim: a.aim,
             seed: a.seed,
         },
         hidden: a.hidden,

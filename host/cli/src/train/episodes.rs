@@ -42,32 +42,52 @@ pub struct Source {
     pub examples: Vec<PodRow>,
     /// The cluster (`openb_node_list_gpu_node.csv`).
     pub nodes: Vec<NodeRow>,
+    /// Whole workloads drawn from as they are (the trace directory's pod
+    /// lists, with `--with-traces`), by name.
+    pub workloads: Vec<(String, Vec<PodRow>)>,
 }
 
 impl Source {
-    /// `count` episodes of `families`, in turn: a level drawn uniformly in
-    /// the family's range, a member generated from the base with a seed of
-    /// its own, on `scale` of the cluster's nodes with `scale` of the
-    /// member's pods (both sampled), arrivals inflated to 130%. Seeded by
-    /// `seed` alone.
-    pub fn episodes(&self, families: &[Family], count: usize, scale: f64, seed: u64) -> Result<Vec<Episode>> {
+    /// `count` episodes of `families` and then [`Source::workloads`] (when
+    /// `workloads`), in turn: for a family, a level drawn uniformly in the
+    /// family's range and a member generated from the base with a seed of
+    /// its own; for a workload, its pods as they are; on `scale` of the
+    /// cluster's nodes with `scale` of the pods (both sampled), arrivals
+    /// inflated to 130%. Seeded by `seed` alone.
+    pub fn episodes(
+        &self,
+        families: &[Family],
+        workloads: bool,
+        count: usize,
+        scale: f64,
+        seed: u64,
+    ) -> Result<Vec<Episode>> {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let mut out = Vec::with_capacity(count);
+        let kinds = families.len() + if workloads { self.workloads.len() } else { 0 };
         for i in 0..count {
-            let family = families[i % families.len()];
-            let (lo, hi) = family.range();
-            // Levels in quarter percents: names stay short and exact.
-            let level = (rng.random_range(lo..=hi) * 4.0).round() / 4.0;
-            let member = Member { family, level };
-            let member_seed = rng.random_range(0..u32::MAX as u64);
-            let pods = family::generate(&self.base, &member, member_seed, &self.examples, &self.nodes)
-                .with_context(|| format!("generating {member}"))?;
+            let (name, pods) = match families.get(i % kinds) {
+                Some(&family) => {
+                    let (lo, hi) = family.range();
+                    // Levels in quarter percents: names stay short and exact.
+                    let level = (rng.random_range(lo..=hi) * 4.0).round() / 4.0;
+                    let member = Member { family, level };
+                    let member_seed = rng.random_range(0..u32::MAX as u64);
+                    let pods = family::generate(&self.base, &member, member_seed, &self.examples, &self.nodes)
+                        .with_context(|| format!("generating {member}"))?;
+                    (format!("{member} seed {member_seed}"), pods)
+                }
+                None => {
+                    let (name, pods) = &self.workloads[i % kinds - families.len()];
+                    (format!("{name} seed {}", rng.random_range(0..u32::MAX as u64)), pods.clone())
+                }
+            };
             let nodes = sample(&self.nodes, scale, &mut rng);
             let pods = sample(&pods, scale, &mut rng);
             let order = family::inflate(&pods, &nodes, TUNE, rng.random_range(0..u32::MAX as u64));
             let rows: Vec<Pod> = pods.iter().map(pod_of).collect();
             out.push(Episode {
-                name: format!("{member} seed {member_seed}"),
+                name,
                 nodes: nodes.iter().enumerate().map(|(i, r)| node_of(i, r)).collect(),
                 submissions: order.iter().map(|&k| rows[k as usize].clone()).collect(),
                 workload: TargetWorkload::from_pods(&rows, 0.95),

@@ -64,9 +64,11 @@ pub fn card(r: &TrainReport) -> String {
          left for one pod; the component `builtin:learned` embeds these weights.\n"
     );
     let _ = writeln!(out, "## Reproduce\n");
+    let with_traces = r.families.contains(&super::TRACES);
+    let families: Vec<&str> = r.families.iter().copied().filter(|f| *f != super::TRACES).collect();
     let mut cmd = format!(
         "tessera train --traces ../shared/traces/openb --families {} --generations {} --pairs {} --episodes {} --validation {} --scale {} --sigma {} --lr {} --hidden {} --seed {}",
-        r.families.join(","),
+        families.join(","),
         o.generations,
         o.pairs,
         o.episodes,
@@ -77,6 +79,12 @@ pub fn card(r: &TrainReport) -> String {
         o.hidden,
         o.seed
     );
+    if let Some(aim) = o.aim {
+        cmd.push_str(&format!(" --aim {aim}"));
+    }
+    if with_traces {
+        cmd.push_str(" --with-traces");
+    }
     if !r.holdout.is_empty() {
         let _ = write!(cmd, " --holdout {}", r.holdout.join(","));
     }
@@ -91,23 +99,34 @@ pub fn card(r: &TrainReport) -> String {
          inflated to 130% of GPU capacity as the published protocol does. Every \
          generation draws {} fresh episodes; the model is checked after every step \
          on {} fixed validation episodes of the same families, and the generation \
-         with the best validation gain is kept. No trace row is stored in the model.\n",
-        r.families.join(", "),
+         with the best validation gain is kept.{} No trace row is stored in the model.\n",
+        families.join(", "),
         if r.holdout.is_empty() { "none".to_string() } else { r.holdout.join(", ") },
         o.scale * 100.0,
         o.scale * 100.0,
         o.episodes,
-        o.validation
+        o.validation,
+        if with_traces {
+            " Among them in turn, the directory's own pod lists (`openb_pod_list_*.csv`), \
+             sampled the same way: the shared workloads the published figures are on are \
+             then trained on, and only the generated members are a test of generalisation."
+        } else {
+            ""
+        }
     );
     let _ = writeln!(out, "## Features and model\n");
     let _ = writeln!(
         out,
         "Per candidate: {}. Per pod: {}. A linear term per pod kind over the candidate \
-         features plus {} hidden units (softsign) over all of them; {} weights. \
-         Training starts from `default`'s rules written as the linear term.\n",
+         features{}; {} weights. Training starts from `default`'s rules written as the \
+         linear term.\n",
         tessera_learned_policy::features::CANDIDATE.join(", "),
         tessera_learned_policy::features::POD.join(", "),
-        o.hidden,
+        if o.hidden == 0 {
+            " (no hidden layer)".to_string()
+        } else {
+            format!(" plus {} hidden units (softsign) over all of them", o.hidden)
+        },
         r.params
     );
     let _ = writeln!(out, "## Training\n");
@@ -115,9 +134,17 @@ pub fn card(r: &TrainReport) -> String {
         out,
         "Evolution strategies: {} ± pairs per generation, σ = {}, AdamW (candle) at \
          lr = {}, {} generations, seed {}; the return of an episode is `1 − ours ÷ FGD` \
-         in unallocated GPUs at 130% arrived demand, ranked across the population. \
+         in unallocated GPUs at 130% arrived demand{}, ranked across the population. \
          {} episodes played. Kept: generation {} (`{}`).\n",
-        o.pairs, o.sigma, o.lr, o.generations, o.seed, r.episodes_played, r.kept_generation, r.digest
+        o.pairs,
+        o.sigma,
+        o.lr,
+        o.generations,
+        o.seed,
+        o.aim.map(|a| format!(", capped at {:.2} (aim: {a} of FGD)", 1.0 - a)).unwrap_or_default(),
+        r.episodes_played,
+        r.kept_generation,
+        r.digest
     );
     let _ = writeln!(out, "![training curves](curve.svg)\n");
     let _ = writeln!(out, "## Figures (training scale)\n");

@@ -199,9 +199,7 @@ fn pod_lists(dir: &Path) -> Result<Vec<(String, Vec<tessera_trace::PodRow>)>> {
         .collect()
 }
 
-const BASE: &str = "openb_pod_list_default.csv";
-const NODES: &str = "openb_node_list_gpu_node.csv";
-const SPEC_EXAMPLES: &str = "openb_pod_list_gpuspec10.csv";
+use crate::generate::{BASE, NODES, SPEC_EXAMPLES};
 
 /// The published protocol's tie-break on `doc`.
 fn published(mut doc: PolicyDocument) -> PolicyDocument {

@@ -15,11 +15,9 @@ use tessera_policy::PolicyDocument;
 use tessera_trace::family::{self, Family, Member};
 use tessera_trace::{NodeRow, PodRow};
 
+use crate::generate::TUNE;
 use crate::native::NativePolicy;
 use crate::sim::{inject_workload, node_of, pod_of};
-
-/// The published protocol's arrived GPU demand, × capacity.
-const TUNE: f64 = 1.3;
 
 /// One workload to place.
 #[derive(Debug, Clone)]

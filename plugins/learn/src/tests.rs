@@ -73,10 +73,18 @@ fn the_embedded_model_is_valid_and_has_a_stable_digest() {
     ScorerHarness::<Learned>::new(&config(&format!(r#", "digest": "{}""#, m.digest()))).unwrap();
 }
 
+/// A valid model with eight hidden units and nonzero output weights.
+fn hidden_model() -> Model {
+    let mut s = Stream(3);
+    let m = Model::initial(8, 0.5, || (s.below(2001) as f64 - 1000.0) / 1000.0);
+    m.with_params(&m.params().iter().enumerate().map(|(i, p)| p + (i % 5) as f64 * 0.01).collect::<Vec<_>>())
+}
+
 /// Bad models are refused with the reason, naming what is wrong.
 #[test]
 fn bad_models_and_digests_are_refused_by_name() {
-    let m = Model::embedded();
+    // A model with a hidden layer, whatever shape the shipped one has.
+    let m = hidden_model();
     let err = |cfg: String| ScorerHarness::<Learned>::new(&cfg).err().expect("refused");
     assert!(err(config(r#", "weights": 1"#)).contains("weights"), "unknown field");
     assert!(err(model_config(&m, "sha256:00")).contains("digest sha256:00 given"));
@@ -168,9 +176,11 @@ fn remembered_scores_equal_fresh_ones_as_nodes_change() {
 
 #[test]
 fn params_round_trip_and_the_score_saturates() {
-    let m = Model::embedded();
-    assert_eq!(m.with_params(&m.params()), m);
-    assert_eq!(m.params().len(), 27 + 8 * 14 + 8 + 8);
+    for m in [Model::embedded(), hidden_model()] {
+        assert_eq!(m.with_params(&m.params()), m);
+        assert_eq!(m.params().len(), 27 + m.hidden * 14 + m.hidden + m.hidden);
+    }
+    assert_eq!(hidden_model().params().len(), 27 + 8 * 14 + 8 + 8);
     assert_eq!(Model::score(f64::NAN), 0);
     assert_eq!(Model::score(1e300), 9_000_000_000_000_000);
     assert_eq!(Model::score(0.123_456_7), 123_457);

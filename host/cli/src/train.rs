@@ -36,13 +36,15 @@ use rand::SeedableRng as _;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution as _, StandardNormal};
 use rayon::prelude::*;
-use serde::Serialize;
 use tessera_learned_policy::Model;
 use tessera_policy::PolicyDocument;
 use tessera_trace::family::Family;
 
 pub mod episodes;
+mod record;
 mod report;
+
+pub use record::{Comparison, Evaluation, Generation, OptionsRecord, TrainReport};
 
 use episodes::{Episode, Source};
 
@@ -68,111 +70,6 @@ pub struct TrainOptions {
     /// Draw a progress bar on stderr.
     pub progress: bool,
 }
-
-/// One generation's figures: gains are `1 − ours ÷ FGD` in unallocated
-/// GPUs at 130%, averaged over episodes (positive: better than FGD).
-#[derive(Debug, Clone, Serialize)]
-pub struct Generation {
-    /// 1-based.
-    pub generation: usize,
-    /// The model's gain on this generation's episodes.
-    pub train_gain: f64,
-    /// The best perturbation's gain on them.
-    pub best_gain: f64,
-    /// The model's gain on the fixed validation episodes after the step.
-    pub validation_gain: f64,
-}
-
-/// One policy on a set of episodes.
-#[derive(Debug, Clone, Serialize)]
-pub struct Evaluation {
-    /// Episodes.
-    pub episodes: usize,
-    /// Mean unallocated GPUs at 130%, %.
-    pub unallocated_pct: f64,
-    /// Mean of ours ÷ FGD per episode.
-    pub ratio_to_fgd: f64,
-    /// Episodes where ours leaves more unallocated than FGD.
-    pub worse_than_fgd: usize,
-}
-
-/// `learned`, `default` and FGD on one set of episodes.
-#[derive(Debug, Clone, Serialize)]
-pub struct Comparison {
-    /// Which set.
-    pub set: String,
-    /// FGD.
-    pub fgd: Evaluation,
-    /// The hand-written `default`.
-    pub default: Evaluation,
-    /// The model before training (`default`'s rules as a model).
-    pub initial: Evaluation,
-    /// The trained model.
-    pub learned: Evaluation,
-}
-
-/// What a training run did.
-#[derive(Debug, Clone, Serialize)]
-pub struct TrainReport {
-    /// Families trained on.
-    pub families: Vec<&'static str>,
-    /// Families held out.
-    pub holdout: Vec<&'static str>,
-    /// The model training started from.
-    pub started_from: String,
-    /// The options as given (for the card).
-    pub options: OptionsRecord,
-    /// Per generation.
-    pub generations: Vec<Generation>,
-    /// The generation whose model was kept (best validation objective;
-    /// 0: the initial model).
-    pub kept_generation: usize,
-    /// The starting model's validation objective: its mean gain over FGD
-    /// (each episode's capped at `1 − aim` with an aim).
-    pub start_gain: f64,
-    /// The kept model's.
-    pub kept_gain: f64,
-    /// Validation and held-out comparisons of the kept model.
-    pub comparisons: Vec<Comparison>,
-    /// The kept model's digest.
-    pub digest: String,
-    /// Weights.
-    pub params: usize,
-    /// Episodes played.
-    pub episodes_played: usize,
-    /// Wall time, seconds.
-    pub wall_s: f64,
-}
-
-/// The options in the record.
-#[derive(Debug, Clone, Serialize)]
-pub struct OptionsRecord {
-    /// See [`TrainOptions`].
-    pub generations: usize,
-    /// See [`TrainOptions`].
-    pub pairs: usize,
-    /// See [`TrainOptions`].
-    pub episodes: usize,
-    /// See [`TrainOptions`].
-    pub validation: usize,
-    /// See [`TrainOptions`].
-    pub scale: f64,
-    /// See [`TrainOptions`].
-    pub sigma: f64,
-    /// See [`TrainOptions`].
-    pub lr: f64,
-    /// See [`Hyper::aim`].
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub aim: Option<f64>,
-    /// See [`TrainOptions`].
-    pub hidden: usize,
-    /// See [`TrainOptions`].
-    pub seed: u64,
-}
-
-/// How the card and report name the trace directory's own pod lists
-/// among the families trained on.
-const TRACES: &str = "openb";
 
 /// The trace directory's pod lists (`openb_pod_list_*.csv`), by stem, in
 /// name order.
@@ -325,6 +222,8 @@ struct Run<'a> {
     /// `count` episodes of a set, seeded.
     draw: Draw<'a>,
     families: Vec<&'static str>,
+    /// The trace directory's pod lists are among the episodes.
+    with_traces: bool,
     holdout: Vec<&'static str>,
     hidden: usize,
     progress: bool,
@@ -369,7 +268,8 @@ pub fn run(opts: &TrainOptions) -> Result<(Model, TrainReport)> {
             Set::Holdout if opts.holdout.is_empty() => Ok(Vec::new()),
             Set::Holdout => source.episodes(&opts.holdout, false, count, hyper.scale, seed),
         }),
-        families: opts.families.iter().map(|f| f.name()).chain(opts.with_traces.then_some(TRACES)).collect(),
+        families: opts.families.iter().map(|f| f.name()).collect(),
+        with_traces: opts.with_traces,
         holdout: opts.holdout.iter().map(|f| f.name()).collect(),
         hidden: opts.hidden,
         progress: opts.progress,
@@ -441,6 +341,7 @@ pub fn fine_tune(job: &FineTune<'_>, min_gain: f64) -> Result<Tuned> {
             _ => record.episodes(count, job.hyper.scale, seed),
         }),
         families: vec!["recorded"],
+        with_traces: false,
         holdout: Vec::new(),
         progress: false,
     })?;
@@ -475,7 +376,8 @@ fn noise(rng: &mut ChaCha8Rng) -> f64 {
 /// Evolution strategies from `run.start`; the generation with the best
 /// validation gain is kept.
 fn evolve(run: Run<'_>) -> Result<(Model, TrainReport)> {
-    let Run { hyper: h, start: initial, started_from, place, draw, families, holdout, hidden, progress } = run;
+    let Run { hyper: h, start: initial, started_from, place, draw, families, with_traces, holdout, hidden, progress } =
+        run;
     let started = Instant::now();
     let mut rng = ChaCha8Rng::seed_from_u64(h.seed);
     let fgd_doc = published(crate::sim::policy_document("fgd", 42)?);
@@ -585,6 +487,7 @@ fn evolve(run: Run<'_>) -> Result<(Model, TrainReport)> {
             sigma: h.sigma,
             lr: h.lr,
             aim: h.aim,
+            with_traces,
             hidden,
             seed: h.seed,
         },

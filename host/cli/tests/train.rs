@@ -21,7 +21,11 @@ fn shared() -> Option<PathBuf> {
 /// A small run: two generations of two pairs on two episodes (at 10% of
 /// the cluster), with a held-out family.
 fn train(traces: &Path, out: &Path, seed: &str) -> serde_json::Value {
-    let (ok, stdout, err) = tessera(&[
+    train_with(traces, out, seed, &[])
+}
+
+fn train_with(traces: &Path, out: &Path, seed: &str, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec![
         "train",
         "--traces",
         traces.to_str().unwrap(),
@@ -46,7 +50,9 @@ fn train(traces: &Path, out: &Path, seed: &str) -> serde_json::Value {
         "json",
         "--out",
         out.to_str().unwrap(),
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let (ok, stdout, err) = tessera(&args);
     assert!(ok, "{stdout}\n{err}");
     serde_json::from_str(stdout.trim()).unwrap()
 }
@@ -117,6 +123,49 @@ fn a_model_in_the_policy_is_digest_checked() {
     extra["temperature"] = serde_json::json!(1.0);
     let (ok, _, err) = policy(serde_json::json!({ "model": extra, "digest": digest }));
     assert!(!ok && err.contains("temperature"), "{err}");
+}
+
+/// `--with-traces` adds the trace directory's own pod lists to the
+/// episodes: the record and the card say so (the card's command
+/// reproduces the run), two runs with one seed agree byte for byte, and
+/// the episodes differ from a run without it. `--aim` is recorded the same
+/// way.
+#[test]
+fn with_traces_and_an_aim_are_recorded_and_reproducible() {
+    let Some(traces) = shared() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b, plain) = (tmp.path().join("a"), tmp.path().join("b"), tmp.path().join("plain"));
+    let extra = ["--with-traces", "--aim", "0.1"];
+    let report = train_with(&traces, &a, "5", &extra);
+    train_with(&traces, &b, "5", &extra);
+    train(&traces, &plain, "5");
+    for name in ["learned.json", "train.json", "card.md", "curve.svg"] {
+        assert_eq!(read(&a, name), read(&b, name), "{name} differs between two runs with one seed");
+    }
+    assert_eq!(report["options"]["with_traces"], true, "{report}");
+    assert_eq!(report["options"]["aim"], 0.1, "{report}");
+    assert_eq!(report["families"], serde_json::json!(["cpu", "gpushare"]), "{report}");
+    let card = read(&a, "card.md");
+    assert!(card.contains("--aim 0.1 --with-traces"), "{card}");
+    assert!(card.contains("the directory's own pod lists"), "{card}");
+    // Without the options, neither is in the record or the card.
+    let plain_record = read(&plain, "train.json");
+    assert!(!plain_record.contains("with_traces") && !plain_record.contains("\"aim\""), "{plain_record}");
+    assert!(!read(&plain, "card.md").contains("--with-traces"));
+    assert_ne!(read(&a, "train.json"), plain_record);
+}
+
+/// An aim outside (0, 1] is refused before anything is read or trained,
+/// naming the option.
+#[test]
+fn an_aim_out_of_range_is_refused() {
+    for aim in ["0", "-0.5", "1.5", "NaN"] {
+        let aim = format!("--aim={aim}");
+        let (ok, _, err) = tessera(&["train", "--traces", "/nonexistent", &aim]);
+        assert!(!ok && err.contains("aim must be in (0, 1]"), "{aim}: {err}");
+    }
+    let (ok, _, err) = tessera(&["train", "--traces", "/nonexistent", "--aim", "0.2", "--with-traces"]);
+    assert!(!ok && !err.contains("aim") && err.contains("/nonexistent"), "a valid aim passes the check: {err}");
 }
 
 /// A family that does not exist is named in the error.

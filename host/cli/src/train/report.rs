@@ -64,8 +64,8 @@ pub fn card(r: &TrainReport) -> String {
          left for one pod; the component `builtin:learned` embeds these weights.\n"
     );
     let _ = writeln!(out, "## Reproduce\n");
-    let with_traces = r.families.contains(&super::TRACES);
-    let families: Vec<&str> = r.families.iter().copied().filter(|f| *f != super::TRACES).collect();
+    let with_traces = o.with_traces;
+    let families = &r.families;
     let mut cmd = format!(
         "tessera train --traces ../shared/traces/openb --families {} --generations {} --pairs {} --episodes {} --validation {} --scale {} --sigma {} --lr {} --hidden {} --seed {}",
         families.join(","),

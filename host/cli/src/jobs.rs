@@ -92,6 +92,8 @@ pub struct Fairness {
     pub usage_half_life_s: Option<u64>,
     /// Nodes are reserved for a gang that waited this long for room, s.
     pub reserve_after_s: Option<u64>,
+    /// Within a queue, smaller jobs first (`scheduling.queue.smallest_first`).
+    pub smallest_first: bool,
 }
 
 impl Fairness {
@@ -105,14 +107,18 @@ impl Fairness {
         })?)
     }
 
-    /// `doc` with these reservations (if set).
+    /// `doc` with these reservations (if set) and this order.
     fn apply(self, doc: &mut tessera_policy::PolicyDocument) {
         if self.reserve_after_s.is_some() {
             doc.scheduling.reserve_after_s = self.reserve_after_s;
         }
+        if self.smallest_first {
+            doc.scheduling.queue.smallest_first = true;
+        }
     }
 
-    /// As a run's name shows it: `+gate`, `+gate~3600s`, `+reserve@600s`.
+    /// As a run's name shows it: `+gate`, `+gate~3600s`, `+reserve@600s`,
+    /// `+smallest`.
     pub fn suffix(self) -> String {
         let mut s = match (self.gate, self.usage_half_life_s) {
             (false, _) => String::new(),
@@ -121,6 +127,9 @@ impl Fairness {
         };
         if let Some(r) = self.reserve_after_s {
             s += &format!("+reserve@{r}s");
+        }
+        if self.smallest_first {
+            s += "+smallest";
         }
         s
     }

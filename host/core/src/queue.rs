@@ -8,7 +8,11 @@
 //! - Aging: a pod that has waited `aging_after` clock units at a level
 //!   rises one level (and its wait restarts), so nothing starves however
 //!   many new pods arrive above it.
-//! - Within a level, higher priority first, then first come first served.
+//! - Within a level, higher priority first, then first come first served;
+//!   with `smallest_first`, among equal priorities the smallest job (the
+//!   GPUs its gang asks for, as the caller sizes it) first, then arrival:
+//!   a duration-blind shortest-job-first that shortens the median wait
+//!   (a wide job is still served by aging, quanta and reservations).
 //!
 //! Time is the caller's clock (no `Instant` in the core): any monotonic
 //! unit works (the simulator and the service use seconds).
@@ -27,18 +31,23 @@ pub struct MlfqConfig {
     pub base_quantum: u32,
     /// Wait, in clock units, after which a pod rises one level.
     pub aging_after: u64,
+    /// Within a level and priority, smaller jobs first (see the module).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub smallest_first: bool,
 }
 
 impl Default for MlfqConfig {
     fn default() -> Self {
-        Self { levels: 4, base_quantum: 8, aging_after: 300 }
+        Self { levels: 4, base_quantum: 8, aging_after: 300, smallest_first: false }
     }
 }
 
-/// Ordering key within a level: higher priority first, then arrival order.
+/// Ordering key within a level: higher priority first, then (with
+/// `smallest_first`) smaller size, then arrival order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct Key {
     neg_priority: i64,
+    size: u64,
     seq: u64,
 }
 
@@ -46,6 +55,7 @@ struct Key {
 struct Entry<T> {
     item: T,
     priority: i32,
+    size: u64,
     since: u64,
 }
 
@@ -56,6 +66,8 @@ pub struct Popped<T> {
     pub item: T,
     /// Its priority.
     pub priority: i32,
+    /// Its size, as given.
+    pub size: u64,
     /// The level it was taken from.
     pub level: usize,
     /// Since when it waited at that level.
@@ -108,30 +120,31 @@ impl<T> Mlfq<T> {
         (self.config.base_quantum >> level.min(31)).max(1)
     }
 
-    fn insert(&mut self, level: usize, item: T, priority: i32, now: u64) {
+    fn insert(&mut self, level: usize, item: T, priority: i32, size: u64, now: u64) {
         self.seq += 1;
-        let key = Key { neg_priority: -i64::from(priority), seq: self.seq };
-        self.levels[level].insert(key, Entry { item, priority, since: now });
+        let order = if self.config.smallest_first { size } else { 0 };
+        let key = Key { neg_priority: -i64::from(priority), size: order, seq: self.seq };
+        self.levels[level].insert(key, Entry { item, priority, size, since: now });
         self.waits[level].insert((now, key));
     }
 
     /// Puts a pod back at `level` (clamped to the last), waiting since
     /// `since`: for pods set aside while nothing could fit them and
     /// returned when capacity frees, without losing the wait they aged by.
-    pub fn requeue(&mut self, item: T, priority: i32, level: usize, since: u64) {
-        self.insert(level.min(self.config.levels - 1), item, priority, since);
+    pub fn requeue(&mut self, item: T, priority: i32, size: u64, level: usize, since: u64) {
+        self.insert(level.min(self.config.levels - 1), item, priority, size, since);
     }
 
-    /// A new pod: level 0.
-    pub fn push(&mut self, item: T, priority: i32, now: u64) {
-        self.insert(0, item, priority, now);
+    /// A new pod: level 0. `size` orders it with `smallest_first`.
+    pub fn push(&mut self, item: T, priority: i32, size: u64, now: u64) {
+        self.insert(0, item, priority, size, now);
     }
 
     /// A pod that failed to place or was preempted: one level down from
     /// `level` (the lowest level keeps it).
-    pub fn demote(&mut self, item: T, priority: i32, level: usize, now: u64) {
+    pub fn demote(&mut self, item: T, priority: i32, size: u64, level: usize, now: u64) {
         let to = (level + 1).min(self.config.levels - 1);
-        self.insert(to, item, priority, now);
+        self.insert(to, item, priority, size, now);
     }
 
     /// Takes every pod out, level by level in dispatch order within a
@@ -142,6 +155,7 @@ impl<T> Mlfq<T> {
             out.extend(std::mem::take(entries).into_values().map(|e| Popped {
                 item: e.item,
                 priority: e.priority,
+                size: e.size,
                 level,
                 since: e.since,
             }));
@@ -160,7 +174,7 @@ impl<T> Mlfq<T> {
                 }
                 self.waits[level].pop_first();
                 let e = self.levels[level].remove(&k).expect("every wait has its entry");
-                self.insert(level - 1, e.item, e.priority, now);
+                self.insert(level - 1, e.item, e.priority, e.size, now);
             }
         }
     }
@@ -178,7 +192,7 @@ impl<T> Mlfq<T> {
                     self.served[level] += 1;
                     let (k, e) = self.levels[level].pop_first().expect("level is not empty");
                     self.waits[level].remove(&(e.since, k));
-                    return Some(Popped { item: e.item, priority: e.priority, level, since: e.since });
+                    return Some(Popped { item: e.item, priority: e.priority, size: e.size, level, since: e.since });
                 }
                 // Every non-empty level used its quantum: a new round.
                 None => self.served.iter_mut().for_each(|s| *s = 0),
@@ -192,30 +206,64 @@ mod tests {
     use super::*;
 
     fn q(levels: usize, base: u32, aging: u64) -> Mlfq<&'static str> {
-        Mlfq::new(MlfqConfig { levels, base_quantum: base, aging_after: aging })
+        Mlfq::new(MlfqConfig { levels, base_quantum: base, aging_after: aging, smallest_first: false })
     }
 
     #[test]
     fn priority_then_arrival_within_a_level() {
         let mut m = q(3, 8, 1_000);
-        m.push("low-1", 0, 0);
-        m.push("high", 10, 1);
-        m.push("low-2", 0, 2);
+        m.push("low-1", 0, 0, 0);
+        m.push("high", 10, 0, 1);
+        m.push("low-2", 0, 0, 2);
         let order: Vec<_> = std::iter::from_fn(|| m.pop(3).map(|p| p.item)).collect();
         assert_eq!(order, ["high", "low-1", "low-2"]);
     }
 
     #[test]
+    fn smallest_first_orders_equal_priorities_by_size_and_keeps_it_across_levels() {
+        let sized = |smallest_first| {
+            let mut m = Mlfq::new(MlfqConfig { levels: 2, base_quantum: 8, aging_after: 100, smallest_first });
+            m.push("wide-early", 0, 64, 0);
+            m.push("narrow", 0, 1, 1);
+            m.push("mid", 0, 8, 2);
+            m.push("wide-late", 0, 64, 3);
+            m.push("urgent-wide", 5, 64, 4);
+            m
+        };
+        let mut m = sized(true);
+        let order: Vec<_> = std::iter::from_fn(|| m.pop(5).map(|p| p.item)).collect();
+        // Priority still first; then size; arrival among equal sizes.
+        assert_eq!(order, ["urgent-wide", "narrow", "mid", "wide-early", "wide-late"]);
+        let mut m = sized(false);
+        let order: Vec<_> = std::iter::from_fn(|| m.pop(5).map(|p| p.item)).collect();
+        assert_eq!(order, ["urgent-wide", "wide-early", "narrow", "mid", "wide-late"], "off: arrival");
+
+        // A demoted job keeps its size; aging lifts it with its size.
+        let mut m = sized(true);
+        let p = m.pop(5).unwrap();
+        m.demote(p.item, p.priority, p.size, p.level, 5);
+        let p = m.pop(5).unwrap();
+        assert_eq!((p.item, p.size), ("narrow", 1));
+        m.demote(p.item, p.priority, p.size, p.level, 5);
+        // Both aged back to level 0 at 105: after the higher priority,
+        // narrow before every wider job there.
+        let order: Vec<_> = std::iter::from_fn(|| m.pop(105).map(|p| (p.item, p.level))).collect();
+        assert_eq!(order[..2], [("urgent-wide", 0), ("narrow", 0)], "{order:?}");
+        let drained = sized(true).drain();
+        assert_eq!(drained.iter().map(|p| p.size).collect::<Vec<_>>(), [64, 1, 8, 64, 64]);
+    }
+
+    #[test]
     fn failures_demote_and_the_last_level_keeps_them() {
         let mut m = q(2, 8, 1_000);
-        m.push("p", 0, 0);
+        m.push("p", 0, 0, 0);
         let p = m.pop(0).unwrap();
         assert_eq!(p.level, 0);
-        m.demote(p.item, p.priority, p.level, 1);
+        m.demote(p.item, p.priority, 0, p.level, 1);
         assert_eq!(m.depths(), [0, 1]);
         let p = m.pop(1).unwrap();
         assert_eq!(p.level, 1);
-        m.demote(p.item, p.priority, p.level, 2);
+        m.demote(p.item, p.priority, 0, p.level, 2);
         assert_eq!(m.depths(), [0, 1], "no level below the last");
     }
 
@@ -223,10 +271,10 @@ mod tests {
     fn quanta_serve_lower_levels_every_round() {
         let mut m = q(3, 4, u64::MAX);
         for _ in 0..20 {
-            m.push("top", 0, 0);
+            m.push("top", 0, 0, 0);
         }
-        m.demote("mid", 0, 0, 0);
-        m.demote("bottom", 0, 1, 0);
+        m.demote("mid", 0, 0, 0, 0);
+        m.demote("bottom", 0, 0, 1, 0);
         let first: Vec<_> = (0..8).map(|_| m.pop(0).unwrap().item).collect();
         // Round: 4 from level 0, 2 from level 1 (only one there), 1 from level 2.
         assert_eq!(first, ["top", "top", "top", "top", "mid", "bottom", "top", "top"]);
@@ -235,9 +283,9 @@ mod tests {
     #[test]
     fn aging_lifts_a_waiting_pod() {
         let mut m = q(3, 1, 100);
-        m.demote("old", 0, 1, 0);
+        m.demote("old", 0, 0, 1, 0);
         assert_eq!(m.depths(), [0, 0, 1]);
-        m.push("new", 0, 150);
+        m.push("new", 0, 0, 150);
         // At 99 nothing is ripe yet.
         m.age(99);
         assert_eq!(m.depths(), [1, 0, 1]);
@@ -251,15 +299,16 @@ mod tests {
 
     #[test]
     fn no_starvation_under_a_flood_of_high_priority_pods() {
-        let mut m: Mlfq<u32> = Mlfq::new(MlfqConfig { levels: 4, base_quantum: 8, aging_after: 50 });
-        m.demote(0, -100, 2, 0);
-        m.demote(1, -100, 3, 0);
+        let mut m: Mlfq<u32> =
+            Mlfq::new(MlfqConfig { levels: 4, base_quantum: 8, aging_after: 50, smallest_first: false });
+        m.demote(0, -100, 0, 2, 0);
+        m.demote(1, -100, 0, 3, 0);
         let mut served_low = Vec::new();
         for t in 0..2_000u64 {
             // Two new high-priority pods per tick, one dispatched per tick:
             // the queue only grows, yet the low pods are reached.
-            m.push(1_000 + t as u32 * 2, 1_000, t);
-            m.push(1_001 + t as u32 * 2, 1_000, t);
+            m.push(1_000 + t as u32 * 2, 1_000, 0, t);
+            m.push(1_001 + t as u32 * 2, 1_000, 0, t);
             let p = m.pop(t).unwrap();
             if p.item < 2 {
                 served_low.push((p.item, t));

@@ -191,6 +191,11 @@ pub enum BenchCmd {
         /// (the policy's scheduling.reserve_after_s), in every mode.
         #[arg(long, value_name = "S")]
         reserve_after: Option<u64>,
+        /// Within a queue, smaller jobs (fewer GPUs over the gang) first
+        /// (the policy's scheduling.queue.smallest_first), in every mode
+        /// but fifo.
+        #[arg(long)]
+        smallest_first: bool,
         #[arg(long, value_enum, default_value = "table")]
         format: Format,
     },
@@ -262,6 +267,7 @@ pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
             gate,
             usage_half_life,
             reserve_after,
+            smallest_first,
             format,
         } => {
             if queues == 0 {
@@ -280,6 +286,7 @@ pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
                     gate,
                     usage_half_life_s: usage_half_life,
                     reserve_after_s: reserve_after,
+                    smallest_first,
                 },
             };
             emit(&tessera::jobs::bench(&opts)?, format)?;

@@ -137,7 +137,7 @@ impl Scheduler {
             let Some(e) = self.pods.get(&p.item) else { continue };
             if e.state == State::Queued {
                 let list = q.list_of(&e.pod);
-                q.waiting[list].requeue(p.item, p.priority, p.level, p.since);
+                q.waiting[list].requeue(p.item, p.priority, p.size, p.level, p.since);
             }
         }
         let running: Vec<(PodId, NodeId)> = self.running().map(|(id, _, at)| (id, at.node)).collect();
@@ -247,22 +247,31 @@ impl Scheduler {
         c
     }
 
+    /// Pod `id`'s queue list and its job's size for the queue's order
+    /// (`scheduling.queue.smallest_first`): the GPU share its whole gang
+    /// asks for (every member alike, so a gang's members stay together).
+    fn list_and_size(&self, id: PodId) -> (usize, u64) {
+        let pod = &self.pods[&id].pod;
+        let members = pod.gang.as_ref().map_or(1, |g| u64::from(g.min_member.max(1)));
+        (self.queues.list_of(pod), u64::from(pod.gpu_count) * u64::from(pod.gpu_milli) * members)
+    }
+
     /// Lists pod `id` (queued) in its queue.
     pub(super) fn enlist(&mut self, id: PodId, priority: i32, level: usize, since: u64) {
-        let list = self.queues.list_of(&self.pods[&id].pod);
-        self.queues.waiting[list].requeue(id, priority, level, since);
+        let (list, size) = self.list_and_size(id);
+        self.queues.waiting[list].requeue(id, priority, size, level, since);
     }
 
     /// Lists a new pod `id` at level 0.
     pub(super) fn enlist_new(&mut self, id: PodId, priority: i32, now: u64) {
-        let list = self.queues.list_of(&self.pods[&id].pod);
-        self.queues.waiting[list].push(id, priority, now);
+        let (list, size) = self.list_and_size(id);
+        self.queues.waiting[list].push(id, priority, size, now);
     }
 
     /// Lists pod `id` one level below `level` (a preemption's victim).
     pub(super) fn enlist_demoted(&mut self, id: PodId, priority: i32, level: usize, now: u64) {
-        let list = self.queues.list_of(&self.pods[&id].pod);
-        self.queues.waiting[list].demote(id, priority, level, now);
+        let (list, size) = self.list_and_size(id);
+        self.queues.waiting[list].demote(id, priority, size, level, now);
     }
 
     /// Pods listed at each level, over all queues.

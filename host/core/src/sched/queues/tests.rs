@@ -430,3 +430,29 @@ fn remembered_use_needs_the_gate_and_a_sane_half_life() {
             == Some(86_400)
     );
 }
+
+/// With `smallest_first`, the job asking for the fewest GPUs over its
+/// whole gang is decided first, whatever the arrival order; without it,
+/// the first to arrive is.
+#[test]
+fn smallest_first_sizes_a_job_by_its_whole_gang() {
+    let run = |smallest_first: bool| {
+        let mut cfg = SchedConfig::default();
+        cfg.queue.smallest_first = smallest_first;
+        let mut s = Scheduler::new(vec![node("n0", 4, "A100")], cfg);
+        let gang = Gang { name: "wide".into(), min_member: 2, timeout_s: None };
+        // Two members of 2 GPUs (4 over the gang) arrive first; each is
+        // smaller than `mid`, but the gang is not.
+        for i in 0..2 {
+            s.submit(i, Pod { gang: Some(gang.clone()), queue: None, ..pod(&format!("wide-{i}"), "q", 2) }, 0).unwrap();
+        }
+        s.submit(2, Pod { queue: None, ..pod("mid", "q", 3) }, 1).unwrap();
+        s.submit(3, Pod { queue: None, ..pod("narrow", "q", 1) }, 2).unwrap();
+        s.schedule(&mut First, 3);
+        let mut names: Vec<String> = s.running().map(|(_, p, _)| p.name.clone()).collect();
+        names.sort();
+        names
+    };
+    assert_eq!(run(false), ["wide-0", "wide-1"], "arrival order: the gang first");
+    assert_eq!(run(true), ["mid", "narrow"], "fewest GPUs over the job first");
+}

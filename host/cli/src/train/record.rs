@@ -98,7 +98,7 @@ pub struct OptionsRecord {
     /// See [`super::Hyper::aim`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub aim: Option<f64>,
-    /// See [`TrainOptions::with_traces`]; left out of the record when
+    /// See [`super::TrainOptions::with_traces`]; left out of the record when
     /// off.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub with_traces: bool,

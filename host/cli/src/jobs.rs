@@ -82,7 +82,7 @@ impl Admission {
 /// `fair-share`'s built-in queues (`queues.fair_share_gate`,
 /// `queues.usage_half_life_s`) and reservations for gangs that wait too
 /// long for room (`scheduling.reserve_after_s`, every mode).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Fairness {
     /// Whether a queue at its fair share of GPUs starts nothing new while
     /// another is below its own.
@@ -90,6 +90,9 @@ pub struct Fairness {
     /// With the gate: use over or under the share is remembered with this
     /// half-life, s (time-based fair share).
     pub usage_half_life_s: Option<u64>,
+    /// With remembered use: hold queues only while remembered fairness is
+    /// below this (`queues.fairness_target`).
+    pub fairness_target: Option<f64>,
     /// Nodes are reserved for a gang that waited this long for room, s.
     pub reserve_after_s: Option<u64>,
     /// Within a queue, smaller jobs first (`scheduling.queue.smallest_first`).
@@ -103,6 +106,7 @@ impl Fairness {
             list,
             fair_share_gate: self.gate,
             usage_half_life_s: self.usage_half_life_s,
+            fairness_target: self.fairness_target,
             ..QueuesConfig::default()
         })?)
     }
@@ -125,6 +129,9 @@ impl Fairness {
             (true, None) => "+gate".into(),
             (true, Some(h)) => format!("+gate~{h}s"),
         };
+        if let Some(t) = self.fairness_target {
+            s += &format!("≥{t}");
+        }
         if let Some(r) = self.reserve_after_s {
             s += &format!("+reserve@{r}s");
         }

@@ -68,6 +68,14 @@ pub struct QueuesConfig {
     /// decay). Unset: the gate looks at the present only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage_half_life_s: Option<u64>,
+    /// With remembered use: the gate holds queues only while fairness, as
+    /// remembered, is below this — Jain's index over the leaf queues of
+    /// the GPU-seconds each held ÷ its fair share while contended, decayed
+    /// by the half-life, in (0, 1]. Fairness is then a floor, not a price
+    /// paid at every pass: while the queues are treated alike, freed GPUs
+    /// go to whoever waits (no idle room kept). Unset: always.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fairness_target: Option<f64>,
     /// The queues, parents before or after their children.
     pub list: Vec<QueueSpec>,
 }
@@ -79,6 +87,7 @@ impl Default for QueuesConfig {
             reclaim: true,
             fair_share_gate: false,
             usage_half_life_s: None,
+            fairness_target: None,
             list: Vec::new(),
         }
     }
@@ -289,6 +298,7 @@ pub struct QueueTree {
     reclaim: bool,
     fair_share_gate: bool,
     usage_half_life_s: Option<u64>,
+    fairness_target: Option<f64>,
 }
 
 impl Default for QueueTree {
@@ -309,6 +319,15 @@ impl QueueTree {
             }
             if !cfg.fair_share_gate {
                 return Err(err(field, "remembers use for the fair-share gate: set fair_share_gate: true".into()));
+            }
+        }
+        if let Some(t) = cfg.fairness_target {
+            let field = "fairness_target".to_string();
+            if !(t > 0.0 && t <= 1.0) {
+                return Err(err(field, format!("{t} must be in (0, 1] (Jain's index)")));
+            }
+            if cfg.usage_half_life_s.is_none() {
+                return Err(err(field, "reads remembered use: set usage_half_life_s (and fair_share_gate)".into()));
             }
         }
         if cfg.list.len() > MAX_QUEUES {
@@ -451,6 +470,7 @@ impl QueueTree {
             reclaim: cfg.reclaim,
             fair_share_gate: cfg.fair_share_gate,
             usage_half_life_s: cfg.usage_half_life_s,
+            fairness_target: cfg.fairness_target,
         })
     }
 
@@ -478,6 +498,12 @@ impl QueueTree {
     /// (`usage_half_life_s`).
     pub fn usage_half_life_s(&self) -> Option<u64> {
         self.usage_half_life_s
+    }
+
+    /// The fairness below which the gate holds queues
+    /// (`fairness_target`), if set.
+    pub fn fairness_target(&self) -> Option<f64> {
+        self.fairness_target
     }
 
     /// Whether this is the one implicit queue (no `queues:` section).

@@ -187,6 +187,11 @@ pub enum BenchCmd {
         /// share remembered with this half-life (s) and paid back.
         #[arg(long, value_name = "S", requires = "gate")]
         usage_half_life: Option<u64>,
+        /// With --usage-half-life: the gate holds queues only while
+        /// remembered fairness (Jain over queues of held ÷ fair share) is
+        /// below T (the policy's queues.fairness_target).
+        #[arg(long, value_name = "T", requires = "usage_half_life")]
+        fairness_target: Option<f64>,
         /// Reserve nodes for a gang that has waited S seconds for room
         /// (the policy's scheduling.reserve_after_s), in every mode.
         #[arg(long, value_name = "S")]
@@ -266,6 +271,7 @@ pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
             equal,
             gate,
             usage_half_life,
+            fairness_target,
             reserve_after,
             smallest_first,
             format,
@@ -285,6 +291,7 @@ pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
                 fairness: tessera::jobs::Fairness {
                     gate,
                     usage_half_life_s: usage_half_life,
+                    fairness_target,
                     reserve_after_s: reserve_after,
                     smallest_first,
                 },

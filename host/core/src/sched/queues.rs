@@ -389,16 +389,20 @@ impl Scheduler {
                 let tree = &self.queues.tree;
                 let asked: u64 = tree.roots().iter().map(|&r| demand[r]).sum();
                 u.begin(now, fair.clone(), asked > capacity.get(&Dim::Gpu));
-                let share = u.shares(tree, &demand);
-                let owes = share.iter().zip(&fair).map(|(s, f)| s < f).collect();
-                GateShares { share, owes }
+                // Fair enough, as remembered: this pass holds no one.
+                let relaxed = tree.fairness_target().is_some_and(|t| u.fairness(tree) >= t);
+                (!relaxed).then(|| {
+                    let share = u.shares(tree, &demand);
+                    let owes = share.iter().zip(&fair).map(|(s, f)| s < f).collect();
+                    GateShares { share, owes }
+                })
             }
-            None => GateShares { owes: vec![false; fair.len()], share: fair },
+            None => Some(GateShares { owes: vec![false; fair.len()], share: fair }),
         };
         let mut gated = std::mem::take(&mut self.queues.gated);
         let mut ready = Vec::new();
         gated.retain(|&q, held| {
-            let open = !self.over_share(q, &share, 0);
+            let open = share.as_ref().is_none_or(|share| !self.over_share(q, share, 0));
             if open {
                 ready.extend(held.iter().copied());
             }
@@ -406,14 +410,16 @@ impl Scheduler {
         });
         self.queues.gated = gated;
         ready.retain(|p| self.parked.contains(p));
-        self.queues.share = Some(share);
+        self.queues.share = share;
         self.wake(ready);
     }
 
     /// At the end of a pass: what each queue uses, for the time until the
     /// next (`usage_half_life_s`).
     pub(super) fn close_gate(&mut self) {
-        if self.queues.share.is_some()
+        // As open_gate began the pass (the gate held anyone or not).
+        if self.queues.tree.fair_share_gate()
+            && !self.queues.tree.is_trivial()
             && let Some(u) = &mut self.queues.usage
         {
             u.end(self.queues.used.iter().map(|a| a.get(&Dim::Gpu)).collect());

@@ -416,6 +416,68 @@ fn remembered_use_lets_a_job_wider_than_its_share_take_its_turn() {
     assert_eq!(run(Some(100)), run(Some(100)), "deterministic");
 }
 
+/// The scene above with a fairness target: the gate holds no one while
+/// remembered fairness is at or above the target, so n first takes both
+/// nodes (nothing is remembered yet: fair); once n has held everything
+/// for 100 s while w waited (Jain 0.5), the gate holds n and w's job runs
+/// when n's pods have ended. A target no two queues can fall below (Jain
+/// over two is at least 0.5) never holds anyone.
+#[test]
+fn a_fairness_target_holds_queues_only_once_fairness_falls_below_it() {
+    let run = |target: f64| -> (Option<u64>, u32) {
+        let list = vec![
+            queue("n", 1.0, Quota::default(), Quota::default()),
+            queue("w", 1.0, Quota::default(), Quota::default()),
+        ];
+        let mut s = Scheduler::new(vec![node("n0", 4, "A100"), node("n1", 4, "A100")], SchedConfig::default());
+        let cfg = QueuesConfig {
+            list,
+            reclaim: false,
+            fair_share_gate: true,
+            usage_half_life_s: Some(100),
+            fairness_target: Some(target),
+            ..QueuesConfig::default()
+        };
+        s.set_queues(QueueTree::new(&cfg).unwrap());
+        let gang = Gang { name: "w".into(), min_member: 2, timeout_s: None };
+        for i in 0..2 {
+            s.submit(100 + i, Pod { gang: Some(gang.clone()), ..pod(&format!("w{i}"), "w", 4) }, 0).unwrap();
+        }
+        for k in 0..10 {
+            s.submit(k, pod(&format!("n{k}"), "n", 4), 0).unwrap();
+        }
+        s.schedule(&mut First, 0);
+        let first = held(&s).get("n").copied().unwrap_or(0);
+        for k in 0..9 {
+            let t = (k + 1) * 100;
+            s.remove(k);
+            s.schedule(&mut First, t);
+            if held(&s).get("w") == Some(&8) {
+                return (Some(t), first);
+            }
+        }
+        (None, first)
+    };
+    assert_eq!(run(0.9), (Some(200), 8), "fair at first (n takes all), held once unfair, w runs when n's pods end");
+    assert_eq!(run(0.5), (None, 8), "Jain over two queues never falls below 0.5: the gate never holds");
+    assert_eq!(run(0.9), run(0.9), "deterministic");
+}
+
+#[test]
+fn a_fairness_target_is_a_jain_index_and_needs_remembered_use() {
+    let base = QueuesConfig { fair_share_gate: true, usage_half_life_s: Some(3600), ..QueuesConfig::default() };
+    for bad in [0.0, -1.0, 1.5, f64::NAN] {
+        let err = QueueTree::new(&QueuesConfig { fairness_target: Some(bad), ..base.clone() }).unwrap_err();
+        assert_eq!(err.field, "fairness_target", "{bad}");
+        assert!(err.reason.contains("(0, 1]"), "{err}");
+    }
+    let err = QueueTree::new(&QueuesConfig { fairness_target: Some(0.9), usage_half_life_s: None, ..base.clone() })
+        .unwrap_err();
+    assert!(err.field == "fairness_target" && err.reason.contains("usage_half_life_s"), "{err}");
+    let tree = QueueTree::new(&QueuesConfig { fairness_target: Some(0.9), ..base }).unwrap();
+    assert_eq!(tree.fairness_target(), Some(0.9));
+}
+
 #[test]
 fn remembered_use_needs_the_gate_and_a_sane_half_life() {
     let base = QueuesConfig { fair_share_gate: true, ..QueuesConfig::default() };

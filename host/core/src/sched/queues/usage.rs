@@ -25,6 +25,10 @@ pub(in crate::sched) struct Usage {
     /// Per queue: GPU thousandth-seconds held over (+) or under (−) its
     /// fair share while contended, decayed.
     balance: Vec<f64>,
+    /// Per queue: GPU thousandth-seconds held while contended, decayed …
+    held: Vec<f64>,
+    /// … and its fair share of them (for [`Self::fairness`]).
+    entitled: Vec<f64>,
     /// When the last pass began, if one did.
     at: Option<u64>,
     /// As the last pass left them, per queue: GPUs used (thousandths) …
@@ -41,6 +45,8 @@ impl Usage {
         Self {
             half_life_s: half_life_s.max(1),
             balance: vec![0.0; queues],
+            held: vec![0.0; queues],
+            entitled: vec![0.0; queues],
             at: None,
             used: vec![0; queues],
             share: vec![0; queues],
@@ -56,11 +62,15 @@ impl Usage {
             let dt = now.saturating_sub(at);
             if dt > 0 {
                 let f = half_decay(dt, self.half_life_s);
-                for ((b, &u), &s) in self.balance.iter_mut().zip(&self.used).zip(&self.share) {
-                    // Held at a constant rate through the interval, decayed
-                    // on average by half of it (the trapezoid).
-                    let rate = if self.contended { u as f64 - s as f64 } else { 0.0 };
-                    *b = *b * f + rate * dt as f64 * (1.0 + f) / 2.0;
+                // Held at a constant rate through the interval, decayed on
+                // average by half of it (the trapezoid); only contended
+                // time counts.
+                let span = if self.contended { dt as f64 * (1.0 + f) / 2.0 } else { 0.0 };
+                for q in 0..self.balance.len() {
+                    let (u, s) = (self.used[q] as f64, self.share[q] as f64);
+                    self.balance[q] = self.balance[q] * f + (u - s) * span;
+                    self.held[q] = self.held[q] * f + u * span;
+                    self.entitled[q] = self.entitled[q] * f + s * span;
                 }
             }
         }
@@ -72,6 +82,19 @@ impl Usage {
     /// The pass ends with `used` GPUs (thousandths) per queue.
     pub(in crate::sched) fn end(&mut self, used: Vec<u64>) {
         self.used = used;
+    }
+
+    /// Jain's index over the leaves of `tree` that were entitled to
+    /// anything of held ÷ entitled GPU-seconds, as remembered: 1 when every
+    /// such leaf held the same multiple of its fair share (or fewer than
+    /// two were entitled), toward 1/n as one leaf held everything.
+    pub(in crate::sched) fn fairness(&self, tree: &QueueTree) -> f64 {
+        let ratios: Vec<f64> = (0..tree.nodes().len())
+            .filter(|&q| tree.nodes()[q].is_leaf() && self.entitled[q] > 0.0)
+            .map(|q| self.held[q] / self.entitled[q])
+            .collect();
+        let (sum, squares) = ratios.iter().fold((0.0, 0.0), |(a, b), r| (a + r, b + r * r));
+        if ratios.len() < 2 || squares == 0.0 { 1.0 } else { sum * sum / (ratios.len() as f64 * squares) }
     }
 
     /// GPU thousandth-seconds queue `q` held over its share (negative:
@@ -198,5 +221,42 @@ mod tests {
         u.end(used);
         u.begin(300, share, false);
         assert!((u.balance(a) - before / 2.0).abs() < 1e-6, "{} → {}", before, u.balance(a));
+    }
+
+    /// Fairness as remembered: 1 while both hold their share, 1/2 when one
+    /// held everything it could while the other got nothing, between as
+    /// the memory of it decays under fair use.
+    #[test]
+    fn remembered_fairness_is_jains_index_of_held_over_share() {
+        let tree = two_leaves();
+        let (a, b) = (tree.index("a").unwrap(), tree.index("b").unwrap());
+        let n = tree.nodes().len();
+        let mut u = Usage::new(n, 100);
+        assert_eq!(u.fairness(&tree), 1.0, "nothing remembered");
+        let mut share = vec![0; n];
+        share[a] = 4_000;
+        share[b] = 4_000;
+        let mut used = vec![0; n];
+        used[a] = 4_000;
+        used[b] = 4_000;
+        u.begin(0, share.clone(), true);
+        u.end(used.clone());
+        u.begin(100, share.clone(), true);
+        assert!((u.fairness(&tree) - 1.0).abs() < 1e-12);
+
+        let mut u = Usage::new(n, 100);
+        let mut unfair = vec![0; n];
+        unfair[a] = 8_000;
+        u.begin(0, share.clone(), true);
+        u.end(unfair);
+        u.begin(100, share.clone(), true);
+        assert!((u.fairness(&tree) - 0.5).abs() < 1e-12, "{}", u.fairness(&tree));
+        u.end(used.clone());
+        u.begin(200, share.clone(), true);
+        let mid = u.fairness(&tree);
+        assert!(mid > 0.5 && mid < 1.0, "{mid}");
+        u.end(used);
+        u.begin(400, share, true);
+        assert!(u.fairness(&tree) > mid, "fair use lifts it as the unfair stretch decays");
     }
 }

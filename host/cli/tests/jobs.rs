@@ -196,6 +196,45 @@ fn bench_jobs_with_remembered_use_gives_a_wide_job_its_turn() {
     assert!(!ok && err.contains("usage_half_life_s: 5 s must be within 60..="), "{err}");
 }
 
+/// The scene above with a fairness floor (`--fairness-target 0.9`): t1
+/// may take everything while the queues have been treated alike, but t2
+/// shut out drags remembered fairness below the floor, the gate holds t1,
+/// and t2's job runs; a floor of 0.5, which two queues never fall below,
+/// holds no one and t2 waits as without a gate. A floor outside (0, 1] is refused by name.
+/// `--smallest-first` is named in the run and every job still finishes.
+#[test]
+fn bench_jobs_with_a_fairness_floor_and_smallest_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let line = |gpus: u32| format!("ResNet-50 (batch size 64)\tcd %s\t-n\t1\t20000\t0.000000\t{gpus}\n");
+    std::fs::write(dir.path().join("t1.trace"), (0..6).map(|_| line(8)).collect::<String>()).unwrap();
+    std::fs::write(dir.path().join("t2.trace"), line(16)).unwrap();
+    std::fs::write(dir.path().join("vc_cluster_specs.json"), r#"{"t1": ["8:0:0"], "t2": ["8:0:0"]}"#).unwrap();
+    let fair = |extra: &[&str]| {
+        let mut args = vec!["--mix", "--equal", "--gate", "--usage-half-life", "3600"];
+        args.extend_from_slice(extra);
+        let v = bench_jobs(dir.path(), &args);
+        v["runs"].as_array().unwrap().iter().find(|r| r["policy"] == "fair-share").unwrap().clone()
+    };
+    let floor = fair(&["--fairness-target", "0.9"]);
+    assert_eq!(floor["trace"], "mix:2=+gate~3600s≥0.9");
+    assert_eq!((floor["completed"].as_u64(), floor["partial_gang_gpu_s"].as_u64()), (Some(7), Some(0)), "{floor}");
+    assert!(floor["queue_share"]["t2"].as_f64().unwrap_or(0.0) > 0.5, "t2's job ran while contended: {floor}");
+    // Jain over two queues is never below 0.5: that floor never holds t1.
+    let never = fair(&["--fairness-target", "0.5"]);
+    assert!(never["queue_share"]["t2"].as_f64().unwrap_or(0.0) < 0.01, "{never}");
+
+    let sized = fair(&["--smallest-first"]);
+    assert_eq!(sized["trace"], "mix:2=+gate~3600s+smallest");
+    assert_eq!(sized["completed"].as_u64(), Some(7), "{sized}");
+
+    let dir_s = dir.path().to_str().unwrap();
+    let args = ["bench", "jobs", "--traces", dir_s, "--mix", "--gate", "--usage-half-life", "3600"];
+    let (ok, _, err) = tessera(&[&args[..], &["--fairness-target", "1.5"]].concat());
+    assert!(!ok && err.contains("fairness_target") && err.contains("(0, 1]"), "{err}");
+    let (ok, _, err) = tessera(&["bench", "jobs", "--traces", dir_s, "--mix", "--gate", "--fairness-target", "0.9"]);
+    assert!(!ok && err.contains("--usage-half-life"), "the floor reads remembered use: {err}");
+}
+
 #[test]
 fn bench_gangs_times_each_gangs_pass_with_and_without_queues() {
     let (ok, out, err) = tessera(&[

@@ -321,6 +321,9 @@ impl Engine {
     fn queue_gauges(&self) {
         use crate::metrics::{QueueLabel, QueueResourceLabel};
         let m = &self.svc.shared.metrics;
+        if let Some(f) = self.driver.model().sched().remembered_fairness() {
+            m.queue_fairness.set(f);
+        }
         for q in self.driver.model().sched().queues() {
             let label = QueueLabel { queue: q.name.clone() };
             m.queue_pending.get_or_create(&label).set(q.pending as i64);

@@ -166,6 +166,10 @@ pub struct Metrics {
     pub queue_fair_share: Family<QueueResourceLabel, Gauge<f64, AtomicU64>>,
     /// Each queue's dominant share of the cluster, 0..1.
     pub queue_dominant_share: Family<QueueLabel, Gauge<f64, AtomicU64>>,
+    /// With `usage_half_life_s`: the fairness across queues the gate
+    /// remembers (Jain over held ÷ fair share), what `fairness_target`
+    /// is compared with.
+    pub queue_fairness: Gauge<f64, AtomicU64>,
     /// Pods parked as unschedulable.
     pub parked: Gauge,
     /// Pods running.
@@ -241,6 +245,7 @@ impl Metrics {
             queue_guarantee: Family::default(),
             queue_fair_share: Family::default(),
             queue_dominant_share: Family::default(),
+            queue_fairness: Gauge::default(),
             parked: Gauge::default(),
             running: Gauge::default(),
             reschedule_attempts: Family::default(),
@@ -308,6 +313,11 @@ impl Metrics {
             "queue_dominant_share",
             "A queue's largest share of any resource of the cluster",
             m.queue_dominant_share.clone(),
+        );
+        registry.register(
+            "queue_fairness",
+            "Fairness across queues as the gate remembers it: Jain over held / fair share GPU-seconds",
+            m.queue_fairness.clone(),
         );
         registry.register("pods_running", "Pods running", m.running.clone());
         registry.register("reschedule_attempts", "Rescheduling cycles by trigger", m.reschedule_attempts.clone());

@@ -1,6 +1,7 @@
 //! Queues in the service: a policy posted with a `queues:` section holds
 //! its queue to its limit, says why a pod waits, and reports each queue's
-//! use, guarantee and fair share on `/metrics`.
+//! use, guarantee and fair share on `/metrics`, and the fairness the
+//! gate remembers.
 
 use std::time::Duration;
 
@@ -15,6 +16,9 @@ plugins:
     source: builtin:binpack
 queues:
   default_queue: batch
+  fair_share_gate: true
+  usage_half_life_s: 3600
+  fairness_target: 0.9
   list:
     - name: batch
       guarantee: { gpus: 2 }
@@ -55,6 +59,8 @@ async fn a_posted_queue_is_held_to_its_limit_and_reported() {
     assert!(series(&text, r#"tessera_queue_pending{queue="batch"}"#).unwrap() > 0.0, "{text}");
     assert!(series(&text, r#"tessera_queue_fair_share{queue="batch",resource="gpus"}"#).is_some(), "{text}");
     assert_eq!(series(&text, r#"tessera_queue_running{queue="prod"}"#), Some(0.0), "no pod names prod");
+    // One queue with demand: nothing to be unfair between.
+    assert_eq!(series(&text, "tessera_queue_fairness"), Some(1.0), "{text}");
     let held = series(&text, r#"tessera_scheduling_failures_total{code="SCHED-QUEUE-LIMIT"}"#).unwrap_or(0.0);
     assert!(held > 0.0, "{text}");
     svc.stop().await;

@@ -223,6 +223,13 @@ impl Scheduler {
         }
     }
 
+    /// With `usage_half_life_s`: fairness across the leaf queues as the
+    /// gate remembers it (Jain over held ÷ fair-share GPU-seconds; see
+    /// `fairness_target`). `None` without remembered use.
+    pub fn remembered_fairness(&self) -> Option<f64> {
+        self.queues.usage.as_ref().map(|u| u.fairness(&self.queues.tree))
+    }
+
     /// Whether the policy set queues (more than the one default queue).
     pub fn has_queues(&self) -> bool {
         !self.queues.tree.is_trivial()

@@ -447,11 +447,16 @@ fn a_fairness_target_holds_queues_only_once_fairness_falls_below_it() {
             s.submit(k, pod(&format!("n{k}"), "n", 4), 0).unwrap();
         }
         s.schedule(&mut First, 0);
+        assert_eq!(s.remembered_fairness(), Some(1.0), "nothing remembered yet");
         let first = held(&s).get("n").copied().unwrap_or(0);
         for k in 0..9 {
             let t = (k + 1) * 100;
             s.remove(k);
             s.schedule(&mut First, t);
+            if t == 100 {
+                let f = s.remembered_fairness().unwrap();
+                assert!((f - 0.5).abs() < 1e-9, "n held everything for 100 s, w nothing: {f}");
+            }
             if held(&s).get("w") == Some(&8) {
                 return (Some(t), first);
             }

@@ -152,6 +152,15 @@ fn bench_jobs_mix_gives_each_virtual_cluster_its_guarantee() {
     assert!(!ok && err.contains("--capacity must be 10..=100"), "{err}");
 }
 
+/// Two VCs of 8 GPUs each: t1 with six 8-GPU jobs, t2 with one 16-GPU
+/// job, all arriving at 0 (the scene of the two tests below).
+fn wide_job_beside_a_stream(dir: &std::path::Path) {
+    let line = |gpus: u32| format!("ResNet-50 (batch size 64)\tcd %s\t-n\t1\t20000\t0.000000\t{gpus}\n");
+    std::fs::write(dir.join("t1.trace"), (0..6).map(|_| line(8)).collect::<String>()).unwrap();
+    std::fs::write(dir.join("t2.trace"), line(16)).unwrap();
+    std::fs::write(dir.join("vc_cluster_specs.json"), r#"{"t1": ["8:0:0"], "t2": ["8:0:0"]}"#).unwrap();
+}
+
 /// A VC whose one job is as wide as the pooled cluster (t2: 16 GPUs, its
 /// share 8) beside one that always has an 8-GPU job to start (t1). The
 /// gate alone holds t1 at its share, but each time t1's job ends t1 uses
@@ -161,10 +170,7 @@ fn bench_jobs_mix_gives_each_virtual_cluster_its_guarantee() {
 #[test]
 fn bench_jobs_with_remembered_use_gives_a_wide_job_its_turn() {
     let dir = tempfile::tempdir().unwrap();
-    let line = |gpus: u32| format!("ResNet-50 (batch size 64)\tcd %s\t-n\t1\t20000\t0.000000\t{gpus}\n");
-    std::fs::write(dir.path().join("t1.trace"), (0..6).map(|_| line(8)).collect::<String>()).unwrap();
-    std::fs::write(dir.path().join("t2.trace"), line(16)).unwrap();
-    std::fs::write(dir.path().join("vc_cluster_specs.json"), r#"{"t1": ["8:0:0"], "t2": ["8:0:0"]}"#).unwrap();
+    wide_job_beside_a_stream(dir.path());
     let fair = |extra: &[&str]| {
         let mut args = vec!["--mix", "--equal", "--gate"];
         args.extend_from_slice(extra);
@@ -205,10 +211,7 @@ fn bench_jobs_with_remembered_use_gives_a_wide_job_its_turn() {
 #[test]
 fn bench_jobs_with_a_fairness_floor_and_smallest_first() {
     let dir = tempfile::tempdir().unwrap();
-    let line = |gpus: u32| format!("ResNet-50 (batch size 64)\tcd %s\t-n\t1\t20000\t0.000000\t{gpus}\n");
-    std::fs::write(dir.path().join("t1.trace"), (0..6).map(|_| line(8)).collect::<String>()).unwrap();
-    std::fs::write(dir.path().join("t2.trace"), line(16)).unwrap();
-    std::fs::write(dir.path().join("vc_cluster_specs.json"), r#"{"t1": ["8:0:0"], "t2": ["8:0:0"]}"#).unwrap();
+    wide_job_beside_a_stream(dir.path());
     let fair = |extra: &[&str]| {
         let mut args = vec!["--mix", "--equal", "--gate", "--usage-half-life", "3600"];
         args.extend_from_slice(extra);

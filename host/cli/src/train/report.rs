@@ -64,11 +64,9 @@ pub fn card(r: &TrainReport) -> String {
          left for one pod; the component `builtin:learned` embeds these weights.\n"
     );
     let _ = writeln!(out, "## Reproduce\n");
-    let with_traces = o.with_traces;
-    let families = &r.families;
     let mut cmd = format!(
         "tessera train --traces ../shared/traces/openb --families {} --generations {} --pairs {} --episodes {} --validation {} --scale {} --sigma {} --lr {} --hidden {} --seed {}",
-        families.join(","),
+        r.families.join(","),
         o.generations,
         o.pairs,
         o.episodes,
@@ -82,7 +80,7 @@ pub fn card(r: &TrainReport) -> String {
     if let Some(aim) = o.aim {
         cmd.push_str(&format!(" --aim {aim}"));
     }
-    if with_traces {
+    if o.with_traces {
         cmd.push_str(" --with-traces");
     }
     if !r.holdout.is_empty() {
@@ -100,13 +98,13 @@ pub fn card(r: &TrainReport) -> String {
          generation draws {} fresh episodes; the model is checked after every step \
          on {} fixed validation episodes of the same families, and the generation \
          with the best validation gain is kept.{} No trace row is stored in the model.\n",
-        families.join(", "),
+        r.families.join(", "),
         if r.holdout.is_empty() { "none".to_string() } else { r.holdout.join(", ") },
         o.scale * 100.0,
         o.scale * 100.0,
         o.episodes,
         o.validation,
-        if with_traces {
+        if o.with_traces {
             " Among them in turn, the directory's own pod lists (`openb_pod_list_*.csv`), \
              sampled the same way: the shared workloads the published figures are on are \
              then trained on, and only the generated members are a test of generalisation."

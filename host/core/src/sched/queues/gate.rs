@@ -22,6 +22,12 @@ pub(in crate::sched) struct GateShares {
 }
 
 impl Scheduler {
+    /// Whether the gate acts at all: `fair_share_gate` over more than the
+    /// one implicit queue.
+    fn gate_on(&self) -> bool {
+        self.queues.tree.fair_share_gate() && !self.queues.tree.is_trivial()
+    }
+
     /// With `usage_half_life_s`: fairness across the leaf queues as the
     /// gate remembers it (Jain over held ÷ fair-share GPU-seconds; see
     /// `fairness_target`). `None` without remembered use.
@@ -35,7 +41,7 @@ impl Scheduler {
     /// `usage_half_life_s`), and the pods the gate parked woken where their
     /// queue is now below it.
     pub(in crate::sched) fn open_gate(&mut self, now: u64) {
-        if !self.queues.tree.fair_share_gate() || self.queues.tree.is_trivial() {
+        if !self.gate_on() {
             self.queues.share = None;
             return;
         }
@@ -77,8 +83,7 @@ impl Scheduler {
     /// next (`usage_half_life_s`).
     pub(in crate::sched) fn close_gate(&mut self) {
         // As open_gate began the pass (the gate held anyone or not).
-        if self.queues.tree.fair_share_gate()
-            && !self.queues.tree.is_trivial()
+        if self.gate_on()
             && let Some(u) = &mut self.queues.usage
         {
             u.end(self.queues.used.iter().map(|a| a.get(&Dim::Gpu)).collect());

@@ -368,6 +368,32 @@ fn the_fair_share_gate_keeps_room_for_a_queue_below_its_share() {
     assert_eq!(held(&gated).get("a"), Some(&16), "a's held pods woke when its share grew");
 }
 
+/// Two 4-GPU nodes and two equal queues with the gate (reclaim off): w
+/// waits with a gang of two 4-GPU members (ids 100, 101), n with ten 4-GPU
+/// pods (ids 0–9), all submitted at 0; nothing decided yet.
+fn wide_job_scene(half_life: Option<u64>, fairness_target: Option<f64>) -> Scheduler {
+    let list =
+        vec![queue("n", 1.0, Quota::default(), Quota::default()), queue("w", 1.0, Quota::default(), Quota::default())];
+    let mut s = Scheduler::new(vec![node("n0", 4, "A100"), node("n1", 4, "A100")], SchedConfig::default());
+    let cfg = QueuesConfig {
+        list,
+        reclaim: false,
+        fair_share_gate: true,
+        usage_half_life_s: half_life,
+        fairness_target,
+        ..QueuesConfig::default()
+    };
+    s.set_queues(QueueTree::new(&cfg).unwrap());
+    let gang = Gang { name: "w".into(), min_member: 2, timeout_s: None };
+    for i in 0..2 {
+        s.submit(100 + i, Pod { gang: Some(gang.clone()), ..pod(&format!("w{i}"), "w", 4) }, 0).unwrap();
+    }
+    for k in 0..10 {
+        s.submit(k, pod(&format!("n{k}"), "n", 4), 0).unwrap();
+    }
+    s
+}
+
 /// Queue w's one job needs the whole cluster (a gang of two 4-GPU pods on
 /// two 4-GPU nodes); queue n keeps a 4-GPU pod running, starting the next
 /// as each ends. Each is entitled to half. A gate that looks only at the
@@ -378,26 +404,7 @@ fn the_fair_share_gate_keeps_room_for_a_queue_below_its_share() {
 #[test]
 fn remembered_use_lets_a_job_wider_than_its_share_take_its_turn() {
     let run = |half_life: Option<u64>| -> Option<u64> {
-        let list = vec![
-            queue("n", 1.0, Quota::default(), Quota::default()),
-            queue("w", 1.0, Quota::default(), Quota::default()),
-        ];
-        let mut s = Scheduler::new(vec![node("n0", 4, "A100"), node("n1", 4, "A100")], SchedConfig::default());
-        let cfg = QueuesConfig {
-            list,
-            reclaim: false,
-            fair_share_gate: true,
-            usage_half_life_s: half_life,
-            ..QueuesConfig::default()
-        };
-        s.set_queues(QueueTree::new(&cfg).unwrap());
-        let gang = Gang { name: "w".into(), min_member: 2, timeout_s: None };
-        for i in 0..2 {
-            s.submit(100 + i, Pod { gang: Some(gang.clone()), ..pod(&format!("w{i}"), "w", 4) }, 0).unwrap();
-        }
-        for k in 0..10 {
-            s.submit(k, pod(&format!("n{k}"), "n", 4), 0).unwrap();
-        }
+        let mut s = wide_job_scene(half_life, None);
         s.schedule(&mut First, 0);
         assert_eq!(held(&s).get("n"), Some(&4), "n starts one pod, then waits at its half");
         for k in 0..9 {
@@ -425,27 +432,7 @@ fn remembered_use_lets_a_job_wider_than_its_share_take_its_turn() {
 #[test]
 fn a_fairness_target_holds_queues_only_once_fairness_falls_below_it() {
     let run = |target: f64| -> (Option<u64>, u32) {
-        let list = vec![
-            queue("n", 1.0, Quota::default(), Quota::default()),
-            queue("w", 1.0, Quota::default(), Quota::default()),
-        ];
-        let mut s = Scheduler::new(vec![node("n0", 4, "A100"), node("n1", 4, "A100")], SchedConfig::default());
-        let cfg = QueuesConfig {
-            list,
-            reclaim: false,
-            fair_share_gate: true,
-            usage_half_life_s: Some(100),
-            fairness_target: Some(target),
-            ..QueuesConfig::default()
-        };
-        s.set_queues(QueueTree::new(&cfg).unwrap());
-        let gang = Gang { name: "w".into(), min_member: 2, timeout_s: None };
-        for i in 0..2 {
-            s.submit(100 + i, Pod { gang: Some(gang.clone()), ..pod(&format!("w{i}"), "w", 4) }, 0).unwrap();
-        }
-        for k in 0..10 {
-            s.submit(k, pod(&format!("n{k}"), "n", 4), 0).unwrap();
-        }
+        let mut s = wide_job_scene(Some(100), Some(target));
         s.schedule(&mut First, 0);
         assert_eq!(s.remembered_fairness(), Some(1.0), "nothing remembered yet");
         let first = held(&s).get("n").copied().unwrap_or(0);

@@ -228,11 +228,14 @@ impl Driver {
     /// telemetry intervals that end by then, and a closing pass at
     /// `until` (a live loop runs one every tick, however quiet).
     pub fn run_until<W: World + ?Sized>(&mut self, until: u64, world: &mut W) {
-        while let Some(t) = world.next_event(until) {
-            self.instant(t, world, true);
-        }
-        if self.last_pass != Some(until) {
-            self.instant(until, world, false);
+        loop {
+            while let Some(t) = world.next_event(until) {
+                self.instant(t, world, true);
+            }
+            // A tick's pass may have set the world something to do first.
+            if self.last_pass == Some(until) || self.instant(until, world, false) {
+                break;
+            }
         }
     }
 
@@ -244,7 +247,11 @@ impl Driver {
         }
     }
 
-    fn instant<W: World + ?Sized>(&mut self, t: u64, world: &mut W, events: bool) {
+    /// The intervals that end by `t`, then what happens at `t` and its
+    /// pass. False, with nothing done at `t`, when a pass at an earlier
+    /// tick set the world an event before `t` (a job it started ends): the
+    /// caller asks the world again, so that event happens at its own time.
+    fn instant<W: World + ?Sized>(&mut self, t: u64, world: &mut W, events: bool) -> bool {
         // Time does not run back: what the world reports late happens now.
         let t = t.max(self.last_pass.unwrap_or(0));
         let interval = self.cfg.telemetry.interval_s.max(1);
@@ -258,11 +265,15 @@ impl Driver {
             }
             tick += interval;
             self.next_tick = Some(tick);
+            if world.next_event(t.saturating_sub(1)).is_some() {
+                return false;
+            }
         }
         if events {
             world.happen(t, &mut self.model);
         }
         self.pass(t, world);
+        true
     }
 
     fn pass<W: World + ?Sized>(&mut self, t: u64, world: &mut W) {

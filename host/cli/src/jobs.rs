@@ -97,6 +97,12 @@ pub struct Fairness {
     pub reserve_after_s: Option<u64>,
     /// Within a queue, smaller jobs first (`scheduling.queue.smallest_first`).
     pub smallest_first: bool,
+    /// With the gate: queues reclaim up to their fair share, not only their
+    /// guarantee (`queues.reclaim_to_fair_share`).
+    pub reclaim_to_fair_share: bool,
+    /// Pods are reclaimed only after running this long, s
+    /// (`queues.reclaim_min_runtime_s`).
+    pub reclaim_min_runtime_s: Option<u64>,
 }
 
 impl Fairness {
@@ -107,6 +113,8 @@ impl Fairness {
             fair_share_gate: self.gate,
             usage_half_life_s: self.usage_half_life_s,
             fairness_target: self.fairness_target,
+            reclaim_to_fair_share: self.reclaim_to_fair_share,
+            reclaim_min_runtime_s: self.reclaim_min_runtime_s,
             ..QueuesConfig::default()
         })?)
     }
@@ -121,8 +129,8 @@ impl Fairness {
         }
     }
 
-    /// As a run's name shows it: `+gate`, `+gate~3600s`, `+reserve@600s`,
-    /// `+smallest`.
+    /// As a run's name shows it: `+gate`, `+gate~3600s`, `≥0.9`,
+    /// `+reserve@600s`, `+smallest`, `+reclaim>share`, `+turn@600s`.
     pub fn suffix(self) -> String {
         let mut s = match (self.gate, self.usage_half_life_s) {
             (false, _) => String::new(),
@@ -137,6 +145,12 @@ impl Fairness {
         }
         if self.smallest_first {
             s += "+smallest";
+        }
+        if self.reclaim_to_fair_share {
+            s += "+reclaim>share";
+        }
+        if let Some(m) = self.reclaim_min_runtime_s {
+            s += &format!("+turn@{m}s");
         }
         s
     }
@@ -208,6 +222,16 @@ pub struct JobTrace {
     pub extrapolated: u64,
 }
 
+impl JobTrace {
+    /// Every job checkpoints every `every` seconds of its run (none:
+    /// none does).
+    pub fn checkpoint_every(&mut self, every: Option<u64>) {
+        for j in &mut self.jobs {
+            j.checkpoint_s = every;
+        }
+    }
+}
+
 /// Reads `path` and gives each job a queue (one of `queues`, seeded) and
 /// its run time per GPU model.
 pub fn load_trace(path: &Path, table: &Throughputs, queues: u32, seed: u64) -> Result<JobTrace> {
@@ -248,6 +272,7 @@ fn job(trace: &str, i: usize, row: &JobRow, table: &Throughputs, queues: u32, se
         gpus: row.scale_factor,
         seconds_on,
         queue: format!("q{q}"),
+        checkpoint_s: None,
     };
     Some((job, guessed))
 }
@@ -431,6 +456,9 @@ pub struct JobsOptions {
     pub equal: bool,
     /// The gate of `fair-share`'s built-in queues, and reservations.
     pub fairness: Fairness,
+    /// Every job checkpoints every this many seconds of its run (an
+    /// eviction loses only the run since the last); unset: none does.
+    pub checkpoint_s: Option<u64>,
 }
 
 /// Runs the bench.
@@ -453,7 +481,8 @@ pub fn bench(opts: &JobsOptions) -> Result<JobsBench> {
     }
     let mut runs = Vec::new();
     for f in files {
-        let (trace, gpus) = prepare(&f, opts.queues, opts.seed)?;
+        let (mut trace, gpus) = prepare(&f, opts.queues, opts.seed)?;
+        trace.checkpoint_every(opts.checkpoint_s);
         let results = crate::replay::run_parallel(Admission::ALL.to_vec(), |rt, admission| {
             run_one(rt, &trace, gpus, admission, &opts.policy, opts.seed, opts.fairness).map(|(run, _)| run)
         })?;
@@ -474,7 +503,8 @@ fn mixed(files: &[PathBuf], opts: &JobsOptions) -> Result<JobsBench> {
     let mut vcs = Vec::new();
     let mut all = JobTrace { name: String::new(), jobs: Vec::new(), skipped: 0, queues: 0, extrapolated: 0 };
     for f in files {
-        let (trace, gpus) = prepare(f, 1, opts.seed)?;
+        let (mut trace, gpus) = prepare(f, 1, opts.seed)?;
+        trace.checkpoint_every(opts.checkpoint_s);
         all.jobs.extend(trace.jobs.into_iter().map(|j| Job { queue: trace.name.clone(), ..j }));
         all.skipped += trace.skipped;
         all.extrapolated += trace.extrapolated;
@@ -488,6 +518,9 @@ fn mixed(files: &[PathBuf], opts: &JobsOptions) -> Result<JobsBench> {
         all.name += "=";
     }
     all.name += &opts.fairness.suffix();
+    if let Some(c) = opts.checkpoint_s {
+        all.name += &format!("+ckpt@{c}s");
+    }
     let mut gpus = [0u32; 3];
     for (_, g) in &vcs {
         for (sum, x) in gpus.iter_mut().zip(g) {

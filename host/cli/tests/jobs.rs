@@ -238,6 +238,41 @@ fn bench_jobs_with_a_fairness_floor_and_smallest_first() {
     assert!(!ok && err.contains("--usage-half-life"), "the floor reads remembered use: {err}");
 }
 
+/// The same scene, queues taking turns by reclaim (`--reclaim-to-share`)
+/// and jobs that checkpoint: named in the run, every job finishes, t2
+/// gets its share while contended, and the options' preconditions are
+/// refused by name.
+#[test]
+fn bench_jobs_with_reclaim_to_fair_share_and_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    wide_job_beside_a_stream(dir.path());
+    let args = [
+        "--mix",
+        "--equal",
+        "--gate",
+        "--usage-half-life",
+        "3600",
+        "--reclaim-to-share",
+        "--reclaim-min-runtime",
+        "600",
+        "--checkpoint-every",
+        "300",
+    ];
+    let v = bench_jobs(dir.path(), &args);
+    let runs = v["runs"].as_array().unwrap();
+    let fair = runs.iter().find(|r| r["policy"] == "fair-share").unwrap();
+    assert_eq!(fair["trace"], "mix:2=+gate~3600s+reclaim>share+turn@600s+ckpt@300s");
+    assert_eq!((fair["completed"].as_u64(), fair["partial_gang_gpu_s"].as_u64()), (Some(7), Some(0)), "{fair}");
+    assert!(fair["queue_share"]["t2"].as_f64().unwrap_or(0.0) > 0.5, "{fair}");
+    assert_eq!(bench_jobs(dir.path(), &args), v, "deterministic");
+
+    let dir_s = dir.path().to_str().unwrap();
+    let (ok, _, err) = tessera(&["bench", "jobs", "--traces", dir_s, "--mix", "--reclaim-to-share"]);
+    assert!(!ok && err.contains("--gate"), "reclaim to the gate's shares needs the gate: {err}");
+    let (ok, _, err) = tessera(&["bench", "jobs", "--traces", dir_s, "--checkpoint-every", "0"]);
+    assert!(!ok && err.contains("--checkpoint-every"), "{err}");
+}
+
 #[test]
 fn bench_gangs_times_each_gangs_pass_with_and_without_queues() {
     let (ok, out, err) = tessera(&[

@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{GPU_MILLI, Pod};
+use crate::model::Pod;
 
 /// The queue of a pod that names none.
 pub const DEFAULT_QUEUE: &str = "default";
@@ -76,6 +76,20 @@ pub struct QueuesConfig {
     /// go to whoever waits (no idle room kept). Unset: always.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fairness_target: Option<f64>,
+    /// With the gate: a queue below its fair share of GPUs (the share the
+    /// gate holds it to, moved by remembered use) may reclaim up to that
+    /// share, not only up to its guarantee, from queues over theirs, never
+    /// taking one below its own share or guarantee. Time-sliced sharing: a
+    /// queue whose jobs are wider than its guarantee takes its turn by
+    /// preemption instead of waiting for others' jobs to end (KAI's
+    /// reclaim toward fair share, Gavel's rounds). It pays where jobs
+    /// checkpoint; a job without checkpoints loses its run.
+    pub reclaim_to_fair_share: bool,
+    /// A pod is reclaimed only once it has run this long since it last
+    /// started (KAI's `reclaimMinRuntime`): the least a turn lasts, so
+    /// queues do not take room back and forth. Unset: at once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reclaim_min_runtime_s: Option<u64>,
     /// The queues, parents before or after their children.
     pub list: Vec<QueueSpec>,
 }
@@ -88,6 +102,8 @@ impl Default for QueuesConfig {
             fair_share_gate: false,
             usage_half_life_s: None,
             fairness_target: None,
+            reclaim_to_fair_share: false,
+            reclaim_min_runtime_s: None,
             list: Vec::new(),
         }
     }
@@ -133,118 +149,6 @@ pub struct Quota {
     /// GPUs of one model (as nodes name it, e.g. `V100`).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub gpus_by_model: BTreeMap<String, u32>,
-}
-
-/// One resource a queue is accounted in.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub enum Dim {
-    /// CPU, millicores.
-    Cpu,
-    /// Memory, MiB.
-    Memory,
-    /// GPUs of any model, thousandths.
-    Gpu,
-    /// GPUs of this model, thousandths.
-    Model(String),
-}
-
-impl Dim {
-    /// As metrics and messages name it: `cpu_milli`, `memory_mib`, `gpus`,
-    /// `gpus/V100`.
-    pub fn name(&self) -> String {
-        match self {
-            Dim::Cpu => "cpu_milli".into(),
-            Dim::Memory => "memory_mib".into(),
-            Dim::Gpu => "gpus".into(),
-            Dim::Model(m) => format!("gpus/{m}"),
-        }
-    }
-
-    /// `v` of this resource in its own unit (GPUs, not thousandths).
-    pub fn show(&self, v: u64) -> String {
-        match self {
-            Dim::Gpu | Dim::Model(_) if v.is_multiple_of(u64::from(GPU_MILLI)) => {
-                (v / u64::from(GPU_MILLI)).to_string()
-            }
-            Dim::Gpu | Dim::Model(_) => format!("{:.3}", v as f64 / f64::from(GPU_MILLI)),
-            _ => v.to_string(),
-        }
-    }
-}
-
-/// An amount per resource (GPUs in thousandths); absent = 0.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Amounts(pub BTreeMap<Dim, u64>);
-
-impl Amounts {
-    /// What `pod` uses on a node whose GPUs are `model`.
-    pub fn of(pod: &Pod, model: &str) -> Self {
-        let mut a = BTreeMap::new();
-        if pod.requests.cpu_milli > 0 {
-            a.insert(Dim::Cpu, pod.requests.cpu_milli);
-        }
-        if pod.requests.memory_mib > 0 {
-            a.insert(Dim::Memory, pod.requests.memory_mib);
-        }
-        let gpu = u64::from(pod.gpu_count) * u64::from(pod.gpu_milli.min(GPU_MILLI));
-        if gpu > 0 {
-            a.insert(Dim::Gpu, gpu);
-            a.insert(Dim::Model(model.to_string()), gpu);
-        }
-        Self(a)
-    }
-
-    /// What `pod` uses wherever it runs: CPU, memory and GPUs of any model.
-    pub fn anywhere(pod: &Pod) -> Self {
-        let mut a = Self::of(pod, "");
-        a.0.retain(|d, _| !matches!(d, Dim::Model(_)));
-        a
-    }
-
-    /// Of one resource.
-    pub fn get(&self, d: &Dim) -> u64 {
-        self.0.get(d).copied().unwrap_or(0)
-    }
-
-    /// Adds `other`.
-    pub fn add(&mut self, other: &Amounts) {
-        for (d, v) in &other.0 {
-            *self.0.entry(d.clone()).or_insert(0) += v;
-        }
-    }
-
-    /// Takes away `other` (never below 0); resources left at 0 go.
-    pub fn sub(&mut self, other: &Amounts) {
-        for (d, v) in &other.0 {
-            if let Some(x) = self.0.get_mut(d) {
-                *x = x.saturating_sub(*v);
-            }
-        }
-        self.0.retain(|_, v| *v > 0);
-    }
-
-    /// Whether nothing is used.
-    pub fn is_empty(&self) -> bool {
-        self.0.values().all(|&v| v == 0)
-    }
-}
-
-/// A quota as amounts: each set resource, GPUs in thousandths.
-fn amounts(q: &Quota) -> BTreeMap<Dim, u64> {
-    let mut a = BTreeMap::new();
-    if let Some(v) = q.cpu_milli {
-        a.insert(Dim::Cpu, v);
-    }
-    if let Some(v) = q.memory_mib {
-        a.insert(Dim::Memory, v);
-    }
-    if let Some(v) = q.gpus {
-        a.insert(Dim::Gpu, u64::from(v) * u64::from(GPU_MILLI));
-    }
-    for (m, &v) in &q.gpus_by_model {
-        a.insert(Dim::Model(m.clone()), u64::from(v) * u64::from(GPU_MILLI));
-    }
-    a
 }
 
 /// A queue of the tree.
@@ -299,6 +203,8 @@ pub struct QueueTree {
     fair_share_gate: bool,
     usage_half_life_s: Option<u64>,
     fairness_target: Option<f64>,
+    reclaim_to_fair_share: bool,
+    reclaim_min_runtime_s: Option<u64>,
 }
 
 impl Default for QueueTree {
@@ -328,6 +234,19 @@ impl QueueTree {
             }
             if cfg.usage_half_life_s.is_none() {
                 return Err(err(field, "reads remembered use: set usage_half_life_s (and fair_share_gate)".into()));
+            }
+        }
+        if cfg.reclaim_to_fair_share && !(cfg.reclaim && cfg.fair_share_gate) {
+            let reason = "reclaims up to the fair-share gate's shares: set reclaim: true and fair_share_gate: true";
+            return Err(err("reclaim_to_fair_share".into(), reason.into()));
+        }
+        if let Some(m) = cfg.reclaim_min_runtime_s {
+            let field = "reclaim_min_runtime_s".to_string();
+            if m > *USAGE_HALF_LIFE_S.end() {
+                return Err(err(field, format!("{m} s is more than a year")));
+            }
+            if !cfg.reclaim {
+                return Err(err(field, "delays reclaim: set reclaim: true".into()));
             }
         }
         if cfg.list.len() > MAX_QUEUES {
@@ -471,6 +390,8 @@ impl QueueTree {
             fair_share_gate: cfg.fair_share_gate,
             usage_half_life_s: cfg.usage_half_life_s,
             fairness_target: cfg.fairness_target,
+            reclaim_to_fair_share: cfg.reclaim_to_fair_share,
+            reclaim_min_runtime_s: cfg.reclaim_min_runtime_s,
         })
     }
 
@@ -504,6 +425,18 @@ impl QueueTree {
     /// (`fairness_target`), if set.
     pub fn fairness_target(&self) -> Option<f64> {
         self.fairness_target
+    }
+
+    /// Whether a queue may reclaim up to its fair share
+    /// (`reclaim_to_fair_share`).
+    pub fn reclaim_to_fair_share(&self) -> bool {
+        self.reclaim_to_fair_share
+    }
+
+    /// How long a pod runs before it may be reclaimed
+    /// (`reclaim_min_runtime_s`; 0 when unset).
+    pub fn reclaim_min_runtime_s(&self) -> u64 {
+        self.reclaim_min_runtime_s.unwrap_or(0)
     }
 
     /// Whether this is the one implicit queue (no `queues:` section).
@@ -582,15 +515,10 @@ fn clip(text: &str, max: usize) -> String {
     if text.len() <= max { text.to_string() } else { format!("({} bytes)", text.len()) }
 }
 
-/// A resource's field in a quota (`gpus_by_model.V100`).
-fn field_name(d: &Dim) -> String {
-    match d {
-        Dim::Model(m) => format!("gpus_by_model.{m}"),
-        d => d.name(),
-    }
-}
-
+mod amounts;
 mod share;
+pub use amounts::{Amounts, Dim};
+use amounts::{amounts, field_name};
 pub use share::{dominant_share, fair_shares, water_fill};
 
 #[cfg(test)]

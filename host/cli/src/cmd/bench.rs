@@ -201,6 +201,19 @@ pub enum BenchCmd {
         /// but fifo.
         #[arg(long)]
         smallest_first: bool,
+        /// With --gate: a queue below its fair share reclaims up to it,
+        /// not only up to its guarantee (the policy's
+        /// queues.reclaim_to_fair_share): queues take turns by preemption.
+        #[arg(long, requires = "gate")]
+        reclaim_to_share: bool,
+        /// A pod is reclaimed only after running S seconds (the policy's
+        /// queues.reclaim_min_runtime_s).
+        #[arg(long, value_name = "S")]
+        reclaim_min_runtime: Option<u64>,
+        /// Every job checkpoints every S seconds of its run: an eviction
+        /// loses only the run since the last (default: jobs start over).
+        #[arg(long, value_name = "S", value_parser = clap::value_parser!(u64).range(1..))]
+        checkpoint_every: Option<u64>,
         #[arg(long, value_enum, default_value = "table")]
         format: Format,
     },
@@ -274,6 +287,9 @@ pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
             fairness_target,
             reserve_after,
             smallest_first,
+            reclaim_to_share,
+            reclaim_min_runtime,
+            checkpoint_every,
             format,
         } => {
             if queues == 0 {
@@ -294,7 +310,10 @@ pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
                     fairness_target,
                     reserve_after_s: reserve_after,
                     smallest_first,
+                    reclaim_to_fair_share: reclaim_to_share,
+                    reclaim_min_runtime_s: reclaim_min_runtime,
                 },
+                checkpoint_s: checkpoint_every,
             };
             emit(&tessera::jobs::bench(&opts)?, format)?;
         }

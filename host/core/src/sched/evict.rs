@@ -82,6 +82,11 @@ impl Scheduler {
                         &own_use
                     }
                 };
+                // A turn lasts at least `reclaim_min_runtime_s`.
+                let State::Running { started_at, .. } = e.state else { return None };
+                if now.saturating_sub(started_at) < tree.reclaim_min_runtime_s() {
+                    return None;
+                }
                 self.reclaimable(pod, &pod_use, &e.pod, victim_use).then_some(true)
             };
             // Each pod's eligibility, in `self.pods` order (the pass below

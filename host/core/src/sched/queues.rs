@@ -43,6 +43,9 @@ pub(super) struct Queues {
     pub(super) capacity: Option<Amounts>,
     /// With `usage_half_life_s`: use remembered over time.
     pub(super) usage: Option<Usage>,
+    /// With `reclaim_to_fair_share`: per queue, its share of GPUs when its
+    /// parked pods were last woken to try reclaim, and when.
+    pub(super) reclaim_woken: Vec<(u64, u64)>,
 }
 
 impl Queues {
@@ -60,6 +63,7 @@ impl Queues {
             gate_off: false,
             admitted: vec![0; n],
             capacity: None,
+            reclaim_woken: vec![(0, 0); n],
         }
     }
 
@@ -408,6 +412,19 @@ impl Scheduler {
         }
     }
 
+    /// What reclaim protects of queue `q` and lets it take back, per
+    /// resource: its guarantee, and with `reclaim_to_fair_share` (while
+    /// the gate holds queues) for GPUs the share the gate holds it to this
+    /// pass instead — with remembered use a guarantee over time: a queue
+    /// that held more than its share is owed less now, down to nothing.
+    fn entitled(&self, q: usize) -> impl Iterator<Item = (&Dim, u64)> + '_ {
+        static GPU: Dim = Dim::Gpu;
+        let node = &self.queues.tree.nodes()[q];
+        let share = self.reclaim_share(q);
+        let gpu = share.map(|s| (&GPU, s));
+        node.guarantee.iter().filter(move |(d, _)| share.is_none() || **d != Dim::Gpu).map(|(d, &g)| (d, g)).chain(gpu)
+    }
+
     /// Whether pod `victim` (using `victim_use`, its gang's if it has one)
     /// may be reclaimed for `pod`, which would use `pod_use` on the
     /// victim's node: up to where their paths meet, `pod`'s queues stay
@@ -424,7 +441,7 @@ impl Scheduler {
         }
         let mut entitled = false;
         for a in tree.path(qp).take_while(|&a| !tree.contains(a, qv)) {
-            for (d, &g) in &tree.nodes()[a].guarantee {
+            for (d, g) in self.entitled(a) {
                 let add = pod_use.get(d);
                 if add == 0 {
                     continue;
@@ -439,7 +456,7 @@ impl Scheduler {
             return false;
         }
         tree.path(qv).take_while(|&b| !tree.contains(b, qp)).all(|b| {
-            tree.nodes()[b].guarantee.iter().all(|(d, &g)| {
+            self.entitled(b).all(|(d, g)| {
                 let take = victim_use.get(d);
                 take == 0 || self.queues.used[b].get(d).saturating_sub(take) >= g
             })
@@ -458,9 +475,8 @@ impl Scheduler {
         }
         let Ok(leaf) = tree.leaf_of(pod) else { return false };
         let need = Amounts::anywhere(pod);
-        let node = &tree.nodes()[leaf];
         let mut uses_one = false;
-        for (d, &g) in &node.guarantee {
+        for (d, g) in self.entitled(leaf) {
             let add = match d {
                 Dim::Model(_) => {
                     uses_one |= pod.gpu_count > 0 && g > 0;
@@ -496,7 +512,7 @@ impl Scheduler {
         }
         let mut bad = BTreeSet::new();
         for (b, t) in taken {
-            let ok = tree.nodes()[b].guarantee.iter().all(|(d, &g)| {
+            let ok = self.entitled(b).all(|(d, g)| {
                 let take = t.get(d);
                 take == 0 || self.queues.used[b].get(d).saturating_sub(take) >= g
             });

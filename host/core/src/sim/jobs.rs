@@ -2,8 +2,9 @@
 //! node's worth of GPUs (a 32-GPU job on 8-GPU nodes is four 8-GPU pods),
 //! and it makes progress only while all of them run. It runs for the
 //! seconds its trace gives on the GPU model of its slowest member, then
-//! every member leaves. A member evicted before then loses the job's run:
-//! it starts over once all members run again.
+//! every member leaves. A member evicted before then loses the job's run
+//! since its last checkpoint (all of it, for a job that does not
+//! checkpoint): it goes on from there once all members run again.
 //!
 //! Three ways to admit the same jobs ([`JobMode`]): gangs (Tessera), one
 //! pod at a time with no gangs (what a scheduler without gangs does: a
@@ -42,6 +43,11 @@ pub struct Job {
     pub seconds_on: BTreeMap<String, u64>,
     /// Its queue (a team, a user).
     pub queue: String,
+    /// Seconds of run between its checkpoints: an eviction loses only the
+    /// run since the last one (restoring costs nothing more). Unset: it
+    /// starts over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_s: Option<u64>,
 }
 
 /// How jobs are admitted.
@@ -70,6 +76,9 @@ impl JobMode {
         }
     }
 }
+
+/// A job's whole run, in parts per million (checkpointed progress).
+const PPM: u64 = 1_000_000;
 
 /// The pod requests of a job's member, per GPU.
 pub const CPU_MILLI_PER_GPU: u64 = 4_000;
@@ -121,9 +130,10 @@ pub struct JobOutcome {
     pub started_s: Option<u64>,
     /// When it finished, s.
     pub finished_s: Option<u64>,
-    /// The seconds of its (last) run.
+    /// The seconds a whole run of it takes where it (last) ran.
     pub run_s: Option<u64>,
-    /// Runs lost to an eviction before they finished.
+    /// Runs cut short by an eviction (lost, or kept up to the last
+    /// checkpoint).
     pub restarts: u32,
 }
 
@@ -190,7 +200,11 @@ enum Ev {
 struct State {
     members: Vec<(PodId, u32)>,
     running: BTreeSet<PodId>,
-    run: Option<(u64, u64)>,
+    /// The run under way: its start, the seconds it lasts and the seconds
+    /// the whole job would take there.
+    run: Option<(u64, u64, u64)>,
+    /// Parts per million of the job kept in checkpoints.
+    saved_ppm: u64,
     generation: u64,
     first_start: Option<u64>,
     finished: Option<u64>,
@@ -286,7 +300,7 @@ impl<P: Placer> Jobs<'_, P> {
         match (whole, s.run) {
             (true, None) => {
                 // The slowest member's GPU model sets the pace.
-                let secs = s
+                let whole = s
                     .members
                     .iter()
                     .filter_map(|&(id, _)| model.placement(id))
@@ -295,9 +309,12 @@ impl<P: Placer> Jobs<'_, P> {
                     .max()
                     .unwrap_or(0)
                     .max(1);
+                // What checkpoints did not keep, rounded up.
+                let left = u128::from(whole) * u128::from(PPM - s.saved_ppm.min(PPM));
+                let secs = (left.div_ceil(u128::from(PPM)) as u64).max(1);
                 let s = &mut self.states[j];
                 s.generation += 1;
-                s.run = Some((t, secs));
+                s.run = Some((t, secs, whole));
                 s.first_start.get_or_insert(t);
                 let generation = s.generation;
                 self.push(t.saturating_add(secs), Ev::Finish(j, generation));
@@ -306,8 +323,14 @@ impl<P: Placer> Jobs<'_, P> {
                     self.push(t, Ev::Admit);
                 }
             }
-            (false, Some(_)) => {
+            (false, Some((start, _, whole))) => {
+                let every = self.jobs[j].checkpoint_s.unwrap_or(0);
                 let s = &mut self.states[j];
+                if every > 0 {
+                    let kept = t.saturating_sub(start) / every * every;
+                    let ppm = u128::from(kept) * u128::from(PPM) / u128::from(whole.max(1));
+                    s.saved_ppm = (s.saved_ppm + ppm as u64).min(PPM - 1);
+                }
                 s.generation += 1;
                 s.run = None;
                 s.restarts += 1;
@@ -504,7 +527,7 @@ fn report(
             arrival_s: job.arrival_s,
             started_s: s.first_start,
             finished_s: s.finished,
-            run_s: s.run.map(|(_, secs)| secs),
+            run_s: s.run.map(|(_, _, whole)| whole),
             restarts: s.restarts,
         })
         .collect();

@@ -28,6 +28,14 @@ impl Scheduler {
         self.queues.tree.fair_share_gate() && !self.queues.tree.is_trivial()
     }
 
+    /// With `reclaim_to_fair_share`, while the gate holds queues this pass:
+    /// the share of GPUs (thousandths) queue `q` may reclaim up to and
+    /// keeps from reclaim.
+    pub(in crate::sched) fn reclaim_share(&self, q: usize) -> Option<u64> {
+        let gate = self.queues.share.as_ref().filter(|_| self.queues.tree.reclaim_to_fair_share())?;
+        gate.share.get(q).copied()
+    }
+
     /// With `usage_half_life_s`: fairness across the leaf queues as the
     /// gate remembers it (Jain over held ÷ fair-share GPU-seconds; see
     /// `fairness_target`). `None` without remembered use.
@@ -74,9 +82,51 @@ impl Scheduler {
             !open
         });
         self.queues.gated = gated;
+        if let Some(share) = &share {
+            ready.extend(self.may_reclaim_now(share, &demand, now));
+        }
         ready.retain(|p| self.parked.contains(p));
         self.queues.share = share;
         self.wake(ready);
+    }
+
+    /// With `reclaim_to_fair_share`: parked pods of the leaf queues below
+    /// their share whose share grew by a GPU or more (or to all the queue
+    /// asks for) since their pods were last woken for it, or, with
+    /// `reclaim_min_runtime_s`, that long ago (victims may have come of
+    /// age). Room is what wakes a parked pod; a share that grows
+    /// (time-based fair share, as the queue waits) may let it reclaim
+    /// where nothing freed.
+    fn may_reclaim_now(&mut self, gate: &GateShares, demand: &[u64], now: u64) -> Vec<crate::model::PodId> {
+        if !self.queues.tree.reclaim_to_fair_share() {
+            return Vec::new();
+        }
+        let tree = &self.queues.tree;
+        let again = tree.reclaim_min_runtime_s();
+        let mut leaves = std::collections::BTreeSet::new();
+        for (l, &share) in gate.share.iter().enumerate() {
+            let (woken, at) = &mut self.queues.reclaim_woken[l];
+            *woken = (*woken).min(share);
+            let grew = share > *woken && (share >= *woken + u64::from(crate::model::GPU_MILLI) || share >= demand[l]);
+            let aged = again > 0 && now >= *at + again;
+            if tree.nodes()[l].is_leaf() && self.queues.used[l].get(&Dim::Gpu) < share && (grew || aged) {
+                (*woken, *at) = (share, now);
+                leaves.insert(l);
+            }
+        }
+        if leaves.is_empty() {
+            return Vec::new();
+        }
+        self.parked
+            .iter()
+            .copied()
+            .filter(|id| {
+                self.pods.get(id).is_some_and(|e| {
+                    e.last_reason.as_ref().is_none_or(|w| w.queue_wait().is_none())
+                        && tree.leaf_of(&e.pod).is_ok_and(|l| leaves.contains(&l))
+                })
+            })
+            .collect()
     }
 
     /// At the end of a pass: what each queue uses, for the time until the

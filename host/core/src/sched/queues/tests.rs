@@ -471,6 +471,35 @@ fn a_fairness_target_is_a_jain_index_and_needs_remembered_use() {
 }
 
 #[test]
+fn reclaim_to_fair_share_needs_the_gate_and_reclaim_and_a_min_runtime_needs_reclaim() {
+    let base = QueuesConfig { fair_share_gate: true, reclaim_to_fair_share: true, ..QueuesConfig::default() };
+    for cfg in
+        [QueuesConfig { fair_share_gate: false, ..base.clone() }, QueuesConfig { reclaim: false, ..base.clone() }]
+    {
+        let err = QueueTree::new(&cfg).unwrap_err();
+        assert_eq!(err.field, "reclaim_to_fair_share");
+        assert!(err.reason.contains("fair_share_gate: true") && err.reason.contains("reclaim: true"), "{err}");
+    }
+    let tree = QueueTree::new(&base).unwrap();
+    assert!(tree.reclaim_to_fair_share());
+    assert_eq!(tree.reclaim_min_runtime_s(), 0, "unset: at once");
+    let err =
+        QueueTree::new(&QueuesConfig { reclaim_min_runtime_s: Some(600), reclaim: false, ..QueuesConfig::default() })
+            .unwrap_err();
+    assert!(err.field == "reclaim_min_runtime_s" && err.reason.contains("reclaim: true"), "{err}");
+    let err =
+        QueueTree::new(&QueuesConfig { reclaim_min_runtime_s: Some(u64::MAX), ..QueuesConfig::default() }).unwrap_err();
+    assert!(err.field == "reclaim_min_runtime_s" && err.reason.contains("year"), "{err}");
+    let tree = QueueTree::new(&QueuesConfig { reclaim_min_runtime_s: Some(600), ..QueuesConfig::default() }).unwrap();
+    assert_eq!(tree.reclaim_min_runtime_s(), 600);
+    // By name in the `queues:` section; an unknown field is refused.
+    let text = r#"{"reclaim_to_fair_share": true, "fair_share_gate": true, "reclaim_min_runtime_s": 1800}"#;
+    let cfg: QueuesConfig = serde_json::from_str(text).unwrap();
+    assert_eq!((cfg.reclaim_to_fair_share, cfg.reclaim_min_runtime_s), (true, Some(1800)));
+    assert!(serde_json::from_str::<QueuesConfig>(r#"{"reclaim_to_share": true}"#).is_err());
+}
+
+#[test]
 fn remembered_use_needs_the_gate_and_a_sane_half_life() {
     let base = QueuesConfig { fair_share_gate: true, ..QueuesConfig::default() };
     let err = QueueTree::new(&QueuesConfig { usage_half_life_s: Some(3600), fair_share_gate: false, ..base.clone() })

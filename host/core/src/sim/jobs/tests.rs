@@ -21,7 +21,14 @@ fn nodes(models: &[&str]) -> Vec<Node> {
 }
 
 fn job(name: &str, arrival_s: u64, gpus: u32, secs: u64) -> Job {
-    Job { name: name.into(), arrival_s, gpus, seconds_on: [("V100".to_string(), secs)].into(), queue: "q".into() }
+    Job {
+        name: name.into(),
+        arrival_s,
+        gpus,
+        seconds_on: [("V100".to_string(), secs)].into(),
+        queue: "q".into(),
+        checkpoint_s: None,
+    }
 }
 
 fn outcome<'a>(r: &'a JobReport, name: &str) -> &'a JobOutcome {
@@ -119,4 +126,90 @@ fn queues_with_guarantees_give_a_late_team_its_share_at_once() {
     assert!(two.summary.jain_share > 0.95, "{}", two.summary.jain_share);
     assert_eq!(two.run.preemptions, 1, "one of a's jobs gave back b's half");
     assert_eq!(run_jobs(nodes(&["V100", "V100"]), &jobs, &mut First, JobMode::Gangs, &fair), two, "deterministic");
+}
+
+/// Two queues, each guaranteed 8 of 16 GPUs; team a fills both nodes with
+/// 8-GPU jobs of 10,000 s at 0, team b asks at 10 with `b`; every job
+/// checkpoints every `checkpoint_s`; `cfg` sets the rest of the queues.
+fn two_teams(b: Vec<Job>, checkpoint_s: Option<u64>, cfg: impl FnOnce(&mut crate::quota::QueuesConfig)) -> JobReport {
+    use crate::quota::{QueueSpec, QueueTree, QueuesConfig, Quota};
+    let mut jobs: Vec<Job> = (0..2).map(|i| Job { queue: "a".into(), ..job(&format!("a{i}"), 0, 8, 10_000) }).collect();
+    jobs.extend(b.into_iter().map(|j| Job { queue: "b".into(), ..j }));
+    for j in &mut jobs {
+        j.checkpoint_s = checkpoint_s;
+    }
+    let half = Quota { gpus: Some(8), ..Quota::default() };
+    let list = ["a", "b"]
+        .map(|q| QueueSpec {
+            name: q.into(),
+            parent: None,
+            weight: 1.0,
+            guarantee: half.clone(),
+            limit: Quota::default(),
+        })
+        .to_vec();
+    let mut queues = QueuesConfig { list, ..QueuesConfig::default() };
+    cfg(&mut queues);
+    let dc = DriverConfig { queues: QueueTree::new(&queues).unwrap(), ..DriverConfig::default() };
+    run_jobs(nodes(&["V100", "V100"]), &jobs, &mut First, JobMode::Gangs, &dc)
+}
+
+/// b reclaims its guarantee at 10 from one of a's jobs: without
+/// checkpoints the victim starts over; checkpointing every 4 s it keeps
+/// 8 s of its run (every 3 s: 9 s; every 20 s: nothing yet) and finishes
+/// that much sooner, every decision else the same.
+#[test]
+fn an_evicted_job_goes_on_from_its_last_checkpoint() {
+    let b = || vec![job("b0", 10, 8, 100)];
+    let lost = two_teams(b(), None, |_| ());
+    let victim = lost.outcomes.iter().find(|o| o.restarts == 1).expect("b took one of a's jobs").name.clone();
+    let finished = |r: &JobReport| outcome(r, &victim).finished_s.unwrap();
+    for (every, kept) in [(4, 8), (3, 9), (20, 0)] {
+        let with = two_teams(b(), Some(every), |_| ());
+        assert_eq!(outcome(&with, &victim).restarts, 1, "checkpoint every {every} s");
+        assert_eq!(finished(&with) + kept, finished(&lost), "checkpoint every {every} s");
+        assert_eq!(outcome(&with, &victim).run_s, Some(10_000), "a whole run's length, as before");
+        assert_eq!(with.summary.completed, 3);
+    }
+}
+
+/// b's one job needs all 16 GPUs, twice its guarantee. Reclaim up to the
+/// guarantee cannot make room for it, so it waits for a's jobs to end;
+/// with remembered use and reclaim up to the fair share, b is owed while
+/// it waits, its share grows past 16 and a's falls to nothing, and it
+/// takes its turn long before — a's jobs go on from their checkpoints.
+/// With a minimum run time, not before a's jobs have run that long.
+#[test]
+fn a_job_wider_than_its_guarantee_takes_its_turn_by_reclaim() {
+    let b = || vec![job("b0", 10, 16, 100)];
+    let turns = |q: &mut crate::quota::QueuesConfig| {
+        q.fair_share_gate = true;
+        q.usage_half_life_s = Some(600);
+        q.reclaim_to_fair_share = true;
+    };
+    let guarantee = two_teams(b(), Some(60), |q| {
+        q.fair_share_gate = true;
+        q.usage_half_life_s = Some(600);
+    });
+    assert_eq!(outcome(&guarantee, "b0").started_s, Some(10_000), "b waits for a's jobs to end");
+    let shared = two_teams(b(), Some(60), turns);
+    let start = outcome(&shared, "b0").started_s.unwrap();
+    assert!((11..5_000).contains(&start), "b takes its turn by reclaim: started at {start}");
+    // It started in a telemetry tick's pass, with no event of the world
+    // due before 10,000: its end still comes at its own time.
+    assert_eq!(outcome(&shared, "b0").finished_s, Some(start + 100));
+    assert_eq!(shared.summary.completed, 3);
+    assert!(shared.outcomes.iter().filter(|o| o.queue == "a").all(|o| o.restarts == 1), "{:?}", shared.outcomes);
+    // a's jobs kept their checkpoints: each finishes by 10,000 + b's turn
+    // + the under-a-minute lost to its eviction.
+    for a in ["a0", "a1"] {
+        assert!(outcome(&shared, a).finished_s.unwrap() < 10_000 + 100 + 60 + start, "{:?}", outcome(&shared, a));
+    }
+    let late = two_teams(b(), Some(60), |q| {
+        turns(q);
+        q.reclaim_min_runtime_s = Some(6_000);
+    });
+    let start = outcome(&late, "b0").started_s.unwrap();
+    assert!((6_000..10_000).contains(&start), "not before a's jobs ran 6,000 s: started at {start}");
+    assert_eq!(two_teams(b(), Some(60), turns), shared, "deterministic");
 }

@@ -106,9 +106,29 @@ pub struct Fairness {
 }
 
 impl Fairness {
+    /// These options over the policy's own: its `queues:` settings (the
+    /// gate, remembered use, the floor, reclaim to the fair share) and its
+    /// reservations and queue order, each where the options leave it
+    /// unset. So `bench jobs --policy training` runs the training policy's
+    /// fairness as shipped.
+    pub fn over(self, doc: &tessera_policy::PolicyDocument) -> Self {
+        let q = &doc.queues;
+        Self {
+            gate: self.gate || q.fair_share_gate,
+            usage_half_life_s: self.usage_half_life_s.or(q.usage_half_life_s),
+            fairness_target: self.fairness_target.or(q.fairness_target),
+            reserve_after_s: self.reserve_after_s.or(doc.scheduling.reserve_after_s),
+            smallest_first: self.smallest_first || doc.scheduling.queue.smallest_first,
+            reclaim_to_fair_share: self.reclaim_to_fair_share || q.reclaim_to_fair_share,
+            reclaim_min_runtime_s: self.reclaim_min_runtime_s.or(q.reclaim_min_runtime_s),
+        }
+    }
+
     /// The queues `list` with this gate, reclaim on.
     fn queues(self, list: Vec<QueueSpec>) -> Result<QueueTree> {
-        Ok(QueueTree::new(&QueuesConfig {
+        let what = "fair-share's queues (--gate, --usage-half-life, --fairness-target, --reclaim-to-share, \
+                    --reclaim-min-runtime, over the policy's queues:)";
+        QueueTree::new(&QueuesConfig {
             list,
             fair_share_gate: self.gate,
             usage_half_life_s: self.usage_half_life_s,
@@ -116,7 +136,8 @@ impl Fairness {
             reclaim_to_fair_share: self.reclaim_to_fair_share,
             reclaim_min_runtime_s: self.reclaim_min_runtime_s,
             ..QueuesConfig::default()
-        })?)
+        })
+        .context(what)
     }
 
     /// `doc` with these reservations (if set) and this order.
@@ -379,6 +400,7 @@ pub fn run_one(
     fairness: Fairness,
 ) -> Result<(JobRun, JobReport)> {
     let mut doc = policy_document(policy, seed)?;
+    let fairness = fairness.over(&doc);
     fairness.apply(&mut doc);
     let queues = match admission {
         Admission::FairShare if !doc.queues.list.is_empty() => doc.queue_tree(),
@@ -510,6 +532,9 @@ fn mixed(files: &[PathBuf], opts: &JobsOptions) -> Result<JobsBench> {
         all.extrapolated += trace.extrapolated;
         vcs.push((trace.name, gpus.map(scale)));
     }
+    let mut doc = policy_document(&opts.policy, opts.seed)?;
+    let fairness = opts.fairness.over(&doc);
+    fairness.apply(&mut doc);
     all.name = match opts.capacity_pct {
         100 => format!("mix:{}", vcs.len()),
         pct => format!("mix:{}@{pct}%", vcs.len()),
@@ -517,7 +542,7 @@ fn mixed(files: &[PathBuf], opts: &JobsOptions) -> Result<JobsBench> {
     if opts.equal {
         all.name += "=";
     }
-    all.name += &opts.fairness.suffix();
+    all.name += &fairness.suffix();
     if let Some(c) = opts.checkpoint_s {
         all.name += &format!("+ckpt@{c}s");
     }
@@ -528,12 +553,10 @@ fn mixed(files: &[PathBuf], opts: &JobsOptions) -> Result<JobsBench> {
         }
     }
     let fair = if opts.equal {
-        equal_named_queues(&vcs.iter().map(|(name, _)| name.clone()).collect::<Vec<_>>(), gpus, opts.fairness)?
+        equal_named_queues(&vcs.iter().map(|(name, _)| name.clone()).collect::<Vec<_>>(), gpus, fairness)?
     } else {
-        vc_queues(&vcs, opts.fairness)?
+        vc_queues(&vcs, fairness)?
     };
-    let mut doc = policy_document(&opts.policy, opts.seed)?;
-    opts.fairness.apply(&mut doc);
     let results = crate::replay::run_parallel(Admission::ALL.to_vec(), |rt, admission| {
         let queues = (admission == Admission::FairShare).then(|| fair.clone());
         run_with(rt, &all, gpus, admission, queues, &doc, opts.seed).map(|(run, _)| run)

@@ -327,4 +327,21 @@ fn the_training_policy_runs_a_job_trace() {
     assert!(ok, "{out}\n{err}");
     let row: Vec<&str> = out.lines().find(|l| l.starts_with("t1")).expect(&out).split_whitespace().collect();
     assert_eq!(row[2..4], ["3", "3"], "every job completed: {out}");
+    // Its `queues:` and reservations are fair-share's settings in the
+    // bench (named in the run), and an option adds to them.
+    let mix = tempfile::tempdir().unwrap();
+    wide_job_beside_a_stream(mix.path());
+    let training = |extra: &[&str]| {
+        let mut args = vec!["bench", "jobs", "--traces", mix.path().to_str().unwrap(), "--mix", "--equal"];
+        args.extend_from_slice(&["--policy", "training", "--format", "json"]);
+        args.extend_from_slice(extra);
+        let (ok, out, err) = tessera(&args);
+        assert!(ok, "{out}\n{err}");
+        serde_json::from_str::<serde_json::Value>(out.trim()).unwrap()
+    };
+    let v = training(&[]);
+    assert_eq!(v["runs"][0]["trace"], "mix:2=+gate~3600s+reserve@3600s", "{v}");
+    assert_eq!(v["runs"][0]["completed"], 7, "{v}");
+    let v = training(&["--fairness-target", "0.9"]);
+    assert_eq!(v["runs"][0]["trace"], "mix:2=+gate~3600s≥0.9+reserve@3600s", "{v}");
 }

@@ -64,8 +64,9 @@ pub struct Engine {
     driver: Driver,
     svc: Service,
     /// Queues set from outside the policy (`Control::SetQueues`), kept
-    /// across policy changes.
-    queues: Option<tessera_core::quota::QueueTree>,
+    /// across policy changes; they run with the active policy's queue
+    /// settings ([`queues_with`]).
+    queues: Option<tessera_core::quota::QueuesConfig>,
 }
 
 impl Engine {
@@ -211,13 +212,8 @@ impl Engine {
                 let _ = done.send(self.svc.extend(self.driver.model_mut(), *call));
             }
             Control::SetQueues { queues, done } => {
-                let r = match queues {
-                    Some(cfg) => tessera_core::quota::QueueTree::new(&cfg).map(Some),
-                    None => Ok(None),
-                };
-                let r = r.map(|tree| {
-                    let active = tree.clone().unwrap_or_else(|| self.svc.doc.queue_tree());
-                    self.queues = tree;
+                let r = queues_with(queues.as_ref(), &self.svc.doc).map(|active| {
+                    self.queues = queues;
                     self.driver.model_mut().set_queues(active);
                 });
                 let _ = done.send(r);
@@ -249,7 +245,15 @@ impl Engine {
     /// any) start afresh.
     fn install(&mut self, policy: Policy, doc: PolicyDocument) {
         self.driver.set_weight_sets(doc.adaptive.as_ref().map(|a| a.weight_sets.clone()).unwrap_or_default());
-        let queues = self.queues.clone().unwrap_or_else(|| doc.queue_tree());
+        // The objects' queues as they were if the new settings do not fit
+        // them (they were checked with the old ones).
+        let queues = queues_with(self.queues.as_ref(), &doc)
+            .ok()
+            .or_else(|| {
+                let as_set = self.queues.as_ref()?;
+                tessera_core::quota::QueueTree::new(as_set).ok()
+            })
+            .unwrap_or_else(|| doc.queue_tree());
         self.svc.install(policy, doc);
         self.driver.model_mut().resync();
         self.driver.model_mut().set_queues(queues);
@@ -380,5 +384,22 @@ impl Engine {
         status.nodes = nodes.len();
         status.pods_running = model.running().count();
         status.pods_waiting = model.waiting().count();
+    }
+}
+
+/// The loop's queues: `objects`' queues (the Kubernetes `TesseraQueue`
+/// objects) with `doc`'s queue settings — the fair-share gate, remembered
+/// use, the fairness floor, reclaim — or, with no objects, `doc`'s own.
+fn queues_with(
+    objects: Option<&tessera_core::quota::QueuesConfig>,
+    doc: &PolicyDocument,
+) -> Result<tessera_core::quota::QueueTree, tessera_core::quota::QueuesError> {
+    match objects {
+        Some(o) => tessera_core::quota::QueueTree::new(&tessera_core::quota::QueuesConfig {
+            default_queue: o.default_queue.clone(),
+            list: o.list.clone(),
+            ..doc.queues.clone()
+        }),
+        None => Ok(doc.queue_tree()),
     }
 }

@@ -65,3 +65,61 @@ async fn a_posted_queue_is_held_to_its_limit_and_reported() {
     assert!(held > 0.0, "{text}");
     svc.stop().await;
 }
+
+/// Queues set from outside the policy (the Kubernetes `TesseraQueue`
+/// objects, through `QueueHandle`) run with the policy's queue settings:
+/// with the posted policy's remembered use, the fairness the gate
+/// remembers is still reported for the objects' queues; with the
+/// objects gone, the policy's own queues are back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queues_set_from_outside_keep_the_policys_queue_settings() {
+    let cfg = tessera::serve::ServiceConfig { serve: config(None), ..Default::default() };
+    let (server, listener) = tessera::serve::start(cfg).await.expect("tessera serve starts");
+    let handle = server.queues();
+    let svc = Running::serve(server, listener).await;
+    let http = reqwest::Client::new();
+    let r = http
+        .post(svc.url("/v1/policies"))
+        .bearer_auth(TOKEN)
+        .header("content-type", "application/yaml")
+        .body(POLICY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK, "{}", r.text().await.unwrap());
+    let objects = tessera_core::quota::QueuesConfig {
+        list: vec![tessera_core::quota::QueueSpec {
+            name: "team-a".into(),
+            parent: None,
+            weight: 1.0,
+            guarantee: tessera_core::quota::Quota { gpus: Some(4), ..Default::default() },
+            limit: Default::default(),
+        }],
+        ..Default::default()
+    };
+    handle.set(Some(objects)).await.unwrap().expect("the objects' queues are accepted");
+    // The gauges follow at the loop's next step.
+    let metrics_once = |want: &'static str| {
+        let (http, url) = (http.clone(), svc.url("/metrics"));
+        async move {
+            let t0 = std::time::Instant::now();
+            loop {
+                let text = http.get(&url).send().await.unwrap().text().await.unwrap();
+                if text.contains(want) || t0.elapsed() > Duration::from_secs(30) {
+                    return text;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let text = metrics_once(r#"tessera_queue_guarantee{queue="team-a""#).await;
+    assert_eq!(series(&text, r#"tessera_queue_guarantee{queue="team-a",resource="gpus"}"#), Some(4.0), "{text}");
+    assert!(series(&text, r#"tessera_queue_guarantee{queue="batch",resource="gpus"}"#).is_none(), "{text}");
+    assert!(series(&text, "tessera_queue_fairness").is_some(), "the policy's usage_half_life_s applies: {text}");
+    let status = handle.status().await.unwrap();
+    assert!(status.iter().any(|q| q.name == "team-a"), "{status:?}");
+    handle.set(None).await.unwrap().unwrap();
+    let text = metrics_once(r#"tessera_queue_guarantee{queue="batch""#).await;
+    assert_eq!(series(&text, r#"tessera_queue_guarantee{queue="batch",resource="gpus"}"#), Some(2.0), "{text}");
+    svc.stop().await;
+}

@@ -183,14 +183,15 @@ pub enum BenchCmd {
         /// others' demand is unmet.
         #[arg(long)]
         gate: bool,
-        /// With --gate: time-based fair share, use over or under a queue's
-        /// share remembered with this half-life (s) and paid back.
-        #[arg(long, value_name = "S", requires = "gate")]
+        /// With --gate (or the policy's): time-based fair share, use over or
+        /// under a queue's share remembered with this half-life (s) and
+        /// paid back.
+        #[arg(long, value_name = "S")]
         usage_half_life: Option<u64>,
         /// With --usage-half-life: the gate holds queues only while
         /// remembered fairness (Jain over queues of held ÷ fair share) is
         /// below T (the policy's queues.fairness_target).
-        #[arg(long, value_name = "T", requires = "usage_half_life")]
+        #[arg(long, value_name = "T")]
         fairness_target: Option<f64>,
         /// Reserve nodes for a gang that has waited S seconds for room
         /// (the policy's scheduling.reserve_after_s), in every mode.
@@ -204,7 +205,7 @@ pub enum BenchCmd {
         /// With --gate: a queue below its fair share reclaims up to it,
         /// not only up to its guarantee (the policy's
         /// queues.reclaim_to_fair_share): queues take turns by preemption.
-        #[arg(long, requires = "gate")]
+        #[arg(long)]
         reclaim_to_share: bool,
         /// A pod is reclaimed only after running S seconds (the policy's
         /// queues.reclaim_min_runtime_s).

@@ -326,8 +326,8 @@ impl<P: Placer> Jobs<'_, P> {
             (false, Some((start, _, whole))) => {
                 let every = self.jobs[j].checkpoint_s.unwrap_or(0);
                 let s = &mut self.states[j];
-                if every > 0 {
-                    let kept = t.saturating_sub(start) / every * every;
+                if let Some(n) = t.saturating_sub(start).checked_div(every) {
+                    let kept = n * every;
                     let ppm = u128::from(kept) * u128::from(PPM) / u128::from(whole.max(1));
                     s.saved_ppm = (s.saved_ppm + ppm as u64).min(PPM - 1);
                 }

@@ -79,7 +79,9 @@ pub struct QueuesConfig {
     /// With the gate: a queue below its fair share of GPUs (the share the
     /// gate holds it to, moved by remembered use) may reclaim up to that
     /// share, not only up to its guarantee, from queues over theirs, never
-    /// taking one below its own share or guarantee. Time-sliced sharing: a
+    /// taking one below its own share (with remembered use, a queue that
+    /// held more than its share is owed less, below its guarantee down to
+    /// nothing: a guarantee over time). Time-sliced sharing: a
     /// queue whose jobs are wider than its guarantee takes its turn by
     /// preemption instead of waiting for others' jobs to end (KAI's
     /// reclaim toward fair share, Gavel's rounds). It pays where jobs

@@ -137,6 +137,15 @@ struct Entry {
     last_reason: Option<Why>,
 }
 
+/// Whether a parked pod waits for room, which a node's room (or a queue's
+/// growing share of it) may end: not a gang waiting for its members
+/// (their arrival ends that) nor a pod a queue holds (its use falling
+/// does).
+fn waits_for_room(e: &Entry) -> bool {
+    !matches!(&e.last_reason, Some(Why::Gang(w)) if w.needs_members())
+        && e.last_reason.as_ref().is_none_or(|w| w.queue_wait().is_none())
+}
+
 /// The loop over one cluster.
 #[derive(Debug)]
 pub struct Scheduler {
@@ -362,13 +371,7 @@ impl Scheduler {
             .iter()
             .copied()
             .filter(|id| {
-                self.pods.get(id).is_some_and(|e| {
-                    // Room does not end a wait for members (their arrival
-                    // does) nor one for a queue (its use falling does).
-                    !matches!(&e.last_reason, Some(Why::Gang(w)) if w.needs_members())
-                        && e.last_reason.as_ref().is_none_or(|w| w.queue_wait().is_none())
-                        && crate::cluster::check(n, &e.pod).is_ok()
-                })
+                self.pods.get(id).is_some_and(|e| waits_for_room(e) && crate::cluster::check(n, &e.pod).is_ok())
             })
             .collect();
         self.wake(ready);

@@ -32,10 +32,8 @@ fn series(text: &str, name_and_labels: &str) -> Option<f64> {
     text.lines().find_map(|l| l.strip_prefix(name_and_labels)?.trim().split(' ').next()?.parse().ok())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_posted_queue_is_held_to_its_limit_and_reported() {
-    let svc = Running::start(config(None)).await;
-    let http = reqwest::Client::new();
+/// Posts [`POLICY`] and checks it was accepted.
+async fn post_policy(svc: &Running, http: &reqwest::Client) {
     let r = http
         .post(svc.url("/v1/policies"))
         .bearer_auth(TOKEN)
@@ -45,6 +43,13 @@ async fn a_posted_queue_is_held_to_its_limit_and_reported() {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::OK, "{}", r.text().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_posted_queue_is_held_to_its_limit_and_reported() {
+    let svc = Running::start(config(None)).await;
+    let http = reqwest::Client::new();
+    post_policy(&svc, &http).await;
     svc.wait("a pod held by its queue's limit", Duration::from_secs(60), |s| {
         s.decisions.read().unwrap().newest_first().any(|d| d.reason.as_deref() == Some("SCHED-QUEUE-LIMIT"))
     })
@@ -78,15 +83,7 @@ async fn queues_set_from_outside_keep_the_policys_queue_settings() {
     let handle = server.queues();
     let svc = Running::serve(server, listener).await;
     let http = reqwest::Client::new();
-    let r = http
-        .post(svc.url("/v1/policies"))
-        .bearer_auth(TOKEN)
-        .header("content-type", "application/yaml")
-        .body(POLICY)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::OK, "{}", r.text().await.unwrap());
+    post_policy(&svc, &http).await;
     let objects = tessera_core::quota::QueuesConfig {
         list: vec![tessera_core::quota::QueueSpec {
             name: "team-a".into(),

@@ -122,8 +122,7 @@ impl Scheduler {
             .copied()
             .filter(|id| {
                 self.pods.get(id).is_some_and(|e| {
-                    e.last_reason.as_ref().is_none_or(|w| w.queue_wait().is_none())
-                        && tree.leaf_of(&e.pod).is_ok_and(|l| leaves.contains(&l))
+                    crate::sched::waits_for_room(e) && tree.leaf_of(&e.pod).is_ok_and(|l| leaves.contains(&l))
                 })
             })
             .collect()

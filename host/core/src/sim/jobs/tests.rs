@@ -85,15 +85,10 @@ fn a_job_runs_at_the_pace_of_its_slowest_member() {
     assert_eq!(r.run.waiting_by_reason.get("SCHED-GANG-UNSCHEDULABLE"), Some(&2), "{:?}", r.run.waiting_by_reason);
 }
 
-/// Team a fills the cluster with long jobs at 0; team b's short jobs come
-/// at 10. In one queue b waits for a's jobs to finish; with a queue each,
-/// guaranteed half the GPUs, b takes its half back at once (a's evicted
-/// job restarts later) and the queues are treated alike.
-#[test]
-fn queues_with_guarantees_give_a_late_team_its_share_at_once() {
+/// The loop with queues `a` and `b`, each guaranteed 8 GPUs (half of two
+/// nodes), the rest of the queues as `cfg` sets them.
+fn two_halves(cfg: impl FnOnce(&mut crate::quota::QueuesConfig)) -> DriverConfig {
     use crate::quota::{QueueSpec, QueueTree, QueuesConfig, Quota};
-    let mut jobs: Vec<Job> = (0..4).map(|i| Job { queue: "a".into(), ..job(&format!("a{i}"), 0, 8, 1000) }).collect();
-    jobs.extend((0..2).map(|i| Job { queue: "b".into(), ..job(&format!("b{i}"), 10, 8, 100) }));
     let half = Quota { gpus: Some(8), ..Quota::default() };
     let list = ["a", "b"]
         .map(|q| QueueSpec {
@@ -104,10 +99,20 @@ fn queues_with_guarantees_give_a_late_team_its_share_at_once() {
             limit: Quota::default(),
         })
         .to_vec();
-    let fair = DriverConfig {
-        queues: QueueTree::new(&QueuesConfig { list, ..QueuesConfig::default() }).unwrap(),
-        ..DriverConfig::default()
-    };
+    let mut queues = QueuesConfig { list, ..QueuesConfig::default() };
+    cfg(&mut queues);
+    DriverConfig { queues: QueueTree::new(&queues).unwrap(), ..DriverConfig::default() }
+}
+
+/// Team a fills the cluster with long jobs at 0; team b's short jobs come
+/// at 10. In one queue b waits for a's jobs to finish; with a queue each,
+/// guaranteed half the GPUs, b takes its half back at once (a's evicted
+/// job restarts later) and the queues are treated alike.
+#[test]
+fn queues_with_guarantees_give_a_late_team_its_share_at_once() {
+    let mut jobs: Vec<Job> = (0..4).map(|i| Job { queue: "a".into(), ..job(&format!("a{i}"), 0, 8, 1000) }).collect();
+    jobs.extend((0..2).map(|i| Job { queue: "b".into(), ..job(&format!("b{i}"), 10, 8, 100) }));
+    let fair = two_halves(|_| ());
     let one = run_jobs(nodes(&["V100", "V100"]), &jobs, &mut First, JobMode::Gangs, &DriverConfig::default());
     let two = run_jobs(nodes(&["V100", "V100"]), &jobs, &mut First, JobMode::Gangs, &fair);
     assert_eq!((one.summary.completed, two.summary.completed), (6, 6));
@@ -132,26 +137,12 @@ fn queues_with_guarantees_give_a_late_team_its_share_at_once() {
 /// 8-GPU jobs of 10,000 s at 0, team b asks at 10 with `b`; every job
 /// checkpoints every `checkpoint_s`; `cfg` sets the rest of the queues.
 fn two_teams(b: Vec<Job>, checkpoint_s: Option<u64>, cfg: impl FnOnce(&mut crate::quota::QueuesConfig)) -> JobReport {
-    use crate::quota::{QueueSpec, QueueTree, QueuesConfig, Quota};
     let mut jobs: Vec<Job> = (0..2).map(|i| Job { queue: "a".into(), ..job(&format!("a{i}"), 0, 8, 10_000) }).collect();
     jobs.extend(b.into_iter().map(|j| Job { queue: "b".into(), ..j }));
     for j in &mut jobs {
         j.checkpoint_s = checkpoint_s;
     }
-    let half = Quota { gpus: Some(8), ..Quota::default() };
-    let list = ["a", "b"]
-        .map(|q| QueueSpec {
-            name: q.into(),
-            parent: None,
-            weight: 1.0,
-            guarantee: half.clone(),
-            limit: Quota::default(),
-        })
-        .to_vec();
-    let mut queues = QueuesConfig { list, ..QueuesConfig::default() };
-    cfg(&mut queues);
-    let dc = DriverConfig { queues: QueueTree::new(&queues).unwrap(), ..DriverConfig::default() };
-    run_jobs(nodes(&["V100", "V100"]), &jobs, &mut First, JobMode::Gangs, &dc)
+    run_jobs(nodes(&["V100", "V100"]), &jobs, &mut First, JobMode::Gangs, &two_halves(cfg))
 }
 
 /// b reclaims its guarantee at 10 from one of a's jobs: without

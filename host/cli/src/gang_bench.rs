@@ -95,7 +95,7 @@ fn members(g: usize, opts: &GangOptions, queue: Option<String>) -> Vec<Pod> {
 fn cluster(opts: &GangOptions) -> Vec<Node> {
     let mut nodes = bench::synthetic_cluster(opts.nodes);
     for n in &mut nodes {
-        let draw = tessera_core::hash::fnv1a(opts.seed.to_le_bytes().into_iter().chain(n.id.to_le_bytes()));
+        let draw = tessera_core::hash::draw(opts.seed.to_le_bytes().into_iter().chain(n.id.to_le_bytes()));
         if draw % 100 < u64::from(opts.idle_pct) {
             n.free = n.capacity;
             for g in &mut n.gpus {

@@ -286,7 +286,7 @@ fn job(trace: &str, i: usize, row: &JobRow, table: &Throughputs, queues: u32, se
     if seconds_on.is_empty() {
         return None;
     }
-    let q = tessera_core::hash::fnv1a(format!("{seed}/{trace}/{i}").bytes()) % u64::from(queues.max(1));
+    let q = tessera_core::hash::draw(format!("{seed}/{trace}/{i}").bytes()) % u64::from(queues.max(1));
     let job = Job {
         name: format!("{trace}-{i}"),
         arrival_s: row.arrival_s.floor() as u64,

@@ -340,8 +340,8 @@ fn the_training_policy_runs_a_job_trace() {
         serde_json::from_str::<serde_json::Value>(out.trim()).unwrap()
     };
     let v = training(&[]);
-    assert_eq!(v["runs"][0]["trace"], "mix:2=+gate~3600s+reserve@3600s", "{v}");
+    assert_eq!(v["runs"][0]["trace"], "mix:2=+gate+reserve@3600s", "{v}");
     assert_eq!(v["runs"][0]["completed"], 7, "{v}");
-    let v = training(&["--fairness-target", "0.9"]);
+    let v = training(&["--usage-half-life", "3600", "--fairness-target", "0.9"]);
     assert_eq!(v["runs"][0]["trace"], "mix:2=+gate~3600s≥0.9+reserve@3600s", "{v}");
 }

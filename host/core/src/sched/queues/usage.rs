@@ -10,8 +10,9 @@
 //! shares still add up to what they did: a queue whose jobs are wider than
 //! its share runs them in turns with the others instead of holding more
 //! than its share whenever it can. A leaf is never held to more than it
-//! asks for, so credit alone never keeps GPUs idle for a queue that wants
-//! nothing.
+//! asks for, and what it is credited past that goes back to the leaves
+//! under theirs, so credit alone never keeps GPUs idle for a queue that
+//! wants nothing, nor holds the others to less than the cluster.
 //!
 //! Deterministic: the decay is a power of a half times a fixed series,
 //! in `+ − × ÷` only (no platform maths library), over queues in order.
@@ -107,18 +108,43 @@ impl Usage {
     /// The shares the gate holds each queue to: each leaf's fair share (as
     /// given to [`Self::begin`]) moved by its balance over one half-life,
     /// paid to or by the other leaves in proportion to their shares, within
-    /// `0..=demand`; a parent the sum of its children's.
+    /// `0..=demand` — what a leaf is moved past its demand going to the
+    /// leaves under theirs, by their shares; a parent the sum of its
+    /// children's.
     pub(in crate::sched) fn shares(&self, tree: &QueueTree, demand: &[u64]) -> Vec<u64> {
         let share = &self.share;
         let leaves: Vec<usize> = (0..tree.nodes().len()).filter(|&q| tree.nodes()[q].is_leaf()).collect();
         let total_share: f64 = leaves.iter().map(|&l| share[l] as f64).sum();
         let total_balance: f64 = leaves.iter().map(|&l| self.balance[l]).sum();
         let h = self.half_life_s as f64;
-        let mut out = vec![0u64; share.len()];
+        let mut moved: Vec<f64> = vec![0.0; share.len()];
         for &l in &leaves {
             let part = if total_share > 0.0 { total_balance * share[l] as f64 / total_share } else { 0.0 };
-            let moved = share[l] as f64 - (self.balance[l] - part) / h;
-            out[l] = (moved.max(0.0).round() as u64).min(demand[l]);
+            moved[l] = (share[l] as f64 - (self.balance[l] - part) / h).max(0.0);
+        }
+        // What a leaf is moved past its demand goes to the leaves still
+        // under theirs, by their shares, up to the shares' total (a leaf
+        // that owes more than its share holds none of it), until all have
+        // what they ask for: credit a queue cannot use is not taken from
+        // the others.
+        for _ in 0..=leaves.len() {
+            for &l in &leaves {
+                moved[l] = moved[l].min(demand[l] as f64);
+            }
+            let free = total_share - leaves.iter().map(|&l| moved[l]).sum::<f64>();
+            let open: Vec<usize> = leaves.iter().copied().filter(|&l| moved[l] < demand[l] as f64).collect();
+            if free < 1.0 || open.is_empty() {
+                break;
+            }
+            let weight: f64 = open.iter().map(|&l| share[l] as f64).sum();
+            for &l in &open {
+                let w = if weight > 0.0 { share[l] as f64 / weight } else { 1.0 / open.len() as f64 };
+                moved[l] += free * w;
+            }
+        }
+        let mut out = vec![0u64; share.len()];
+        for &l in &leaves {
+            out[l] = (moved[l].round() as u64).min(demand[l]);
         }
         for &l in &leaves {
             let mut at = tree.nodes()[l].parent;
@@ -213,6 +239,11 @@ mod tests {
         let mut small = demand.clone();
         small[b] = 4_000;
         assert_eq!(u.shares(&tree, &small)[b], 4_000);
+        // … and the credit b cannot use is not taken from a: a owes, but
+        // with b asking for no more than it holds a keeps the rest.
+        assert_eq!(u.shares(&tree, &small)[a], 4_000, "{:?}", u.shares(&tree, &small));
+        small[b] = 2_000;
+        assert_eq!(u.shares(&tree, &small)[a], 6_000, "{:?}", u.shares(&tree, &small));
         // Uncontended time adds nothing, and what was owed decays.
         u.end(used.clone());
         u.begin(200, share.clone(), false);

@@ -106,12 +106,21 @@ pub struct Fairness {
 }
 
 impl Fairness {
+    /// Policy `policy`'s document with these options over its own, and
+    /// the fairness that comes to ([`Self::over`], then [`Self::apply`]).
+    fn document(self, policy: &str, seed: u64) -> Result<(tessera_policy::PolicyDocument, Self)> {
+        let mut doc = policy_document(policy, seed)?;
+        let fairness = self.over(&doc);
+        fairness.apply(&mut doc);
+        Ok((doc, fairness))
+    }
+
     /// These options over the policy's own: its `queues:` settings (the
     /// gate, remembered use, the floor, reclaim to the fair share) and its
     /// reservations and queue order, each where the options leave it
     /// unset. So `bench jobs --policy training` runs the training policy's
     /// fairness as shipped.
-    pub fn over(self, doc: &tessera_policy::PolicyDocument) -> Self {
+    fn over(self, doc: &tessera_policy::PolicyDocument) -> Self {
         let q = &doc.queues;
         Self {
             gate: self.gate || q.fair_share_gate,
@@ -399,9 +408,7 @@ pub fn run_one(
     seed: u64,
     fairness: Fairness,
 ) -> Result<(JobRun, JobReport)> {
-    let mut doc = policy_document(policy, seed)?;
-    let fairness = fairness.over(&doc);
-    fairness.apply(&mut doc);
+    let (doc, fairness) = fairness.document(policy, seed)?;
     let queues = match admission {
         Admission::FairShare if !doc.queues.list.is_empty() => doc.queue_tree(),
         Admission::FairShare => equal_queues(trace.queues, gpus, fairness)?,
@@ -532,9 +539,7 @@ fn mixed(files: &[PathBuf], opts: &JobsOptions) -> Result<JobsBench> {
         all.extrapolated += trace.extrapolated;
         vcs.push((trace.name, gpus.map(scale)));
     }
-    let mut doc = policy_document(&opts.policy, opts.seed)?;
-    let fairness = opts.fairness.over(&doc);
-    fairness.apply(&mut doc);
+    let (doc, fairness) = opts.fairness.document(&opts.policy, opts.seed)?;
     all.name = match opts.capacity_pct {
         100 => format!("mix:{}", vcs.len()),
         pct => format!("mix:{}@{pct}%", vcs.len()),

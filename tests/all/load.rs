@@ -15,20 +15,62 @@ use tessera_wasm::{CallBudget, CallFault, PluginSpec, Runtime, RuntimeConfig};
 
 use crate::{cache_dir, cluster, load, member, policy};
 
-/// Busy threads on every core (twice over) until dropped.
+/// Busy threads until dropped: on every core (twice over), or on the
+/// calling thread's own core.
 pub struct Contention {
     stop: Arc<AtomicBool>,
     threads: Vec<std::thread::JoinHandle<()>>,
+    /// The calling thread's CPUs before `on_this_cpu` pinned it.
+    #[cfg(target_os = "linux")]
+    restore: Option<libc::cpu_set_t>,
 }
 
 impl Contention {
     pub fn start() -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
         let n = 2 * std::thread::available_parallelism().map_or(2, |n| n.get());
+        Self::spawn(n, || {})
+    }
+
+    /// `n` busy threads pinned, with the calling thread, to the core the
+    /// caller runs on: the caller gets about 1/(n+1) of it however many
+    /// cores the machine has or how a container's quota is spread over
+    /// them (with busy threads "on every core", a CI runner whose cgroup
+    /// quota is two CPUs but whose threads may run on any of its many
+    /// cores left the caller a core of its own: one call in 5,000 was
+    /// delayed). Elsewhere than Linux, `start`.
+    pub fn on_this_cpu(n: usize) -> Self {
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: plain libc calls on a zeroed set; pid 0 is the calling thread.
+            #[allow(unsafe_code)]
+            unsafe {
+                let mut before: libc::cpu_set_t = std::mem::zeroed();
+                let size = std::mem::size_of::<libc::cpu_set_t>();
+                let cpu = libc::sched_getcpu();
+                if cpu >= 0 && libc::sched_getaffinity(0, size, &mut before) == 0 {
+                    let mut one: libc::cpu_set_t = std::mem::zeroed();
+                    libc::CPU_SET(cpu as usize, &mut one);
+                    if libc::sched_setaffinity(0, size, &one) == 0 {
+                        let mut c = Self::spawn(n, move || {
+                            libc::sched_setaffinity(0, size, &one);
+                        });
+                        c.restore = Some(before);
+                        return c;
+                    }
+                }
+            }
+        }
+        let _ = n;
+        Self::start()
+    }
+
+    fn spawn(n: usize, pin: impl Fn() + Clone + Send + 'static) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
         let threads = (0..n)
             .map(|_| {
-                let stop = stop.clone();
+                let (stop, pin) = (stop.clone(), pin.clone());
                 std::thread::spawn(move || {
+                    pin();
                     let mut x = 0u64;
                     while !stop.load(Ordering::Relaxed) {
                         x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1));
@@ -36,7 +78,12 @@ impl Contention {
                 })
             })
             .collect();
-        Self { stop, threads }
+        Self {
+            stop,
+            threads,
+            #[cfg(target_os = "linux")]
+            restore: None,
+        }
     }
 }
 
@@ -45,6 +92,14 @@ impl Drop for Contention {
         self.stop.store(true, Ordering::Relaxed);
         for t in self.threads.drain(..) {
             let _ = t.join();
+        }
+        #[cfg(target_os = "linux")]
+        if let Some(before) = self.restore.take() {
+            // SAFETY: restores the calling thread's own set, read in `on_this_cpu`.
+            #[allow(unsafe_code)]
+            unsafe {
+                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &before);
+            }
         }
     }
 }
@@ -76,7 +131,10 @@ fn a_well_behaved_plugin_under_contention_collects_no_faults() {
     let (spinner, _) = rt.load(&spec, HOSTILE.bytes).unwrap();
     let nodes = cluster(8);
     let p = policy(vec![member(load(&rt, BINPACK, "binpack", "null"), 1.0), member(spinner.clone(), 1.0)], &nodes);
-    let busy = Contention::start();
+    // Three busy threads on this thread's core: its calls wait for their
+    // turns (well past 5 ms of wall time), never past the safety net of
+    // ten deadlines.
+    let busy = Contention::on_this_cpu(3);
     let t0 = Instant::now();
     let (mut calls, mut slow, mut starved_seen) = (0, 0, 0);
     // Until the host has kept a few calls waiting past the deadline (what

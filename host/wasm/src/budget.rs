@@ -8,8 +8,9 @@
 //!   The same call stops at the same instruction on every machine, idle
 //!   or loaded, so a replay is byte-identical.
 //! - **The service**: the policy's `deadline_ms` of the plugin's own CPU
-//!   time, the calling thread's, checked at every epoch tick past the
-//!   deadline. A call that ran past its deadline on the wall clock while
+//!   time, the calling thread's, checked at the first epoch tick after
+//!   the call starts and then whenever its CPU time could have reached the
+//!   deadline ([`CallClock`] says what the first check charges). A call that ran past its deadline on the wall clock while
 //!   its CPU time stayed under it was starved by the host: it goes on, and
 //!   the starvation is counted as host overload, never as the plugin's
 //!   fault. A wall-clock safety net (`wall_cap` × the deadline) stops a
@@ -85,13 +86,27 @@ impl Default for CallBudget {
     }
 }
 
-/// A call's start, on the wall clock and on the calling thread's CPU
-/// clock (read again on the same thread: a call runs on the thread that
-/// armed it); whether the host has starved it so far; what it was granted.
+/// A call's start on the wall clock, the calling thread's CPU clock at the
+/// call's first check (read again on the same thread: a call runs on the
+/// thread that armed it), whether the host has starved it so far, and what
+/// it was granted.
+///
+/// The CPU clock is not read when a call starts: reading a thread's CPU
+/// clock is a system call (about 1 µs on a VM, 0.2–0.4 µs on bare metal),
+/// as long as many calls take, and most calls end before the next epoch
+/// tick. A call is checked first at the tick after it starts, and charged
+/// for the CPU before that check as the wall time up to it, at most one
+/// tick (and half its deadline): a call the host starved before its first
+/// tick is charged at most one tick it did not use, a call that ran all
+/// along at most the ticker's lateness too little. After the first check
+/// its CPU is read, not estimated.
 #[derive(Debug)]
 pub(crate) struct CallClock {
-    /// Wall and thread CPU clocks at the start (none in a replay).
-    started: Option<(Instant, Duration)>,
+    /// Wall clock at the start (none in a replay).
+    started: Option<Instant>,
+    /// At the first check: the thread's CPU clock, and the CPU charged for
+    /// the time before it.
+    first_check: Option<(Duration, Duration)>,
     starved: bool,
     /// This call's deadline (the plugin's, plus a sync's allowance).
     pub(crate) deadline: Duration,
@@ -104,15 +119,37 @@ fn thread_cpu() -> Duration {
 }
 
 impl CallClock {
-    /// Starts now, on the calling thread.
+    /// Starts now, on the calling thread (reads the wall clock only).
     pub(crate) fn start(deadline: Duration, fuel: u64) -> Self {
-        Self { started: Some((Instant::now(), thread_cpu())), starved: false, deadline, fuel }
+        Self { started: Some(Instant::now()), first_check: None, starved: false, deadline, fuel }
     }
 
     /// What a replay's call was granted; reads no clock.
     pub(crate) fn unclocked(deadline: Duration, fuel: u64) -> Self {
-        Self { started: None, starved: false, deadline, fuel }
+        Self { started: None, first_check: None, starved: false, deadline, fuel }
     }
+
+    /// The call's CPU time and wall time so far, at a check on the calling
+    /// thread (see the type's documentation for the first check).
+    fn spent(&mut self, tick: Duration) -> (Duration, Duration) {
+        let Some(started) = self.started else { return (Duration::ZERO, Duration::ZERO) };
+        let wall = started.elapsed();
+        let cpu = match self.first_check {
+            Some((cpu_then, before)) => before + thread_cpu().saturating_sub(cpu_then),
+            None => {
+                let before = charged_before_first_check(wall, tick, self.deadline);
+                self.first_check = Some((thread_cpu(), before));
+                before
+            }
+        };
+        (cpu, wall)
+    }
+}
+
+/// The CPU a call is charged for before its first check, `wall` after it
+/// started: the wall time, at most one tick and half the deadline.
+pub(crate) fn charged_before_first_check(wall: Duration, tick: Duration, deadline: Duration) -> Duration {
+    wall.min(tick).min(deadline / 2)
 }
 
 /// What a call may spend: the plugin's deadline (and fuel), plus a sync's
@@ -166,9 +203,7 @@ pub(crate) fn cpu_time_callback(
 ) -> impl FnMut(StoreContextMut<'_, HostState>) -> wasmtime::Result<UpdateDeadline> + Send + Sync + 'static {
     move |mut ctx| {
         let clock = &mut ctx.data_mut().clock;
-        let (cpu, wall) = clock
-            .started
-            .map_or((Duration::ZERO, Duration::ZERO), |(wall, cpu)| (thread_cpu().saturating_sub(cpu), wall.elapsed()));
+        let (cpu, wall) = clock.spent(tick);
         let deadline = clock.deadline;
         match judge(cpu, wall, deadline, wall_cap, tick) {
             Verdict::Timeout => Err(Trap::Interrupt.into()),
@@ -204,6 +239,24 @@ mod tests {
             Verdict::Starved(HostStarved { cpu_ms: 5, wall_ms: 500 })
         );
         assert_eq!(judge(ms(49), ms(51), deadline, 10, ms(3)), Verdict::Continue(1));
+    }
+
+    #[test]
+    fn a_calls_cpu_before_its_first_check_is_charged_at_most_one_tick() {
+        let (ms, us) = (Duration::from_millis, Duration::from_micros);
+        let tick = ms(1);
+        // A call checked 300 µs in ran all along: charged what it ran.
+        assert_eq!(charged_before_first_check(us(300), tick, ms(50)), us(300));
+        // The host kept it waiting 40 ms before its first tick: charged one
+        // tick, so a plugin with a 5 ms deadline is not timed out for it.
+        let before = charged_before_first_check(ms(40), tick, ms(5));
+        assert_eq!(before, tick);
+        assert_eq!(judge(before, ms(40), ms(5), 10, tick), Verdict::Continue(4));
+        // A tick longer than the deadline charges at most half of it.
+        assert_eq!(charged_before_first_check(ms(40), ms(10), ms(4)), ms(2));
+        // A replay reads no clock and is never charged.
+        let mut replay = CallClock::unclocked(ms(50), 7);
+        assert_eq!(replay.spent(tick), (Duration::ZERO, Duration::ZERO));
     }
 
     #[test]

@@ -266,8 +266,10 @@ impl PluginVersion {
                 // unmetered in effect.
                 let (deadline, fuel) =
                     budget::grant(self.limits.deadline_ms.0, Some(fuel_limit.unwrap_or(u64::MAX)), 0, deltas);
-                let ticks = (deadline.as_nanos().div_ceil(u128::from(self.epoch_tick_ms) * 1_000_000)) as u64;
-                store.set_epoch_deadline(ticks.max(1));
+                // First checked at the next tick, where the call's CPU
+                // clock is first read (see `CallClock`): most calls end
+                // before it and never read it.
+                store.set_epoch_deadline(1);
                 if self.fuel_enabled {
                     // `set_fuel` cannot fail when metering is on.
                     let _ = store.set_fuel(fuel);

@@ -82,6 +82,13 @@ impl<S: Scorer> ScorerHarness<S> {
         out.reserve(candidates.len());
         self.refresh_host_signals();
         self.plugin.prepare(pod, &self.nodes);
+        if !self.plugin.filters(pod) {
+            if let Some(&id) = candidates.iter().find(|&&id| !self.nodes.contains(id)) {
+                return Err(unknown(id));
+            }
+            out.resize(candidates.len(), 0);
+            return Ok(());
+        }
         for &id in candidates {
             let node = self.nodes.get(id).ok_or_else(|| unknown(id))?;
             out.push(match self.plugin.filter(pod, &node) {
@@ -239,6 +246,13 @@ mod tests {
         fn on_remove(&mut self, id: NodeId) {
             self.removed.push(id);
         }
+        /// Only pods of a workload are filtered: odd ids rejected.
+        fn filters(&self, pod: &Pod) -> bool {
+            !pod.workload.is_empty()
+        }
+        fn filter(&self, _pod: &Pod, node: &Node<'_>) -> Result<(), u8> {
+            if node.id() % 2 == 1 { Err(0) } else { Ok(()) }
+        }
         fn score(&self, _pod: &Pod, node: &Node<'_>) -> Score {
             Score::new(i64::from(node.free.cpu_milli))
         }
@@ -274,7 +288,21 @@ mod tests {
             assert!(e.contains("unknown node id 9"), "{ids:?}: {e}");
         }
         let mut out = Vec::new();
-        assert!(h.filter(&Pod::default(), &[0, 7], &mut out).unwrap_err().contains("unknown node id 7"));
+        let web = Pod { workload: "web".into(), ..Pod::default() };
+        for pod in [&Pod::default(), &web] {
+            assert!(h.filter(pod, &[0, 7], &mut out).unwrap_err().contains("unknown node id 7"));
+        }
+    }
+
+    #[test]
+    fn a_plugin_that_does_not_filter_a_pod_passes_every_candidate_unasked() {
+        let mut h = ScorerHarness::<Probe>::new("").unwrap();
+        h.apply((0..4).map(rec)).unwrap();
+        let mut out = vec![9; 7];
+        h.filter(&Pod { workload: "web".into(), ..Pod::default() }, &[0, 1, 2, 3], &mut out).unwrap();
+        assert_eq!(out, [0, 1, 0, 1]);
+        h.filter(&Pod::default(), &[3, 1, 0], &mut out).unwrap();
+        assert_eq!(out, [0, 0, 0]);
     }
 
     #[test]

@@ -114,6 +114,14 @@ pub trait Scorer: Sized + 'static {
     /// pod and the whole mirror (e.g. to count a workload's pods per zone).
     fn prepare(&mut self, _pod: &Pod, _nodes: &NodeTable) {}
 
+    /// Whether [`Scorer::filter`] may reject any node for this pod; called
+    /// once per host call, after [`Scorer::prepare`]. `false` passes every
+    /// candidate without asking `filter` node by node (e.g. a spread
+    /// plugin without a hard skew limit, or a pod without a workload).
+    fn filters(&self, _pod: &Pod) -> bool {
+        true
+    }
+
     /// `Ok(())` if the pod may run on the node, else the index of the reason
     /// in [`Scorer::FILTER_REASONS`]. The host has already checked resources,
     /// GPU fit, model and health.

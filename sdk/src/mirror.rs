@@ -210,6 +210,12 @@ impl NodeTable {
         Some(Node::new(id, state, self.gpus.get(id as usize).unwrap_or(&NO_GPUS), self.meta.get(id as usize)))
     }
 
+    /// Whether the node with this id is present.
+    #[inline]
+    pub fn contains(&self, id: NodeId) -> bool {
+        self.nodes.get(id as usize).is_some_and(Option::is_some)
+    }
+
     /// Name and workloads of a node, if present.
     pub fn meta(&self, id: NodeId) -> Option<&NodeMeta> {
         self.get(id).map(|_| &self.meta[id as usize])

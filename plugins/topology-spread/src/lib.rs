@@ -121,6 +121,10 @@ impl Scorer for Spread {
         self.min = live().min().unwrap_or(0);
     }
 
+    fn filters(&self, _pod: &Pod) -> bool {
+        self.active && self.cfg.max_skew.is_some()
+    }
+
     fn filter(&self, _pod: &Pod, node: &Node<'_>) -> Result<(), u8> {
         match self.cfg.max_skew {
             Some(skew) if self.active => {

@@ -67,6 +67,17 @@ pub struct Engine {
     /// across policy changes; they run with the active policy's queue
     /// settings ([`queues_with`]).
     queues: Option<tessera_core::quota::QueuesConfig>,
+    /// The per-queue series the last pass published: a queue that is gone
+    /// (a new policy, objects set or removed) loses its series rather than
+    /// keep reporting its last values.
+    queue_series: QueueSeries,
+}
+
+/// Label sets of the per-queue gauges published by one pass.
+#[derive(Debug, Default)]
+struct QueueSeries {
+    queues: std::collections::HashSet<crate::metrics::QueueLabel>,
+    resources: std::collections::HashSet<crate::metrics::QueueResourceLabel>,
 }
 
 impl Engine {
@@ -88,7 +99,7 @@ impl Engine {
         driver.model_mut().record_attempts(true);
         shared.metrics.gpus.set(driver.model().cluster().total_gpus() as i64);
         let svc = Service::new(backend, Recorder::new(policy), doc, cfg, top_k, tracing, shared);
-        let mut e = Self { driver, svc, queues: None };
+        let mut e = Self { driver, svc, queues: None, queue_series: QueueSeries::default() };
         e.publish_policy();
         e
     }
@@ -321,25 +332,51 @@ impl Engine {
     }
 
     /// Per-queue gauges (only when the policy sets queues: they cost a
-    /// pass over the pods).
-    fn queue_gauges(&self) {
+    /// pass over the pods). The series of queues no longer there (a new
+    /// policy, queue objects set or removed) are removed first, so a
+    /// scrape never shows a gone queue beside its successors.
+    fn queue_gauges(&mut self) {
         use crate::metrics::{QueueLabel, QueueResourceLabel};
+        use tessera_core::quota::Dim;
         let m = &self.svc.shared.metrics;
-        if let Some(f) = self.driver.model().sched().remembered_fairness() {
+        let sched = self.driver.model().sched();
+        let queues = if sched.has_queues() { sched.queues() } else { Vec::new() };
+        let mut now = QueueSeries::default();
+        let mut published = Vec::with_capacity(queues.len());
+        for q in &queues {
+            let dims: std::collections::BTreeSet<&Dim> =
+                q.used.0.keys().chain(q.guarantee.0.keys()).chain(q.fair_share.0.keys()).collect();
+            let labels: Vec<(QueueResourceLabel, &Dim)> = dims
+                .into_iter()
+                .map(|d| (QueueResourceLabel { queue: q.name.clone(), resource: d.name() }, d))
+                .collect();
+            now.queues.insert(QueueLabel { queue: q.name.clone() });
+            now.resources.extend(labels.iter().map(|(l, _)| l.clone()));
+            published.push((q, QueueLabel { queue: q.name.clone() }, labels));
+        }
+        for gone in self.queue_series.queues.difference(&now.queues) {
+            m.queue_pending.remove(gone);
+            m.queue_running.remove(gone);
+            m.queue_admitted.remove(gone);
+            m.queue_dominant_share.remove(gone);
+        }
+        for gone in self.queue_series.resources.difference(&now.resources) {
+            m.queue_used.remove(gone);
+            m.queue_borrowed.remove(gone);
+            m.queue_guarantee.remove(gone);
+            m.queue_fair_share.remove(gone);
+        }
+        if let Some(f) = sched.remembered_fairness().filter(|_| sched.has_queues()) {
             m.queue_fairness.set(f);
         }
-        for q in self.driver.model().sched().queues() {
-            let label = QueueLabel { queue: q.name.clone() };
+        for (q, label, resources) in published {
             m.queue_pending.get_or_create(&label).set(q.pending as i64);
             m.queue_running.get_or_create(&label).set(q.running as i64);
             m.queue_admitted.get_or_create(&label).set(q.admitted as i64);
             m.queue_dominant_share.get_or_create(&label).set(q.dominant_share);
-            let dims: std::collections::BTreeSet<&tessera_core::quota::Dim> =
-                q.used.0.keys().chain(q.guarantee.0.keys()).chain(q.fair_share.0.keys()).collect();
-            for d in dims {
-                let label = QueueResourceLabel { queue: q.name.clone(), resource: d.name() };
+            for (label, d) in resources {
                 let unit = |v: u64| match d {
-                    tessera_core::quota::Dim::Gpu | tessera_core::quota::Dim::Model(_) => v as f64 / 1000.0,
+                    Dim::Gpu | Dim::Model(_) => v as f64 / 1000.0,
                     _ => v as f64,
                 };
                 m.queue_used.get_or_create(&label).set(unit(q.used.get(d)));
@@ -348,18 +385,17 @@ impl Engine {
                 m.queue_fair_share.get_or_create(&label).set(unit(q.fair_share.get(d)));
             }
         }
+        self.queue_series = now;
     }
 
-    fn gauges(&self) {
+    fn gauges(&mut self) {
+        self.queue_gauges();
         let (svc, model) = (&self.svc, self.driver.model());
         let m = &svc.shared.metrics;
         for (level, depth) in model.sched().queue_depths().into_iter().enumerate() {
             m.queue_depth.get_or_create(&crate::metrics::LevelLabel { level: level.to_string() }).set(depth as i64);
         }
         m.parked.set(model.sched().parked() as i64);
-        if model.sched().has_queues() {
-            self.queue_gauges();
-        }
         m.running.set(model.running().count() as i64);
         m.gpus.set(model.cluster().total_gpus() as i64);
         let reading = model.tracker().reading();

@@ -75,7 +75,9 @@ async fn a_posted_queue_is_held_to_its_limit_and_reported() {
 /// objects, through `QueueHandle`) run with the policy's queue settings:
 /// with the posted policy's remembered use, the fairness the gate
 /// remembers is still reported for the objects' queues; with the
-/// objects gone, the policy's own queues are back.
+/// objects gone, the policy's own queues are back. Either way the queues
+/// replaced lose their series (they were reported with their last values
+/// for as long as the service ran).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queues_set_from_outside_keep_the_policys_queue_settings() {
     let cfg = tessera::serve::ServiceConfig { serve: config(None), ..Default::default() };
@@ -118,5 +120,8 @@ async fn queues_set_from_outside_keep_the_policys_queue_settings() {
     handle.set(None).await.unwrap().unwrap();
     let text = metrics_once(r#"tessera_queue_guarantee{queue="batch""#).await;
     assert_eq!(series(&text, r#"tessera_queue_guarantee{queue="batch",resource="gpus"}"#), Some(2.0), "{text}");
+    // A queue that is gone is not reported with its last values.
+    assert!(series(&text, r#"tessera_queue_guarantee{queue="team-a",resource="gpus"}"#).is_none(), "{text}");
+    assert!(series(&text, r#"tessera_queue_pending{queue="team-a"}"#).is_none(), "{text}");
     svc.stop().await;
 }

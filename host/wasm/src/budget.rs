@@ -10,8 +10,9 @@
 //! - **The service**: the policy's `deadline_ms` of the plugin's own CPU
 //!   time, the calling thread's, checked at the first epoch tick after
 //!   the call starts and then whenever its CPU time could have reached the
-//!   deadline ([`CallClock`] says what the first check charges). A call that ran past its deadline on the wall clock while
-//!   its CPU time stayed under it was starved by the host: it goes on, and
+//!   deadline (`CallClock` says what the first check charges). A call
+//!   that ran past its deadline on the wall clock while its CPU time
+//!   stayed under it was starved by the host: it goes on, and
 //!   the starvation is counted as host overload, never as the plugin's
 //!   fault. A wall-clock safety net (`wall_cap` × the deadline) stops a
 //!   call the host starves for good; that too is host overload

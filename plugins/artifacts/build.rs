@@ -112,12 +112,27 @@ fn main() {
         src.push_str(", ");
     }
     src.push_str("];\n");
+    // And against the frozen contract 0.2.1 (before the `zone` scope).
+    let old: Vec<&Plugin> = plugins.iter().filter(|p| CONTRACT_0_2_1.contains(&p.package.as_str())).collect();
+    assert_eq!(old.len(), CONTRACT_0_2_1.len(), "a plugin of CONTRACT_0_2_1 is not a plugin of the workspace");
+    let built = build(&cargo, &root, &target.join("wasm-plugins-0.2.1"), &old, Some("tessera-sdk/contract-0-2-1"));
+    src.push_str("/// Some of today's plugins built against the frozen contract `tessera:policy@0.2.1`.\npub const CONTRACT_0_2_1: &[Artifact] = &[");
+    for p in old {
+        src.push_str(&artifact(p, &built, &out_dir, "-0.2.1"));
+        src.push_str(", ");
+    }
+    src.push_str("];\n");
     fs::write(out_dir.join("artifacts.rs"), src).unwrap();
 }
 
 /// The plugins also built against the frozen contract 0.2.0: scorers that
 /// promise the `node` scope today, and a detector.
 const CONTRACT_0_2_0: &[&str] = &["tessera-plugin-binpack", "tessera-plugin-gpu-aware", "tessera-plugin-overload"];
+
+/// The plugins also built against the frozen contract 0.2.1: a scorer
+/// that promises the `node-shape` scope, and one that promises `zone`
+/// today (under 0.2.1, `fresh`).
+const CONTRACT_0_2_1: &[&str] = &["tessera-plugin-binpack", "tessera-plugin-topology-spread"];
 
 /// The plugins also built against the frozen contract 0.1.0: scorers with
 /// and without a filter, the published FGD, and a detector.

@@ -9,16 +9,24 @@ use std::thread::LocalKey;
 use crate::{Detector, DetectorHarness, Scorer, ScorerHarness};
 
 // The contract the component is built against: the current one (`wit/`),
-// or, with the `contract-0-1` or `contract-0-2-0` feature, a frozen one
-// (`wit/0.1.0/`, `wit/0.2.0/`).
+// or, with the `contract-0-1`, `contract-0-2-0` or `contract-0-2-1`
+// feature, a frozen one (`wit/0.1.0/`, `wit/0.2.0/`, `wit/0.2.1/`).
 
 /// Bindings of the `scorer` world (under the current contract, of
 /// `reusable-scorer`: `scorer` and `reuse`).
 pub mod scorer_bindings {
-    #[cfg(not(any(feature = "contract-0-1", feature = "contract-0-2-0")))]
+    #[cfg(not(any(feature = "contract-0-1", feature = "contract-0-2-0", feature = "contract-0-2-1")))]
     wit_bindgen::generate!({
         world: "reusable-scorer",
         path: "../wit",
+        pub_export_macro: true,
+        export_macro_name: "__tessera_export_scorer",
+        default_bindings_module: "tessera_sdk::guest::scorer_bindings",
+    });
+    #[cfg(feature = "contract-0-2-1")]
+    wit_bindgen::generate!({
+        world: "reusable-scorer",
+        path: "../wit/0.2.1",
         pub_export_macro: true,
         export_macro_name: "__tessera_export_scorer",
         default_bindings_module: "tessera_sdk::guest::scorer_bindings",
@@ -43,10 +51,18 @@ pub mod scorer_bindings {
 
 /// Bindings of the `detector` world.
 pub mod detector_bindings {
-    #[cfg(not(any(feature = "contract-0-1", feature = "contract-0-2-0")))]
+    #[cfg(not(any(feature = "contract-0-1", feature = "contract-0-2-0", feature = "contract-0-2-1")))]
     wit_bindgen::generate!({
         world: "detector",
         path: "../wit",
+        pub_export_macro: true,
+        export_macro_name: "__tessera_export_detector",
+        default_bindings_module: "tessera_sdk::guest::detector_bindings",
+    });
+    #[cfg(feature = "contract-0-2-1")]
+    wit_bindgen::generate!({
+        world: "detector",
+        path: "../wit/0.2.1",
         pub_export_macro: true,
         export_macro_name: "__tessera_export_detector",
         default_bindings_module: "tessera_sdk::guest::detector_bindings",
@@ -167,6 +183,11 @@ pub fn scorer_scope<S: Scorer>() -> scorer_bindings::exports::tessera::policy::r
         crate::Reuse::Fresh => ScoreScope::Fresh,
         crate::Reuse::Node => ScoreScope::Node,
         crate::Reuse::NodeShape => ScoreScope::NodeShape,
+        // 0.2.1 has no `zone` scope: such a plugin is asked afresh.
+        #[cfg(feature = "contract-0-2-1")]
+        crate::Reuse::Zone => ScoreScope::Fresh,
+        #[cfg(not(feature = "contract-0-2-1"))]
+        crate::Reuse::Zone => ScoreScope::Zone,
     }
 }
 

@@ -94,6 +94,9 @@ pub trait Scorer: Sized + 'static {
     /// the pod's workload does not matter either. The host then asks only about the candidates that
     /// changed since it asked for a pod of the same shape, and checks the
     /// promise now and then (a broken one ends reuse for the version).
+    /// [`Reuse::Zone`] (contract 0.2.2) promises that within one call a
+    /// node's answers depend on the node only through its `zone`: the host
+    /// asks about one candidate per zone and copies the answer to the rest.
     const REUSE: Reuse = Reuse::Fresh;
 
     /// Builds the plugin from its configuration.

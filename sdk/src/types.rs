@@ -392,6 +392,11 @@ pub enum Reuse {
     Node,
     /// As [`Reuse::Node`], and not on the pod's workload either.
     NodeShape,
+    /// Within one call, answers depend on a node only through its zone
+    /// (anything else may change between calls): the host asks about one
+    /// candidate per zone and copies its answer to the zone's others
+    /// (since contract 0.2.2).
+    Zone,
 }
 
 /// Placement tier of a pod.

@@ -24,9 +24,14 @@ fn each_component_reports_the_contract_it_was_built_against() {
         let world = if v.kind() == WorldKind::Scorer { "scoring" } else { "detection" };
         assert!(report.exports.contains(&format!("tessera:policy/{world}@0.1.0")), "{:?}", report.exports);
         let (v, report) = rt.load(&PluginSpec::new(old.name), current(old).bytes).expect(old.name);
-        assert_eq!((v.contract(), report.contract), (ContractVersion::CURRENT, ContractVersion::V0_2_1));
+        assert_eq!((v.contract(), report.contract), (ContractVersion::CURRENT, ContractVersion::V0_2_2));
         let ours = report.imports.iter().filter(|i| i.starts_with("tessera:policy/"));
-        assert!(ours.clone().count() > 0 && ours.clone().all(|i| i.ends_with("@0.2.1")), "{:?}", report.imports);
+        assert!(ours.clone().count() > 0 && ours.clone().all(|i| i.ends_with("@0.2.2")), "{:?}", report.imports);
+    }
+    for old in tessera_plugins::CONTRACT_0_2_1 {
+        let (v, report) = rt.load(&PluginSpec::new(old.name), old.bytes).expect(old.name);
+        assert_eq!((v.contract(), report.contract), (ContractVersion::V0_2_1, ContractVersion::V0_2_1), "{}", old.name);
+        assert!(report.exports.contains(&"tessera:policy/reuse@0.2.1".to_string()), "{:?}", report.exports);
     }
     for old in tessera_plugins::CONTRACT_0_2_0 {
         let (v, report) = rt.load(&PluginSpec::new(old.name), old.bytes).expect(old.name);

@@ -3,7 +3,10 @@
 //! asking every plugin about every candidate, while asking far less; a
 //! plugin that breaks the promise is caught and asked afresh from then
 //! on; components built before the promise existed (0.2.0) are asked
-//! afresh and decide the same.
+//! afresh and decide the same, and those built before the `zone` scope
+//! (0.2.1) keep the scope they declared. A scorer of the `zone` scope
+//! (0.2.2) is asked about one node per zone and decides as if asked about
+//! all; one that breaks that promise is caught too.
 
 use tessera_core::cluster::{Cluster, FilterReason, choose_gpus};
 use tessera_core::framework::Placer;
@@ -72,9 +75,9 @@ fn reused_answers_are_the_answers_asked_afresh() {
     let mut fresh = tessera::load::load_policy(&rt, &doc).unwrap().with_reuse(false, 0);
     for m in reusing.scorers() {
         let v = m.slot.current();
-        let promised = ["binpack", "gpu-aware", "hybrid-score"].contains(&m.name.as_str());
-        assert_eq!(v.reuse_scope().is_some(), promised, "{}", m.name);
-        assert_eq!(v.declared_scope(), if promised { "node-shape" } else { "fresh" });
+        let shape = ["binpack", "gpu-aware", "hybrid-score"].contains(&m.name.as_str());
+        assert!(v.reuse_scope().is_some(), "{}", m.name);
+        assert_eq!(v.declared_scope(), if shape { "node-shape" } else { "zone" }, "{}", m.name);
     }
     let nodes = tessera::bench::synthetic_cluster(120);
     let pods = tessera_core::synthetic::pods(900, &[], 3);
@@ -198,7 +201,7 @@ fn components_of_0_2_0_are_asked_afresh_and_decide_the_same() {
         assert_eq!(then.contract(), tessera_wasm::ContractVersion::V0_2, "{}", old.name);
         assert!(then.reuse_scope().is_none(), "0.2.0 has no reuse: {}", old.name);
         let current = load(&rt, *now, now.name, "null");
-        assert_eq!(current.contract(), tessera_wasm::ContractVersion::V0_2_1);
+        assert_eq!(current.contract(), tessera_wasm::ContractVersion::V0_2_2);
         assert!(current.reuse_scope().is_some(), "{} promises a reuse scope today", now.name);
         let mut a = policy(vec![member(then, 1.0)], &nodes);
         let mut b = policy(vec![member(current, 1.0)], &nodes);
@@ -213,4 +216,130 @@ fn components_of_0_2_0_are_asked_afresh_and_decide_the_same() {
     let overload = CONTRACT_0_2_0.iter().find(|a| a.name == "overload").unwrap();
     let v = load(&rt, *overload, "overload", "null");
     assert_eq!((v.kind(), v.contract()), (tessera_wasm::WorldKind::Detector, tessera_wasm::ContractVersion::V0_2));
+}
+
+/// Pods of three workloads, some asking for GPUs.
+fn workload_pods(n: usize) -> Vec<Pod> {
+    (0..n)
+        .map(|i| Pod {
+            name: format!("p{i}"),
+            workload: format!("w{}", i % 3),
+            requests: tessera_core::Resources { cpu_milli: 2_000 + (i % 4) as u64 * 500, memory_mib: 1024 },
+            gpu_count: (i % 2) as u32,
+            gpu_milli: if i % 2 == 1 { 1000 } else { 0 },
+            ..Pod::default()
+        })
+        .collect()
+}
+
+#[test]
+fn a_zone_scoped_scorer_asked_once_per_zone_decides_as_asked_about_every_node() {
+    use tessera_plugins::TOPOLOGY_SPREAD;
+    let rt = runtime();
+    // 30 nodes in three zones; a hard skew limit (the filter's verdicts
+    // are zone-scoped too) and the soft score.
+    let nodes = crate::cluster(30);
+    for config in [r#"{"max_skew": 1}"#, "null"] {
+        let spread = load(&rt, TOPOLOGY_SPREAD, "topology-spread", config);
+        assert_eq!(spread.declared_scope(), "zone");
+        let mut reusing = policy(vec![member(spread, 1.0)], &nodes).with_reuse(true, 5);
+        let mut fresh = policy(vec![member(load(&rt, TOPOLOGY_SPREAD, "topology-spread", config), 1.0)], &nodes)
+            .with_reuse(false, 0);
+        let pods = workload_pods(120);
+        let d = drive(&mut [&mut reusing, &mut fresh], nodes.clone(), &pods, |_, _| Vec::new());
+        assert!(d[0].len() > 100, "{config}: {} decisions", d[0].len());
+        for (i, (x, y)) in d[0].iter().zip(&d[1]).enumerate() {
+            assert!(same(x, y), "{config}: decision {i}:\nper zone {x:?}\nevery node {y:?}");
+            assert!(x.errors.is_empty(), "{config}: {:?}", x.errors);
+        }
+        // Between audits (every 5th call), 3 nodes asked of the candidates.
+        let reused: u64 = d[0].iter().map(|d| d.reused).sum();
+        let candidates: u64 = d[0].iter().map(|d| d.feasible.len() as u64).sum();
+        assert!(reused * 2 > candidates, "{config}: {reused} of {candidates} answers copied within their zone");
+        if config != "null" {
+            assert!(d[0].iter().any(|d| !d.rejections.is_empty()), "the skew limit rejected some zones");
+        }
+    }
+}
+
+#[test]
+fn a_plugin_that_breaks_its_zone_promise_is_caught_and_asked_afresh() {
+    use tessera_plugins::{BINPACK, BROKEN_ZONE_PROMISE};
+    let rt = runtime();
+    let nodes = crate::cluster(12);
+    let liar = load(&rt, BROKEN_ZONE_PROMISE, "broken-zone-promise", "null");
+    assert_eq!(liar.declared_scope(), "zone");
+    let mut caught =
+        policy(vec![member(load(&rt, BINPACK, "binpack", "null"), 1.0), member(liar.clone(), 1.0)], &nodes)
+            .with_reuse(true, 4);
+    let mut fresh = policy(
+        vec![
+            member(load(&rt, BINPACK, "binpack", "null"), 1.0),
+            member(load(&rt, BROKEN_ZONE_PROMISE, "broken-zone-promise", "null"), 1.0),
+        ],
+        &nodes,
+    )
+    .with_reuse(false, 0);
+    let pods: Vec<Pod> = (0..30)
+        .map(|i| Pod {
+            name: format!("p{i}"),
+            requests: tessera_core::Resources { cpu_milli: 500 + (i % 5) * 700, memory_mib: 256 },
+            ..Pod::default()
+        })
+        .collect();
+    let decisions = drive(&mut [&mut caught, &mut fresh], nodes, &pods, |_, _| Vec::new());
+    let broken: Vec<(usize, &tessera_wasm::CallError)> = decisions[0]
+        .iter()
+        .enumerate()
+        .flat_map(|(i, d)| d.errors.iter().map(move |e| (i, e)))
+        .filter(|(_, e)| matches!(e.kind, CallFault::BrokenPromise { .. }))
+        .collect();
+    assert_eq!(broken.len(), 1, "caught once, then never copied again: {broken:?}");
+    let (at, e) = broken[0];
+    assert!(at < 4, "caught at the first audit (every 4th copying call), not at decision {at}");
+    assert_eq!(&*e.plugin, "broken-zone-promise");
+    assert_eq!(e.kind.code(), "PLUGIN-REUSE-BROKEN");
+    assert!(e.to_string().contains("another node of that zone in the same call"), "{e}");
+    assert!(liar.promise_broken() && liar.reuse_scope().is_none());
+    for (x, y) in decisions[0][at..].iter().zip(&decisions[1][at..]) {
+        assert!(same(x, y), "{x:?} vs {y:?}");
+    }
+    assert!(
+        decisions[0][at + 1..].iter().all(|d| d.errors.is_empty()),
+        "binpack still reuses; the liar is asked afresh"
+    );
+}
+
+#[test]
+fn components_of_0_2_1_keep_their_scope_and_decide_the_same() {
+    use tessera_plugins::{ALL, CONTRACT_0_2_1};
+    let rt = runtime();
+    let nodes = crate::cluster(30);
+    let pods = workload_pods(150);
+    for old in CONTRACT_0_2_1 {
+        let now = ALL.iter().find(|a| a.name == old.name).unwrap();
+        let then = load(&rt, *old, old.name, "null");
+        assert_eq!(then.contract(), tessera_wasm::ContractVersion::V0_2_1, "{}", old.name);
+        let current = load(&rt, *now, now.name, "null");
+        assert_eq!(current.contract(), tessera_wasm::ContractVersion::V0_2_2);
+        // binpack promised `node-shape` under 0.2.1 and still does;
+        // topology-spread's `zone` did not exist then: it said `fresh`.
+        let (then_scope, now_scope) = match old.name {
+            "binpack" => ("node-shape", "node-shape"),
+            "topology-spread" => ("fresh", "zone"),
+            other => panic!("{other}: say what it declares"),
+        };
+        assert_eq!((then.declared_scope(), current.declared_scope()), (then_scope, now_scope), "{}", old.name);
+        let mut a = policy(vec![member(then, 1.0)], &nodes);
+        let mut b = policy(vec![member(current, 1.0)], &nodes);
+        let d = drive(&mut [&mut a, &mut b], nodes.clone(), &pods, |_, _| Vec::new());
+        assert!(d[0].len() > 100);
+        for (x, y) in d[0].iter().zip(&d[1]) {
+            assert!(same(x, y), "{}: {x:?} vs {y:?}", old.name);
+            assert!(x.errors.is_empty() && y.errors.is_empty());
+        }
+        let reused = |d: &[Decision]| d.iter().map(|d| d.reused).sum::<u64>();
+        assert_eq!(reused(&d[0]) > 0, then_scope != "fresh", "{}", old.name);
+        assert!(reused(&d[1]) > 0, "{}", old.name);
+    }
 }

@@ -26,7 +26,7 @@ pub struct CheckReport {
     /// Filter reason codes it declares.
     pub filter_reasons: Vec<String>,
     /// How far a scorer says its answers may be reused (`fresh`, `node`,
-    /// `node-shape`; `tessera:policy/reuse`, since 0.2.1).
+    /// `node-shape`, `zone`; `tessera:policy/reuse`, since 0.2.1; `zone` since 0.2.2).
     pub reuse: Option<String>,
     /// Hex SHA-256 of the component.
     pub sha256: Option<String>,

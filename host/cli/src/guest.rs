@@ -80,7 +80,7 @@ pub struct Manifest {
     pub lang: Lang,
     /// Exported world.
     pub kind: Kind,
-    /// Contract version it is built against (`0.2.1`).
+    /// Contract version it is built against (`0.2.2`).
     pub contract: String,
 }
 
@@ -109,7 +109,7 @@ impl Manifest {
 }
 
 /// The contract version `v` names, or why the host cannot build against
-/// it ("0.9.0 is not one this host loads (0.1.0, 0.2.0, 0.2.1)").
+/// it ("0.9.0 is not one this host loads (0.1.0, 0.2.0, 0.2.1, 0.2.2)").
 pub fn contract_version(v: &str) -> Result<ContractVersion, String> {
     ContractVersion::parse(v).ok_or_else(|| {
         let known: Vec<_> = ContractVersion::ALL.iter().map(|v| v.as_str()).collect();
@@ -359,7 +359,7 @@ mod tests {
         assert!(e.contains("lang") && e.contains("cobol"), "{e}");
         write("name: ok\nlang: js\nkind: scorer\ncontract: 0.9.0\n");
         let e = Manifest::read(dir.path()).unwrap_err().to_string();
-        assert!(e.contains("contract: 0.9.0 is not one this host loads (0.1.0, 0.2.0, 0.2.1)"), "{e}");
+        assert!(e.contains("contract: 0.9.0 is not one this host loads (0.1.0, 0.2.0, 0.2.1, 0.2.2)"), "{e}");
         write("name: Bad_Name\nlang: js\nkind: scorer\ncontract: 0.2.0\n");
         assert!(Manifest::read(dir.path()).unwrap_err().to_string().contains("name: \"Bad_Name\""));
     }

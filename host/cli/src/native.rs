@@ -146,6 +146,7 @@ fn reuse_scope(r: sdk::Reuse) -> Option<reuse::Scope> {
         sdk::Reuse::Fresh => None,
         sdk::Reuse::Node => Some(reuse::Scope::Node),
         sdk::Reuse::NodeShape => Some(reuse::Scope::NodeShape),
+        sdk::Reuse::Zone => Some(reuse::Scope::Zone),
     }
 }
 
@@ -299,6 +300,7 @@ impl tessera_core::framework::Placer for NativePolicy {
                 self.seen.resize(i + 1, false);
             }
             self.changes.changed(n.id, !std::mem::replace(&mut self.seen[i], true));
+            self.changes.set_zone(n.id, &n.zone);
         }
     }
 

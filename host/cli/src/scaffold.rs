@@ -115,14 +115,15 @@ pub fn new_project(o: &NewOptions) -> Result<PathBuf, BuildError> {
         std::fs::write(&path, text).map_err(|source| BuildError::Io { path: path.clone(), source })?;
     }
     // The WIT package: at `wit/` for Python and JavaScript toolchains; where
-    // the vendored SDK looks for it (`vendor/wit`, and the frozen 0.1.0
-    // and 0.2.0 beneath it for the SDK's `contract-0-1` and
-    // `contract-0-2-0` features) for Rust.
+    // the vendored SDK looks for it (`vendor/wit`, and the frozen 0.1.0,
+    // 0.2.0 and 0.2.1 beneath it for the SDK's `contract-0-1`,
+    // `contract-0-2-0` and `contract-0-2-1` features) for Rust.
     match o.lang {
         Lang::Rust => {
             guest::write_wit(&dir.join("vendor/wit"), ContractVersion::CURRENT)?;
             guest::write_wit(&dir.join("vendor/wit/0.1.0"), ContractVersion::V0_1)?;
             guest::write_wit(&dir.join("vendor/wit/0.2.0"), ContractVersion::V0_2)?;
+            guest::write_wit(&dir.join("vendor/wit/0.2.1"), ContractVersion::V0_2_1)?;
         }
         Lang::Python | Lang::Js => guest::write_wit(&dir.join("wit"), o.contract)?,
     }
@@ -234,13 +235,13 @@ mod tests {
             };
             new_project(&o).unwrap();
             let m = Manifest::read(&dir).unwrap();
-            assert_eq!((m.lang, m.kind, m.contract.as_str()), (lang, kind, "0.2.1"));
+            assert_eq!((m.lang, m.kind, m.contract.as_str()), (lang, kind, "0.2.2"));
             let text = std::fs::read_to_string(dir.join(main)).unwrap();
             assert!(text.contains("my-policy") && !text.contains("{{"), "{lang:?}: {text}");
             let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
             assert!(readme.contains("tessera plugin check my-policy.wasm"), "{readme}");
             let wit = if lang == Lang::Rust { dir.join("vendor/wit") } else { dir.join("wit") };
-            assert!(std::fs::read_to_string(wit.join("worlds.wit")).unwrap().contains("tessera:policy@0.2.1"));
+            assert!(std::fs::read_to_string(wit.join("worlds.wit")).unwrap().contains("tessera:policy@0.2.2"));
             // Again over it: refused, and nothing changed.
             std::fs::write(dir.join(main), "mine").unwrap();
             let e = new_project(&o).unwrap_err().to_string();

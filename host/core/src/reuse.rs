@@ -10,6 +10,12 @@
 //! whole cache is dropped when nodes join or leave or a zone signal moves
 //! (the promise allows answers to depend on those).
 //!
+//! A scorer of the `zone` scope (since 0.2.2) promises less across calls
+//! and more within one: a call's answer for a node depends on the node
+//! only through its zone. Nothing is kept between calls; [`answer`] asks
+//! about one candidate per zone ([`Changes::zone_of`]) and gives its
+//! answer to the zone's other candidates.
+//!
 //! Reuse is exact only if the promise holds, so the cache also says when
 //! to check it ([`AnswerCache::audit_due`]): on those calls the caller asks
 //! about every candidate and compares ([`first_mismatch`]).
@@ -39,6 +45,9 @@ pub enum Scope {
     Node,
     /// The same, without the pod's workload.
     NodeShape,
+    /// Within one call, a node's answer depends on the node only through
+    /// its zone (anything else may change between calls).
+    Zone,
 }
 
 impl PodClass {
@@ -83,6 +92,10 @@ pub struct Changes {
     /// Bumps when every answer may have changed: a node joined or left, a
     /// zone signal moved.
     epoch: u64,
+    /// Each node's zone, as an index into `zone_names` (by node id).
+    zones: Vec<u32>,
+    /// The zones' names, in order of first sight.
+    zone_names: Vec<String>,
 }
 
 impl Changes {
@@ -103,6 +116,56 @@ impl Changes {
         if joined {
             self.epoch += 1;
         }
+        // Every node seen has a zone (the unnamed one until told).
+        if id as usize >= self.zones.len() {
+            let unnamed = self.unnamed_zone();
+            self.zones.resize(id as usize + 1, unnamed);
+        }
+    }
+
+    /// Node `id` is in `zone` (call it with every change of the node's
+    /// record; a node never placed is in the zone of the empty name).
+    pub fn set_zone(&mut self, id: NodeId, zone: &str) {
+        let i = id as usize;
+        if self.zones.get(i).is_some_and(|&z| self.zone_names[z as usize] == zone) {
+            return;
+        }
+        let z = match self.zone_names.iter().position(|n| n == zone) {
+            Some(z) => z as u32,
+            None => {
+                self.zone_names.push(zone.to_string());
+                self.zone_names.len() as u32 - 1
+            }
+        };
+        if i >= self.zones.len() {
+            let unnamed = self.unnamed_zone();
+            self.zones.resize(i + 1, unnamed);
+        }
+        self.zones[i] = z;
+    }
+
+    /// The index of the zone of the empty name, added if it is not there
+    /// (before any node was placed in a zone, every node is in it).
+    fn unnamed_zone(&mut self) -> u32 {
+        match self.zone_names.iter().position(String::is_empty) {
+            Some(z) => z as u32,
+            None => {
+                self.zone_names.push(String::new());
+                self.zone_names.len() as u32 - 1
+            }
+        }
+    }
+
+    /// Node `id`'s zone as an index (the same index for the same name);
+    /// `None` for an id past every node seen.
+    #[inline]
+    pub fn zone_of(&self, id: NodeId) -> Option<u32> {
+        self.zones.get(id as usize).copied()
+    }
+
+    /// How many zone indices there are (one past the largest).
+    pub fn zone_count(&self) -> usize {
+        self.zone_names.len()
     }
 
     /// Node `id` left.
@@ -465,6 +528,9 @@ pub fn answer<E>(
     ids: &[NodeId],
     mut ask: impl FnMut(&[NodeId]) -> Result<(Vec<i64>, Vec<u8>), E>,
 ) -> Result<Answered, E> {
+    if cache.scope == Scope::Zone {
+        return by_zone(cache, changes, ids, ask);
+    }
     let mut r = cache.lookup(kind, pod, changes, ids);
     let reused = ids.len() - r.ask.len();
     if reused > 0 && cache.audit_due() {
@@ -485,6 +551,64 @@ pub fn answer<E>(
         cache.keep(kind, pod, changes, ids, &r);
     }
     Ok(Answered { hints: r.hints(), values: r.values, reused, broken: None })
+}
+
+/// [`answer`] for a plugin of the `zone` scope: asks about the first
+/// candidate of each zone and gives its answer to the zone's others;
+/// every [`AnswerCache::audit_due`]-th call that would copy an answer asks
+/// about every candidate instead and compares. A candidate of no known
+/// zone (never seen) has everything asked afresh.
+fn by_zone<E>(
+    cache: &mut AnswerCache,
+    changes: &Changes,
+    ids: &[NodeId],
+    mut ask: impl FnMut(&[NodeId]) -> Result<(Vec<i64>, Vec<u8>), E>,
+) -> Result<Answered, E> {
+    const NONE: usize = usize::MAX;
+    let zones = changes.zone_count();
+    let of = changes.zones.as_slice();
+    // `zone_of` is `Some` exactly below `of.len()`: the largest id decides.
+    let known = ids.iter().copied().max().is_none_or(|m| (m as usize) < of.len());
+    // For each zone, the position in `asked` of its first candidate.
+    let mut rep = vec![NONE; zones];
+    let mut asked: Vec<NodeId> = Vec::with_capacity(zones);
+    if known {
+        for &id in ids {
+            let z = of[id as usize] as usize;
+            if rep[z] == NONE {
+                rep[z] = asked.len();
+                asked.push(id);
+                if asked.len() == zones {
+                    break;
+                }
+            }
+        }
+    }
+    if !known || asked.len() == ids.len() {
+        let (values, hints) = ask(ids)?;
+        return Ok(Answered { values, hints, reused: 0, broken: None });
+    }
+    cache.calls += 1;
+    let (some, some_hints) = ask(&asked)?;
+    let spread = |answers: &[i64]| -> Vec<i64> {
+        let by_zone: Vec<i64> = rep.iter().map(|&k| if k == NONE { 0 } else { answers[k] }).collect();
+        ids.iter().map(|&id| by_zone[of[id as usize] as usize]).collect()
+    };
+    let values = spread(&some);
+    let hints: Vec<u8> = if some_hints.is_empty() {
+        Vec::new()
+    } else {
+        let wide: Vec<i64> = some_hints.iter().map(|&h| i64::from(h)).collect();
+        spread(&wide).into_iter().map(|h| h as u8).collect()
+    };
+    if cache.audit_due() {
+        let (fresh, fresh_hints) = ask(ids)?;
+        let broken = (0..ids.len())
+            .find(|&k| fresh[k] != values[k] || fresh_hints.get(k) != hints.get(k))
+            .map(|k| (k, values[k], fresh[k]));
+        return Ok(Answered { values: fresh, hints: fresh_hints, reused: 0, broken });
+    }
+    Ok(Answered { reused: ids.len() - asked.len(), values, hints, broken: None })
 }
 
 /// The first candidate (position) where answers asked afresh differ from

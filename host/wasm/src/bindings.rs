@@ -1,12 +1,14 @@
 //! The host-side bindings of the contract versions the host speaks: the
 //! only place where WIT becomes Rust in this crate. The current version
-//! (`tessera:policy@0.2.1`, `wit/`) is what the rest of the crate works
-//! in; components built against 0.2.0 (`wit/0.2.0/`) bind to it as they
-//! are (0.2.1 only adds the optional `reuse` export, and wasmtime looks
-//! exports and imports up semver-compatibly); [`v0_1`] binds the frozen
+//! (`tessera:policy@0.2.2`, `wit/`) is what the rest of the crate works
+//! in; components built against 0.2.0 and 0.2.1 (`wit/0.2.0/`,
+//! `wit/0.2.1/`) bind to it as they are (0.2.1 only adds the optional
+//! `reuse` export, 0.2.2 a case of its scope, which the host reads by name
+//! without bindings, and wasmtime looks exports and imports up
+//! semver-compatibly); [`v0_1`] binds the frozen
 //! `tessera:policy@0.1.0` (`wit/0.1.0/`) so that components built against
 //! it keep loading (`crate::contract` converts). In each version the
-//! `detector` world (and 0.2.1's `reusable-scorer`) reuses the types and
+//! `detector` world reuses the types and
 //! the `host` interface generated for the `scorer` world.
 #![allow(missing_docs, clippy::all)]
 
@@ -30,20 +32,6 @@ pub mod detector {
     });
 }
 
-/// Bindings of the `reusable-scorer` world (since 0.2.1): used only to
-/// ask a scorer that exports `reuse` for its scope, once at load.
-pub mod reusable {
-    wasmtime::component::bindgen!({
-        world: "reusable-scorer",
-        path: "../../wit",
-        with: {
-            "tessera:policy/types": super::scorer::tessera::policy::types,
-            "tessera:policy/host": super::scorer::tessera::policy::host,
-        },
-    });
-}
-
-pub use reusable::exports::tessera::policy::reuse::ScoreScope;
 pub use scorer::tessera::policy::host as host_iface;
 pub use scorer::tessera::policy::types;
 

@@ -3,9 +3,10 @@
 //! in the current version's records ([`crate::wit`]) and turned into an
 //! older version's on the way in and back on the way out.
 //!
-//! `tessera:policy@0.2.1` is the current contract. `0.2.0` differs only in
-//! lacking the optional `reuse` interface, so a 0.2.0 component binds to
-//! 0.2.1's bindings as it is. `0.1.0` differs in having no `gpu-link` on a
+//! `tessera:policy@0.2.2` is the current contract. `0.2.1` differs only in
+//! `reuse`'s scopes lacking `zone`, and `0.2.0` in lacking the optional
+//! `reuse` interface, so components of either bind to 0.2.2's bindings as
+//! they are (their scope is read by name, [`Pre::scope`]). `0.1.0` differs in having no `gpu-link` on a
 //! GPU, so a 0.1.0 plugin sees every node it saw before, without links,
 //! and decides as it did.
 
@@ -14,7 +15,10 @@ use std::fmt;
 use wasmtime::Store;
 use wasmtime::component::InstancePre;
 
-use crate::bindings::{ScoreScope, detector, reusable, scorer, types as wit, v0_1};
+use tessera_core::reuse::Scope;
+use wasmtime::component::Val;
+
+use crate::bindings::{detector, scorer, types as wit, v0_1};
 use crate::error::WorldKind;
 use crate::host::HostState;
 
@@ -27,13 +31,15 @@ pub enum ContractVersion {
     V0_2,
     /// A scorer may say how far its answers may be reused (`reuse`).
     V0_2_1,
+    /// `reuse` gains the `zone` scope.
+    V0_2_2,
 }
 
 impl ContractVersion {
     /// The version components are built against today (`wit/`).
-    pub const CURRENT: Self = Self::V0_2_1;
+    pub const CURRENT: Self = Self::V0_2_2;
     /// Every version the host loads, oldest first.
-    pub const ALL: [Self; 3] = [Self::V0_1, Self::V0_2, Self::V0_2_1];
+    pub const ALL: [Self; 4] = [Self::V0_1, Self::V0_2, Self::V0_2_1, Self::V0_2_2];
 
     /// The semver of the WIT package.
     pub fn as_str(self) -> &'static str {
@@ -41,6 +47,7 @@ impl ContractVersion {
             Self::V0_1 => "0.1.0",
             Self::V0_2 => "0.2.0",
             Self::V0_2_1 => "0.2.1",
+            Self::V0_2_2 => "0.2.2",
         }
     }
 
@@ -72,6 +79,12 @@ impl ContractVersion {
                 ("worlds.wit", include_str!("../../../wit/0.2.0/worlds.wit")),
             ],
             Self::V0_2_1 => [
+                ("host.wit", include_str!("../../../wit/0.2.1/host.wit")),
+                ("policy.wit", include_str!("../../../wit/0.2.1/policy.wit")),
+                ("types.wit", include_str!("../../../wit/0.2.1/types.wit")),
+                ("worlds.wit", include_str!("../../../wit/0.2.1/worlds.wit")),
+            ],
+            Self::V0_2_2 => [
                 ("host.wit", include_str!("../../../wit/host.wit")),
                 ("policy.wit", include_str!("../../../wit/policy.wit")),
                 ("types.wit", include_str!("../../../wit/types.wit")),
@@ -85,13 +98,16 @@ impl ContractVersion {
         format!("tessera:policy/{interface}@{}", self.as_str())
     }
 
-    /// Which 0.2 version a component bound through 0.2.1's bindings was
-    /// built against: the version its `interface` export names (wasmtime
-    /// matched it semver-compatibly).
+    /// Which 0.2 version a component bound through the current bindings
+    /// was built against: the version its `interface` export names
+    /// (wasmtime matched it semver-compatibly).
     fn of_0_2(pre: &InstancePre<HostState>, interface: &str) -> Self {
-        let old = Self::V0_2.interface(interface);
         let ty = pre.component().component_type();
-        if ty.exports(pre.component().engine()).any(|(name, _)| name == old) { Self::V0_2 } else { Self::V0_2_1 }
+        let exports: Vec<&str> = ty.exports(pre.component().engine()).map(|(name, _)| name).collect();
+        [Self::V0_2, Self::V0_2_1]
+            .into_iter()
+            .find(|v| exports.contains(&v.interface(interface).as_str()))
+            .unwrap_or(Self::CURRENT)
     }
 }
 
@@ -104,7 +120,7 @@ impl fmt::Display for ContractVersion {
 /// A linked component, ready to instantiate, in the world and version it
 /// was built for.
 pub(crate) enum Pre {
-    /// 0.2.0 or 0.2.1 (which one: the version).
+    /// 0.2.0, 0.2.1 or 0.2.2 (which one: the version).
     Scorer(scorer::ScorerPre<HostState>, ContractVersion),
     Detector(detector::DetectorPre<HostState>, ContractVersion),
     ScorerV0_1(v0_1::scorer::ScorerPre<HostState>),
@@ -155,16 +171,35 @@ impl Pre {
         }
     }
 
-    /// The scope a scorer built against 0.2.1 declares through `reuse`,
-    /// asked on an instance of its own in `store`; `Fresh` for any other
-    /// component (one that exports no `reuse` promises nothing).
-    pub(crate) fn scope(&self, store: &mut Store<HostState>) -> wasmtime::Result<ScoreScope> {
-        let Self::Scorer(p, ContractVersion::V0_2_1) = self else { return Ok(ScoreScope::Fresh) };
-        let Ok(reusable) = reusable::ReusableScorerPre::new(p.instance_pre().clone()) else {
-            return Ok(ScoreScope::Fresh);
+    /// The scope a scorer built against 0.2.1 or later declares through
+    /// `reuse`, asked on an instance of its own in `store`; `None`
+    /// (`fresh`) for any other component (one that exports no `reuse`
+    /// promises nothing). The scope is read by its case's name, so a
+    /// component of 0.2.1, whose `score-scope` lacks 0.2.2's `zone`, is
+    /// read as it is; a `scope` of another type is an error.
+    pub(crate) fn scope(&self, store: &mut Store<HostState>) -> wasmtime::Result<Option<Scope>> {
+        let Self::Scorer(p, v) = self else { return Ok(None) };
+        if *v < ContractVersion::V0_2_1 {
+            return Ok(None);
+        }
+        let component = p.instance_pre().component();
+        let Some(func) = component
+            .get_export_index(None, ContractVersion::CURRENT.interface("reuse").as_str())
+            .and_then(|reuse| component.get_export_index(Some(&reuse), "scope"))
+        else {
+            return Ok(None);
         };
-        let bound = reusable.instantiate(&mut *store)?;
-        bound.tessera_policy_reuse().call_scope(store)
+        let instance = p.instance_pre().instantiate(&mut *store)?;
+        let f = instance
+            .get_func(&mut *store, func)
+            .ok_or_else(|| wasmtime::Error::msg("`reuse.scope` is not a function"))?;
+        let mut out = [Val::Bool(false)];
+        f.call(&mut *store, &[], &mut out).map_err(|e| e.context("reuse.scope"))?;
+        match &out[0] {
+            Val::Enum(name) => scope_named(name)
+                .ok_or_else(|| wasmtime::Error::msg(format!("`reuse.scope` returned an unknown scope `{name}`"))),
+            other => Err(wasmtime::Error::msg(format!("`reuse.scope` returned {other:?}, not a `score-scope`"))),
+        }
     }
 
     pub(crate) fn instance_pre(&self) -> &InstancePre<HostState> {
@@ -183,6 +218,28 @@ impl Pre {
             Self::ScorerV0_1(p) => Bound::ScorerV0_1(p.instantiate(store)?),
             Self::DetectorV0_1(p) => Bound::DetectorV0_1(p.instantiate(store)?),
         })
+    }
+}
+
+/// The scope a `score-scope` case names (`None`: `fresh`, nothing reused),
+/// or `None` outside if no version has that case.
+fn scope_named(name: &str) -> Option<Option<Scope>> {
+    Some(match name {
+        "fresh" => None,
+        "node" => Some(Scope::Node),
+        "node-shape" => Some(Scope::NodeShape),
+        "zone" => Some(Scope::Zone),
+        _ => return None,
+    })
+}
+
+/// The name of `scope`'s case in `score-scope` (`fresh` for none).
+pub(crate) fn scope_name(scope: Option<Scope>) -> &'static str {
+    match scope {
+        None => "fresh",
+        Some(Scope::Node) => "node",
+        Some(Scope::NodeShape) => "node-shape",
+        Some(Scope::Zone) => "zone",
     }
 }
 
@@ -376,7 +433,7 @@ mod tests {
     use super::*;
 
     /// The frozen contracts' files, as they shipped (0.1.0: commit
-    /// 34783a2's `wit/`; 0.2.0: commit 6ba881e's): editing them would
+    /// 34783a2's `wit/`; 0.2.0: commit 6ba881e's; 0.2.1: commit 0121553's): editing them would
     /// break every component built against them while this crate still
     /// claimed to load it.
     #[test]
@@ -384,6 +441,7 @@ mod tests {
         for (dir, digest) in [
             ("0.1.0", "5f3a5ca8747c5d3c66a85b624f2779aa07b4ca9f4532d162ec1cec88c1328711"),
             ("0.2.0", "3584a773b4516bb2533e62b2cce7d6dda14a20bdef73b954c8e98e8d1616134f"),
+            ("0.2.1", "17aa32582df298e200fe29fdcbb178673746a9c09af0bb0437919e97165791af"),
         ] {
             let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../wit").join(dir);
             let mut all = Vec::new();
@@ -407,7 +465,8 @@ mod tests {
         for (v, dir) in [
             (ContractVersion::V0_1, root.join("0.1.0")),
             (ContractVersion::V0_2, root.join("0.2.0")),
-            (ContractVersion::V0_2_1, root.clone()),
+            (ContractVersion::V0_2_1, root.join("0.2.1")),
+            (ContractVersion::V0_2_2, root.clone()),
         ] {
             let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
                 .unwrap()
@@ -425,14 +484,15 @@ mod tests {
         assert_eq!(ContractVersion::parse("0.1.0"), Some(ContractVersion::V0_1));
         assert_eq!(ContractVersion::parse("0.2.0"), Some(ContractVersion::V0_2));
         assert_eq!(ContractVersion::parse("v0.2.1"), Some(ContractVersion::V0_2_1));
-        assert_eq!(ContractVersion::parse("0.2"), Some(ContractVersion::V0_2_1), "a line means its newest");
+        assert_eq!(ContractVersion::parse("0.2.2"), Some(ContractVersion::V0_2_2));
+        assert_eq!(ContractVersion::parse("0.2"), Some(ContractVersion::V0_2_2), "a line means its newest");
         assert_eq!(ContractVersion::parse("0.1"), Some(ContractVersion::V0_1));
         assert_eq!(ContractVersion::parse("0.3.0"), None);
     }
 
     #[test]
     fn versions_name_their_interfaces() {
-        assert_eq!(ContractVersion::CURRENT.interface("scoring"), "tessera:policy/scoring@0.2.1");
+        assert_eq!(ContractVersion::CURRENT.interface("scoring"), "tessera:policy/scoring@0.2.2");
         assert_eq!(ContractVersion::V0_1.interface("detection"), "tessera:policy/detection@0.1.0");
         let wit =
             std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../wit/worlds.wit"))

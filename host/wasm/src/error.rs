@@ -38,7 +38,7 @@ pub enum LoadError {
     /// The component exports neither world of the contract.
     #[error(
         "plugin {plugin}: exports [{}], which is neither the `scorer` nor the `detector` world of tessera:policy \
-         (0.2.1, 0.2.0 or 0.1.0)",
+         (0.2.2, 0.2.1, 0.2.0 or 0.1.0)",
         .exports.join(", ")
     )]
     WrongWorld {
@@ -200,11 +200,14 @@ pub enum CallFault {
         wall_ms: u64,
     },
     /// A scorer of the `node` scope (`tessera:policy/reuse`) answered
-    /// differently for a node that had not changed: its promise is broken,
-    /// so its answers are no longer reused (the decision took the fresh
-    /// ones). Not counted against the fault budget: the call itself
-    /// answered.
+    /// differently for a node that had not changed, or one of the `zone`
+    /// scope differently for two nodes of one zone in one call: its
+    /// promise is broken, so its answers are no longer reused (the
+    /// decision took the fresh ones). Not counted against the fault
+    /// budget: the call itself answered.
     BrokenPromise {
+        /// The scope it declared (`node`, `node-shape`, `zone`).
+        scope: &'static str,
         /// The node.
         node: u32,
         /// What it answered before, for a pod of the same class.
@@ -296,9 +299,13 @@ impl fmt::Display for CallFault {
                 f,
                 "the host gave the call {cpu_ms} ms of CPU in {wall_ms} ms (its deadline is {deadline_ms} ms of CPU): host overload, not the plugin's fault"
             ),
-            CallFault::BrokenPromise { node, reused, fresh } => write!(
+            CallFault::BrokenPromise { scope: "zone", node, reused, fresh } => write!(
                 f,
-                "declares the `node` reuse scope but answered {fresh} for node {node}, which had not changed since it answered {reused} for a pod of the same class; its answers are no longer reused"
+                "declares the `zone` reuse scope but answered {fresh} for node {node}, where it answered {reused} for another node of that zone in the same call; its answers are no longer reused"
+            ),
+            CallFault::BrokenPromise { scope, node, reused, fresh } => write!(
+                f,
+                "declares the `{scope}` reuse scope but answered {fresh} for node {node}, which had not changed since it answered {reused} for a pod of the same class; its answers are no longer reused"
             ),
         }
     }
@@ -323,7 +330,7 @@ mod tests {
             CallFault::Instantiate(String::new()),
             CallFault::MirrorRefused(String::new()),
             CallFault::HostOverloaded { deadline_ms: 1, cpu_ms: 0, wall_ms: 10 },
-            CallFault::BrokenPromise { node: 1, reused: 2, fresh: 3 },
+            CallFault::BrokenPromise { scope: "node", node: 1, reused: 2, fresh: 3 },
         ];
         let codes: Vec<&str> = kinds.iter().map(CallFault::code).collect();
         assert_eq!(codes, CallFault::CODES);

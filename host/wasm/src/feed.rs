@@ -114,7 +114,9 @@ impl NodeFeed {
         if joined {
             self.present += 1;
         }
-        std::sync::Arc::make_mut(&mut self.changes).changed(node.id, joined);
+        let changes = std::sync::Arc::make_mut(&mut self.changes);
+        changes.changed(node.id, joined);
+        changes.set_zone(node.id, &node.zone);
         self.nodes[i] = Some(to_wit_node(node));
         if self.gpu_memory_used.len() <= i {
             self.gpu_memory_used.resize_with(i + 1, Vec::new);

@@ -1,8 +1,8 @@
 //! # tessera-wasm
 //!
 //! The sandboxed plugin runtime. Policies are WebAssembly components of the
-//! `tessera:policy` contract (0.2.1; components built against 0.2.0 and
-//! 0.1.0 load and decide as before, see [`ContractVersion`]), run by
+//! `tessera:policy` contract (0.2.2; components built against 0.2.1, 0.2.0
+//! and 0.1.0 load and decide as before, see [`ContractVersion`]), run by
 //! wasmtime with:
 //!
 //! - **compile once**: precompiled artifacts cached by component digest and

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tessera_policy::{Grants, Limits};
 use wasmtime::{Engine, Store, Trap};
 
-use crate::bindings::{ScoreScope, types as wit};
+use crate::bindings::types as wit;
 use crate::budget::{self, CallBudget, CallClock, HostStarved};
 use crate::contract::{Bound, ContractVersion, Pre};
 use crate::error::{CallError, CallFault, WorldKind};
@@ -85,7 +85,7 @@ pub struct PluginVersion {
     /// Largest linear memory of an instance after a call, bytes.
     peak_memory: AtomicU64,
     /// What the scorer promised about its answers (`reuse.scope`).
-    scope: ScoreScope,
+    scope: Option<tessera_core::reuse::Scope>,
     /// Unique in the process: whose answers a reuse cache holds.
     pub(crate) uid: u64,
     /// Set once the host found it breaking that promise: no more reuse.
@@ -143,7 +143,7 @@ impl PluginVersion {
             pool: Mutex::new(Vec::new()),
             instances_created: AtomicU64::new(0),
             peak_memory: AtomicU64::new(0),
-            scope: ScoreScope::Fresh,
+            scope: None,
             uid: {
                 static NEXT: AtomicU64 = AtomicU64::new(1);
                 NEXT.fetch_add(1, Ordering::Relaxed)
@@ -188,27 +188,20 @@ impl PluginVersion {
     }
 
     /// What the host may reuse this scorer's answers by, for nodes that
-    /// did not change: the scope it declares (`node`, `node-shape`), while
+    /// did not change (or, for `zone`, within a call): the scope it
+    /// declares (`node`, `node-shape`, `zone`), while
     /// it has not been found breaking it; none for `fresh`.
     pub fn reuse_scope(&self) -> Option<tessera_core::reuse::Scope> {
-        use tessera_core::reuse::Scope;
         if self.promise_broken.load(Ordering::Relaxed) {
             return None;
         }
-        match self.scope {
-            ScoreScope::Fresh => None,
-            ScoreScope::Node => Some(Scope::Node),
-            ScoreScope::NodeShape => Some(Scope::NodeShape),
-        }
+        self.scope
     }
 
-    /// The scope the plugin declared (`fresh`, `node`, `node-shape`).
+    /// The scope the plugin declared (`fresh`, `node`, `node-shape`,
+    /// `zone`).
     pub fn declared_scope(&self) -> &'static str {
-        match self.scope {
-            ScoreScope::Fresh => "fresh",
-            ScoreScope::Node => "node",
-            ScoreScope::NodeShape => "node-shape",
-        }
+        crate::contract::scope_name(self.scope)
     }
 
     /// Whether the host found this version breaking its reuse promise.

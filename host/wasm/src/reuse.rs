@@ -2,7 +2,9 @@
 //! (`tessera:policy/reuse`, since 0.2.1) is asked only about the
 //! candidates whose record changed since it last answered for a pod of the
 //! same class; the rest come from its [`AnswerCache`]
-//! ([`tessera_core::reuse::answer`]). Every
+//! ([`tessera_core::reuse::answer`]). One of the `zone` scope (since
+//! 0.2.2) is asked about one candidate per zone, its answer copied to the
+//! zone's others. Every
 //! [`AnswerCache::AUDIT_EVERY`]-th such call it is asked about every
 //! candidate and the answers compared: a difference breaks its promise
 //! for good (the version is asked afresh from then on) and is reported as
@@ -74,7 +76,12 @@ pub(crate) fn ask(
             plugin: v.name.clone(),
             version: v.version.clone(),
             call: if kind == Kind::Verdict { "filter" } else { "score" },
-            kind: CallFault::BrokenPromise { node: ids[k], reused, fresh },
+            kind: CallFault::BrokenPromise {
+                scope: crate::contract::scope_name(Some(scope)),
+                node: ids[k],
+                reused,
+                fresh,
+            },
         };
         tracing::error!(plugin = %v.name, version = %v.version, "{e}");
         e

@@ -64,6 +64,9 @@ impl Scorer for Spread {
     const VERSION: &'static str = env!("CARGO_PKG_VERSION");
     const DESCRIPTION: &'static str = "spread a workload's pods across zones (soft score, optional max skew)";
     const FILTER_REASONS: &'static [&'static str] = &["SCHED-ZONE-SPREAD"];
+    /// Within a call, the verdict and score for a node are functions of
+    /// its zone's count alone: the host asks one node per zone.
+    const REUSE: tessera_sdk::Reuse = tessera_sdk::Reuse::Zone;
 
     fn new(cfg: Config) -> Result<Self, String> {
         if cfg.max_skew == Some(0) {

@@ -183,7 +183,7 @@ async fn the_api_explains_recent_decisions_and_guards_its_mutations() {
     assert_eq!(ts["versions_loaded"], 2, "{plugins}");
     assert_eq!(ts["kind"], "scorer");
     assert_eq!(ts["contract"], "0.1.0", "{ts}");
-    assert!(plugins.as_array().unwrap().iter().all(|p| p["name"] == "topology-spread" || p["contract"] == "0.2.1"));
+    assert!(plugins.as_array().unwrap().iter().all(|p| p["name"] == "topology-spread" || p["contract"] == "0.2.2"));
     assert!(plugins.as_array().unwrap().iter().any(|p| p["name"] == "overload" && p["kind"] == "detector"));
 
     // A new policy: the next decisions are made by it.

@@ -4,7 +4,7 @@
 // optionally `filter`); a detection policy extends `Detector` and writes
 // `detect(window)`. The SDK keeps the node mirror the host feeds through
 // `apply`, makes one pass over the candidates per host call, and returns
-// exactly one value per candidate, as the contract `tessera:policy@0.2.1`
+// exactly one value per candidate, as the contract `tessera:policy@0.2.2`
 // demands. Units are the contract's: CPU in millicores, memory in MiB, GPU
 // share in thousandths of a GPU, utilisation in tenths of a percent. The
 // host's 64-bit integers arrive as BigInt and are handed to policies as
@@ -24,7 +24,7 @@
 // `f32` (Math.fround) for arithmetic that must match a Rust plugin bit for
 // bit.
 
-export const CONTRACT = "0.2.1";
+export const CONTRACT = "0.2.2";
 export const MAX_GPUS = 16;
 
 /** `x` rounded to IEEE binary32, as Rust's `f32` holds it. */

@@ -5,7 +5,7 @@ A placement policy subclasses `Scorer` and writes `score(pod, node) -> int`
 writes `detect(window) -> list[Finding]`. The SDK keeps the node mirror the
 host feeds through `apply`, makes one pass over the candidates per host
 call, and returns exactly one value per candidate, as the contract
-`tessera:policy@0.2.1` demands. Units are the contract's: CPU in
+`tessera:policy@0.2.2` demands. Units are the contract's: CPU in
 millicores, memory in MiB, GPU share in thousandths of a GPU, utilisation
 in tenths of a percent.
 
@@ -33,7 +33,7 @@ import json
 import struct
 from dataclasses import dataclass, field
 
-CONTRACT = "0.2.1"
+CONTRACT = "0.2.2"
 MAX_GPUS = 16
 HEALTHY, DEGRADED, FAILED = "healthy", "degraded", "failed"
 

@@ -266,3 +266,76 @@ fn run_stale(cache: &mut AnswerCache, changes: &Changes, state: &[i64]) -> Answe
     })
     .unwrap()
 }
+
+/// A cluster of `zones` as given (node id = position), in `changes`.
+fn zoned(zones: &[&str]) -> Changes {
+    let mut changes = Changes::default();
+    for (id, z) in zones.iter().enumerate() {
+        changes.changed(id as NodeId, true);
+        changes.set_zone(id as NodeId, z);
+    }
+    changes
+}
+
+#[test]
+fn zones_are_indexed_by_name_and_follow_a_node_that_moves() {
+    let mut changes = zoned(&["a", "b", "a", ""]);
+    assert_eq!(changes.zone_of(0), changes.zone_of(2));
+    assert_ne!(changes.zone_of(0), changes.zone_of(1));
+    assert_ne!(changes.zone_of(3), changes.zone_of(0), "no zone is a zone of its own");
+    assert_eq!(changes.zone_of(9), None, "never seen");
+    changes.set_zone(2, "b");
+    assert_eq!(changes.zone_of(2), changes.zone_of(1));
+    changes.set_zone(7, "c");
+    assert_eq!(changes.zone_of(5), changes.zone_of(3), "ids skipped over are in the unnamed zone");
+    assert_eq!(changes.zone_count(), 4);
+}
+
+#[test]
+fn the_zone_scope_asks_one_node_per_zone_and_audits_every_node() {
+    let changes = zoned(&["a", "b", "a", "c", "b", "a"]);
+    let mut cache = AnswerCache::new(3);
+    cache.owned_by(1, Scope::Zone);
+    let p = pod("p", 1);
+    // A zone-scoped "plugin": a node's score is its zone's.
+    let by_zone = |id: NodeId| i64::from(changes.zone_of(id).unwrap()) * 10;
+    let ids: Vec<NodeId> = vec![5, 4, 3, 2, 1, 0];
+    let mut asked = Vec::new();
+    for call in 1..=3 {
+        let a = answer(&mut cache, &changes, Kind::Score, &p, &ids, |q| {
+            asked.push(q.to_vec());
+            Ok::<_, ()>((q.iter().map(|&id| by_zone(id)).collect(), q.iter().map(|&id| by_zone(id) as u8).collect()))
+        })
+        .unwrap();
+        assert_eq!(a.values, ids.iter().map(|&id| by_zone(id)).collect::<Vec<_>>(), "call {call}");
+        if call < 3 {
+            assert_eq!(a.reused, 3, "call {call}: three zones, six candidates");
+        } else {
+            assert_eq!((a.reused, a.broken), (0, None), "the third is an audit, and the promise holds");
+        }
+        assert_eq!(a.hints, a.values.iter().map(|&v| v as u8).collect::<Vec<_>>(), "call {call}: hints too");
+    }
+    assert_eq!(asked[0], [5, 4, 3], "the first candidate of each zone, in candidate order");
+    assert_eq!(asked[3], ids, "the audit asks about every candidate");
+
+    // A plugin whose answers differ inside a zone is caught at the audit.
+    let mut liar = AnswerCache::new(2);
+    liar.owned_by(1, Scope::Zone);
+    let ask_liar = |q: &[NodeId]| Ok::<_, ()>((q.iter().map(|&id| i64::from(id)).collect(), Vec::new()));
+    let a = answer(&mut liar, &changes, Kind::Score, &p, &ids, ask_liar).unwrap();
+    assert_eq!((a.values, a.broken), (vec![5, 4, 3, 5, 4, 5], None), "copied, not yet audited");
+    let a = answer(&mut liar, &changes, Kind::Score, &p, &ids, ask_liar).unwrap();
+    assert_eq!(a.broken, Some((3, 5, 2)), "node 2 answered 2 where node 5 of its zone answered 5");
+    assert_eq!(a.values, [5, 4, 3, 2, 1, 0], "the decision takes the fresh answers");
+    // A hint that differs inside a zone breaks the promise as a score does.
+    let mut hinted = AnswerCache::new(1);
+    hinted.owned_by(1, Scope::Zone);
+    let a = answer(&mut hinted, &changes, Kind::Score, &p, &ids, |q| {
+        Ok::<_, ()>((vec![7; q.len()], q.iter().map(|&id| id as u8).collect()))
+    })
+    .unwrap();
+    assert_eq!(a.broken, Some((3, 7, 7)), "same score, node 2's hint differs from node 5's");
+    // One candidate per zone: nothing to copy, asked as it is.
+    let a = answer(&mut liar, &changes, Kind::Score, &p, &[0, 1, 3], ask_liar).unwrap();
+    assert_eq!((a.values, a.reused), (vec![0, 1, 3], 0));
+}

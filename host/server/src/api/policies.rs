@@ -31,7 +31,7 @@ pub struct PluginView {
     /// Version serving calls.
     pub version: String,
     /// The `tessera:policy` contract version its component was built
-    /// against (`0.2.1`, `0.2.0` or `0.1.0`).
+    /// against (`0.2.2`, `0.2.1`, `0.2.0` or `0.1.0`).
     pub contract: String,
     /// Its content key (SHA-256 of the component and its configuration).
     pub key: String,

@@ -46,7 +46,9 @@ impl<S: Scorer> ScorerHarness<S> {
     /// a component; natively they are set with [`Self::nodes_mut`]).
     fn refresh_host_signals(&mut self) {
         #[cfg(target_arch = "wasm32")]
-        self.nodes.refresh_zone_carbon(crate::guest::zone_carbon_intensity);
+        if S::ZONE_CARBON {
+            self.nodes.refresh_zone_carbon(crate::guest::zone_carbon_intensity);
+        }
     }
 
     /// The plugin.

@@ -83,6 +83,13 @@ pub trait Scorer: Sized + 'static {
     /// asks the host for it with every node record.
     const GPU_MEMORY: bool = false;
 
+    /// Whether the plugin reads zones' carbon intensity
+    /// ([`NodeTable::zone_carbon`]); inside a component the SDK then asks
+    /// the host for every zone's before each filter and score call (one
+    /// host call per zone). Without it, `zone_carbon` holds only what was
+    /// set natively ([`NodeTable::set_zone_carbon`]).
+    const ZONE_CARBON: bool = false;
+
     /// How far the host may reuse this plugin's answers
     /// (`tessera:policy/reuse`, since contract 0.2.1). [`Reuse::Node`]
     /// promises that [`Scorer::filter`] and [`Scorer::score`] for a pod on

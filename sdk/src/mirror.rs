@@ -100,14 +100,17 @@ impl NodeTable {
     }
 
     /// Carbon intensity of a zone (by symbol) now, gCO₂/kWh, if the host
-    /// knows it (`tessera:policy/host.zone-carbon-intensity`).
+    /// knows it (`tessera:policy/host.zone-carbon-intensity`; inside a
+    /// component, asked before each call only for a plugin that declares
+    /// [`crate::Scorer::ZONE_CARBON`]).
     #[inline]
     pub fn zone_carbon(&self, zone: Sym) -> Option<u32> {
         self.carbon.get(zone as usize).copied().flatten()
     }
 
     /// Sets a zone's carbon intensity (the harness does this from the host
-    /// before each call; native tests and twins call it directly).
+    /// before each call of a plugin that reads it; native tests and twins
+    /// call it directly).
     pub fn set_zone_carbon(&mut self, zone: &str, g_per_kwh: Option<u32>) -> Result<(), String> {
         let s = self.intern(zone)?;
         if self.carbon.len() <= s as usize {

@@ -65,6 +65,7 @@ impl Scorer for HybridScore {
     const VERSION: &'static str = env!("CARGO_PKG_VERSION");
     const DESCRIPTION: &'static str = "resource efficiency, SLA-violation risk and zone carbon intensity, weighted";
     const REUSE: tessera_sdk::Reuse = tessera_sdk::Reuse::NodeShape;
+    const ZONE_CARBON: bool = true;
 
     fn new(cfg: HybridConfig) -> Result<Self, String> {
         let w = &cfg.weights;

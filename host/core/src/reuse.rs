@@ -92,7 +92,8 @@ pub struct Changes {
     /// Bumps when every answer may have changed: a node joined or left, a
     /// zone signal moved.
     epoch: u64,
-    /// Each node's zone, as an index into `zone_names` (by node id).
+    /// Each node's zone, as an index into `zone_names` (by node id;
+    /// [`NO_ZONE`] until told).
     zones: Vec<u32>,
     /// The zones' names, in order of first sight.
     zone_names: Vec<String>,
@@ -116,18 +117,17 @@ impl Changes {
         if joined {
             self.epoch += 1;
         }
-        // Every node seen has a zone (the unnamed one until told).
+        // Every node seen has a slot for its zone, unknown until told.
         if id as usize >= self.zones.len() {
-            let unnamed = self.unnamed_zone();
-            self.zones.resize(id as usize + 1, unnamed);
+            self.zones.resize(id as usize + 1, NO_ZONE);
         }
     }
 
     /// Node `id` is in `zone` (call it with every change of the node's
-    /// record; a node never placed is in the zone of the empty name).
+    /// record; the empty name is a zone like any other).
     pub fn set_zone(&mut self, id: NodeId, zone: &str) {
         let i = id as usize;
-        if self.zones.get(i).is_some_and(|&z| self.zone_names[z as usize] == zone) {
+        if self.zones.get(i).is_some_and(|&z| z != NO_ZONE && self.zone_names[z as usize] == zone) {
             return;
         }
         let z = match self.zone_names.iter().position(|n| n == zone) {
@@ -138,29 +138,16 @@ impl Changes {
             }
         };
         if i >= self.zones.len() {
-            let unnamed = self.unnamed_zone();
-            self.zones.resize(i + 1, unnamed);
+            self.zones.resize(i + 1, NO_ZONE);
         }
         self.zones[i] = z;
     }
 
-    /// The index of the zone of the empty name, added if it is not there
-    /// (before any node was placed in a zone, every node is in it).
-    fn unnamed_zone(&mut self) -> u32 {
-        match self.zone_names.iter().position(String::is_empty) {
-            Some(z) => z as u32,
-            None => {
-                self.zone_names.push(String::new());
-                self.zone_names.len() as u32 - 1
-            }
-        }
-    }
-
     /// Node `id`'s zone as an index (the same index for the same name);
-    /// `None` for an id past every node seen.
+    /// `None` for a node whose zone was never told.
     #[inline]
     pub fn zone_of(&self, id: NodeId) -> Option<u32> {
-        self.zones.get(id as usize).copied()
+        self.zones.get(id as usize).copied().filter(|&z| z != NO_ZONE)
     }
 
     /// How many zone indices there are (one past the largest).
@@ -198,6 +185,9 @@ impl Changes {
         })
     }
 }
+
+/// A node whose zone was not told ([`Changes::zone_of`] is `None`).
+const NO_ZONE: u32 = u32::MAX;
 
 /// No GPU hint list in the answer (the hint of a plugin that gave none).
 const NO_LIST: u16 = 256;
@@ -556,31 +546,31 @@ pub fn answer<E>(
 /// [`answer`] for a plugin of the `zone` scope: asks about the first
 /// candidate of each zone and gives its answer to the zone's others;
 /// every [`AnswerCache::audit_due`]-th call that would copy an answer asks
-/// about every candidate instead and compares. A candidate of no known
-/// zone (never seen) has everything asked afresh.
+/// about every candidate instead and compares. If any candidate's zone was
+/// never told (a node the feed does not know), everything is asked afresh,
+/// as a plugin of no scope would be.
 fn by_zone<E>(
     cache: &mut AnswerCache,
     changes: &Changes,
     ids: &[NodeId],
     mut ask: impl FnMut(&[NodeId]) -> Result<(Vec<i64>, Vec<u8>), E>,
 ) -> Result<Answered, E> {
-    const NONE: usize = usize::MAX;
-    let zones = changes.zone_count();
     let of = changes.zones.as_slice();
-    // `zone_of` is `Some` exactly below `of.len()`: the largest id decides.
-    let known = ids.iter().copied().max().is_none_or(|m| (m as usize) < of.len());
     // For each zone, the position in `asked` of its first candidate.
-    let mut rep = vec![NONE; zones];
-    let mut asked: Vec<NodeId> = Vec::with_capacity(zones);
-    if known {
-        for &id in ids {
-            let z = of[id as usize] as usize;
-            if rep[z] == NONE {
-                rep[z] = asked.len();
-                asked.push(id);
-                if asked.len() == zones {
-                    break;
+    let mut rep = vec![NO_ZONE; changes.zone_count()];
+    let mut asked: Vec<NodeId> = Vec::with_capacity(rep.len());
+    let mut known = true;
+    for &id in ids {
+        match of.get(id as usize).and_then(|&z| rep.get_mut(z as usize)) {
+            Some(r) => {
+                if *r == NO_ZONE {
+                    *r = asked.len() as u32;
+                    asked.push(id);
                 }
+            }
+            None => {
+                known = false;
+                break;
             }
         }
     }
@@ -590,8 +580,13 @@ fn by_zone<E>(
     }
     cache.calls += 1;
     let (some, some_hints) = ask(&asked)?;
+    // Every candidate's zone has a representative (the pass above).
     let spread = |answers: &[i64]| -> Vec<i64> {
-        let by_zone: Vec<i64> = rep.iter().map(|&k| if k == NONE { 0 } else { answers[k] }).collect();
+        if answers.iter().all(|&v| v == answers[0]) {
+            // Every zone alike (a filter that passes them all): no lookups.
+            return vec![answers[0]; ids.len()];
+        }
+        let by_zone: Vec<i64> = rep.iter().map(|&k| answers.get(k as usize).copied().unwrap_or(0)).collect();
         ids.iter().map(|&id| by_zone[of[id as usize] as usize]).collect()
     };
     let values = spread(&some);

@@ -287,7 +287,7 @@ fn zones_are_indexed_by_name_and_follow_a_node_that_moves() {
     changes.set_zone(2, "b");
     assert_eq!(changes.zone_of(2), changes.zone_of(1));
     changes.set_zone(7, "c");
-    assert_eq!(changes.zone_of(5), changes.zone_of(3), "ids skipped over are in the unnamed zone");
+    assert_eq!(changes.zone_of(5), None, "ids skipped over have no zone until told");
     assert_eq!(changes.zone_count(), 4);
 }
 
@@ -335,6 +335,18 @@ fn the_zone_scope_asks_one_node_per_zone_and_audits_every_node() {
     })
     .unwrap();
     assert_eq!(a.broken, Some((3, 7, 7)), "same score, node 2's hint differs from node 5's");
+    // A candidate whose zone was never told: everything asked afresh.
+    let mut unknown = zoned(&["a", "a"]);
+    unknown.changed(2, true);
+    let mut cache = AnswerCache::new(0);
+    cache.owned_by(1, Scope::Zone);
+    let mut asked = Vec::new();
+    let a = answer(&mut cache, &unknown, Kind::Score, &p, &[0, 1, 2], |q| {
+        asked.push(q.len());
+        Ok::<_, ()>((q.iter().map(|&id| i64::from(id)).collect(), Vec::new()))
+    })
+    .unwrap();
+    assert_eq!((a.values, a.reused, asked), (vec![0, 1, 2], 0, vec![3]));
     // One candidate per zone: nothing to copy, asked as it is.
     let a = answer(&mut liar, &changes, Kind::Score, &p, &[0, 1, 3], ask_liar).unwrap();
     assert_eq!((a.values, a.reused), (vec![0, 1, 3], 0));

@@ -164,7 +164,13 @@ impl NodeTable {
             })
             .map_err(|e| format!("node {} ({}): {e}", rec.id, rec.name))?;
         }
-        let zone = self.intern(&rec.zone)?;
+        // A node keeps its zone and model from one record to the next:
+        // compare with the names it had before hashing them again.
+        let before = self.nodes.get(rec.id as usize).and_then(Option::as_ref).map(|n| (n.zone, n.gpu_model));
+        let (zone, gpu_model) = match before {
+            Some((z, m)) if self.symbol(z) == rec.zone && self.symbol(m) == rec.gpu_model => (z, m),
+            _ => (self.intern(&rec.zone)?, self.intern(&rec.gpu_model)?),
+        };
         if !self.zones.contains(&zone) {
             self.zones.push(zone);
         }
@@ -172,7 +178,7 @@ impl NodeTable {
             capacity: rec.capacity,
             free: rec.free,
             zone,
-            gpu_model: self.intern(&rec.gpu_model)?,
+            gpu_model,
             cpu_util_permille: rec.cpu_util_permille,
             memory_util_permille: rec.memory_util_permille,
             ready: rec.ready,

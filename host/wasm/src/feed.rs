@@ -24,12 +24,15 @@ pub struct ZoneSignals {
 #[derive(Debug)]
 pub struct NodeFeed {
     id: u64,
-    nodes: Vec<Option<wit::Node>>,
+    /// Each present node's record, kept as the delta that sends it (so a
+    /// sync of one node lends it rather than copying it: [`Deltas::One`]).
+    nodes: Vec<Option<wit::NodeDelta>>,
     present: usize,
     zones: std::sync::Arc<ZoneSignals>,
     /// Device memory in use per GPU, by node id (telemetry beside the
-    /// record; offered through `host.gpu-memory-used`).
-    gpu_memory_used: Vec<Vec<u32>>,
+    /// record; offered through `host.gpu-memory-used`), shared with the
+    /// instances that sync from the feed (no copy per sync).
+    gpu_memory_used: Vec<std::sync::Arc<[u32]>>,
     /// Which nodes changed when: what instances are synced from and reused
     /// answers are checked against; shared with a decision while it runs,
     /// so never copied in practice (a change comes between decisions, when
@@ -96,7 +99,12 @@ impl NodeFeed {
 
     /// Device memory in use per GPU of node `id`, MiB (empty if unknown).
     pub fn gpu_memory_used(&self, id: NodeId) -> &[u32] {
-        self.gpu_memory_used.get(id as usize).map_or(&[], Vec::as_slice)
+        self.gpu_memory_used.get(id as usize).map_or(&[], |m| m)
+    }
+
+    /// The same, shared (`None` if unknown).
+    pub(crate) fn gpu_memory_shared(&self, id: NodeId) -> Option<&std::sync::Arc<[u32]>> {
+        self.gpu_memory_used.get(id as usize).filter(|m| !m.is_empty())
     }
 
     /// The zone signals now.
@@ -117,11 +125,15 @@ impl NodeFeed {
         let changes = std::sync::Arc::make_mut(&mut self.changes);
         changes.changed(node.id, joined);
         changes.set_zone(node.id, &node.zone);
-        self.nodes[i] = Some(to_wit_node(node));
+        self.nodes[i] = Some(wit::NodeDelta::Upsert(to_wit_node(node)));
         if self.gpu_memory_used.len() <= i {
-            self.gpu_memory_used.resize_with(i + 1, Vec::new);
+            self.gpu_memory_used.resize_with(i + 1, || std::sync::Arc::new([]));
         }
-        self.gpu_memory_used[i] = node.gpus.iter().map(|g| g.memory_used_mib).collect();
+        // Most changes (a bind) leave the device memory as it was: keep
+        // the shared copy then.
+        if !self.gpu_memory_used[i].iter().copied().eq(node.gpus.iter().map(|g| g.memory_used_mib)) {
+            self.gpu_memory_used[i] = node.gpus.iter().map(|g| g.memory_used_mib).collect();
+        }
     }
 
     /// Inserts or replaces many nodes.
@@ -142,24 +154,47 @@ impl NodeFeed {
     }
 
     /// Deltas that bring an instance synced at `since` up to date.
-    pub fn deltas_since(&self, since: u64) -> Vec<wit::NodeDelta> {
+    pub fn deltas_since(&self, since: u64) -> Deltas<'_> {
         if since == self.generation() && since != 0 {
-            return Vec::new();
+            return Deltas::Many(Vec::new());
         }
         // The log keeps about twice the cluster's changes (see `Changes`):
         // an instance further behind gets a full snapshot instead.
         let Some(changed) = self.changes.since(since).filter(|_| since != 0) else {
-            return self.nodes.iter().flatten().cloned().map(wit::NodeDelta::Upsert).collect();
+            return Deltas::Many(self.nodes.iter().flatten().cloned().collect());
         };
         let mut ids: Vec<NodeId> = changed.collect();
         ids.sort_unstable();
         ids.dedup();
-        ids.into_iter()
-            .map(|id| match self.nodes.get(id as usize).and_then(Option::as_ref) {
-                Some(n) => wit::NodeDelta::Upsert(n.clone()),
-                None => wit::NodeDelta::Remove(id),
-            })
-            .collect()
+        let delta = |id: NodeId| self.nodes.get(id as usize).and_then(Option::as_ref);
+        // One node changed (a bind, between two decisions): its record is
+        // lent, not copied (a copy is a dozen allocations).
+        if let [id] = ids[..]
+            && let Some(d) = delta(id)
+        {
+            return Deltas::One(d);
+        }
+        Deltas::Many(ids.into_iter().map(|id| delta(id).cloned().unwrap_or(wit::NodeDelta::Remove(id))).collect())
+    }
+}
+
+/// What [`NodeFeed::deltas_since`] found: one record borrowed from the
+/// feed, or any number copied.
+#[derive(Debug)]
+pub enum Deltas<'a> {
+    /// One node's current record.
+    One(&'a wit::NodeDelta),
+    /// Records and removals, in node order.
+    Many(Vec<wit::NodeDelta>),
+}
+
+impl Deltas<'_> {
+    /// The deltas, as the contract's `apply` takes them.
+    pub fn as_slice(&self) -> &[wit::NodeDelta] {
+        match self {
+            Self::One(d) => std::slice::from_ref(*d),
+            Self::Many(v) => v,
+        }
     }
 }
 
@@ -225,8 +260,9 @@ mod tests {
         Node::new(id, format!("n{id}"), Resources { cpu_milli: 1000, memory_mib: 1024 }, 2, "T4")
     }
 
-    fn ids(deltas: &[wit::NodeDelta]) -> Vec<(bool, NodeId)> {
+    fn ids(deltas: &Deltas<'_>) -> Vec<(bool, NodeId)> {
         deltas
+            .as_slice()
             .iter()
             .map(|d| match d {
                 wit::NodeDelta::Upsert(n) => (true, n.id),
@@ -243,7 +279,7 @@ mod tests {
         }
         let g = f.generation();
         assert_eq!(ids(&f.deltas_since(0)), [(true, 0), (true, 1), (true, 2), (true, 3)]);
-        assert!(f.deltas_since(g).is_empty());
+        assert!(f.deltas_since(g).as_slice().is_empty());
         f.upsert(&node(2));
         f.remove(1);
         f.upsert(&node(2));
@@ -273,6 +309,7 @@ mod tests {
             let g = f.generation();
             f.upsert(&node(1));
             assert_eq!(ids(&f.deltas_since(g)), [(true, 1)], "one change, one delta");
+            assert!(matches!(f.deltas_since(g), Deltas::One(_)), "lent, not copied");
         }
     }
 }

@@ -60,8 +60,9 @@ pub(crate) struct HostState {
     /// Zone signals as of the instance's last sync with its feed.
     pub(crate) zones: Arc<crate::feed::ZoneSignals>,
     /// Device memory in use per GPU of the nodes in the deltas being
-    /// applied, by node id.
-    pub(crate) gpu_memory: std::collections::HashMap<u32, Vec<u32>>,
+    /// applied, in ascending node id (as the deltas come), shared with the
+    /// feed.
+    pub(crate) gpu_memory: Vec<(u32, Arc<[u32]>)>,
     /// When the call under way started (the service judges it by its CPU
     /// time).
     pub(crate) clock: crate::budget::CallClock,
@@ -121,7 +122,7 @@ impl HostState {
             log_budget: LOG_LINES_PER_INSTANCE,
             stderr,
             zones: Arc::default(),
-            gpu_memory: std::collections::HashMap::new(),
+            gpu_memory: Vec::new(),
             clock: crate::budget::CallClock::unclocked(std::time::Duration::ZERO, 0),
         }
     }
@@ -187,7 +188,10 @@ impl host_iface::Host for HostState {
     }
 
     fn gpu_memory_used(&mut self, node: u32) -> Vec<u32> {
-        self.gpu_memory.get(&node).cloned().unwrap_or_default()
+        match self.gpu_memory.binary_search_by_key(&node, |(id, _)| *id) {
+            Ok(at) => self.gpu_memory[at].1.to_vec(),
+            Err(_) => Vec::new(),
+        }
     }
 }
 

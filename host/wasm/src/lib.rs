@@ -45,7 +45,7 @@ pub use cache::{ArtifactCache, CacheOutcome, content_key, sha256_hex};
 pub use check::{canned_frame, canned_nodes, canned_pods};
 pub use contract::ContractVersion;
 pub use error::{CallError, CallFault, LoadError, WorldKind};
-pub use feed::{NodeFeed, to_wit_node, to_wit_pod};
+pub use feed::{Deltas, NodeFeed, to_wit_node, to_wit_pod};
 pub use plugin::{
     MAX_FILTER_REASONS, MAX_GUEST_ERROR, MAX_INFO_DESCRIPTION, MAX_INFO_NAME, PluginInfo, PluginVersion, ScoreOutput,
 };

@@ -377,35 +377,39 @@ impl PluginVersion {
         }
     }
 
-    /// Brings the instance's mirror up to date with `feed`.
+    /// Brings the instance's mirror up to date with `feed`. The feed stays
+    /// read-locked through the guest's `apply`, which may then be lent the
+    /// one record that changed rather than a copy (no guest call writes
+    /// the feed; writers come between decisions).
     fn sync(&self, inst: &mut Instance, feed: &RwLock<NodeFeed>) -> Result<(), (CallFault, bool)> {
-        let (deltas, generation, id) = {
-            let feed = feed.read().unwrap_or_else(|p| p.into_inner());
-            debug_assert!(inst.feed.is_none_or(|f| f == feed.id()), "instance of another feed");
-            if inst.store.data().zones.version != feed.zones().version {
-                inst.store.data_mut().zones = feed.zones().clone();
+        let feed = feed.read().unwrap_or_else(|p| p.into_inner());
+        debug_assert!(inst.feed.is_none_or(|f| f == feed.id()), "instance of another feed");
+        if inst.store.data().zones.version != feed.zones().version {
+            inst.store.data_mut().zones = feed.zones().clone();
+        }
+        if inst.feed.is_some() && feed.generation() == inst.synced {
+            return Ok(());
+        }
+        let deltas = feed.deltas_since(inst.synced);
+        let deltas = deltas.as_slice();
+        let memory = &mut inst.store.data_mut().gpu_memory;
+        memory.clear();
+        // Deltas come in ascending node id: the host call finds a node's by
+        // binary search.
+        for d in deltas {
+            if let wit::NodeDelta::Upsert(n) = d
+                && let Some(used) = feed.gpu_memory_shared(n.id)
+            {
+                debug_assert!(memory.last().is_none_or(|(last, _)| *last < n.id), "deltas out of node order");
+                memory.push((n.id, used.clone()));
             }
-            if inst.feed.is_some() && feed.generation() == inst.synced {
-                return Ok(());
-            }
-            let deltas = feed.deltas_since(inst.synced);
-            let memory = &mut inst.store.data_mut().gpu_memory;
-            memory.clear();
-            for d in &deltas {
-                if let wit::NodeDelta::Upsert(n) = d {
-                    let used = feed.gpu_memory_used(n.id);
-                    if !used.is_empty() {
-                        memory.insert(n.id, used.to_vec());
-                    }
-                }
-            }
-            (deltas, feed.generation(), feed.id())
-        };
+        }
+        let (generation, id) = (feed.generation(), feed.id());
         if !inst.bound.mirrors() {
             return Ok(());
         }
         self.arm_sync(&mut inst.store, deltas.len());
-        match inst.bound.apply(&mut inst.store, &deltas) {
+        match inst.bound.apply(&mut inst.store, deltas) {
             Ok(Ok(())) => {
                 inst.synced = generation;
                 inst.feed = Some(id);

@@ -167,12 +167,16 @@ const NOT_CONFIGURED: &str = "plugin called before configure";
 
 pub type ScorerState<S> = LocalKey<RefCell<Option<ScorerHarness<S>>>>;
 
-pub fn scorer_info<S: Scorer>() -> st::PluginInfo {
+/// The plugin's info: its reason codes as configured
+/// ([`Scorer::filter_reasons`]) once `configure` ran, all it declares
+/// before.
+pub fn scorer_info<S: Scorer>(state: &'static ScorerState<S>) -> st::PluginInfo {
+    let reasons = state.with_borrow(|s| s.as_ref().map_or(S::FILTER_REASONS, |h| h.plugin().filter_reasons()));
     st::PluginInfo {
         name: S::NAME.into(),
         version: S::VERSION.into(),
         description: S::DESCRIPTION.into(),
-        filter_reasons: S::FILTER_REASONS.iter().map(|s| (*s).into()).collect(),
+        filter_reasons: reasons.iter().map(|s| (*s).into()).collect(),
     }
 }
 

@@ -124,6 +124,15 @@ pub trait Scorer: Sized + 'static {
     /// pod and the whole mirror (e.g. to count a workload's pods per zone).
     fn prepare(&mut self, _pod: &Pod, _nodes: &NodeTable) {}
 
+    /// The reason codes this configured plugin may return
+    /// ([`Scorer::FILTER_REASONS`] unless its configuration rules some or
+    /// all out). A plugin that returns none is never asked to filter: the
+    /// host skips the call. What the component's `info` reports once
+    /// configured.
+    fn filter_reasons(&self) -> &'static [&'static str] {
+        Self::FILTER_REASONS
+    }
+
     /// Whether [`Scorer::filter`] may reject any node for this pod; called
     /// once per host call, after [`Scorer::prepare`]. `false` passes every
     /// candidate without asking `filter` node by node (e.g. a spread
@@ -253,7 +262,7 @@ macro_rules! export_scorer {
             struct __TesseraScorer;
             impl __scoring::Guest for __TesseraScorer {
                 fn info() -> __types::PluginInfo {
-                    $crate::guest::scorer_info::<$ty>()
+                    $crate::guest::scorer_info(&__STATE)
                 }
                 fn configure(config: ::std::string::String) -> ::std::result::Result<(), ::std::string::String> {
                     $crate::guest::scorer_configure(&__STATE, &config)

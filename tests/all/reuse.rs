@@ -242,6 +242,9 @@ fn a_zone_scoped_scorer_asked_once_per_zone_decides_as_asked_about_every_node() 
     for config in [r#"{"max_skew": 1}"#, "null"] {
         let spread = load(&rt, TOPOLOGY_SPREAD, "topology-spread", config);
         assert_eq!(spread.declared_scope(), "zone");
+        // Without a skew limit it says it rejects nothing, and is not asked to.
+        let reasons: &[&str] = if config == "null" { &[] } else { &["SCHED-ZONE-SPREAD"] };
+        assert_eq!(spread.info().filter_reasons, reasons, "{config}");
         let mut reusing = policy(vec![member(spread, 1.0)], &nodes).with_reuse(true, 5);
         let mut fresh = policy(vec![member(load(&rt, TOPOLOGY_SPREAD, "topology-spread", config), 1.0)], &nodes)
             .with_reuse(false, 0);

@@ -92,10 +92,10 @@ pub trait NativeScorer: Send {
 
 impl<S: sdk::Scorer + Send> NativeScorer for sdk::ScorerHarness<S> {
     fn filters(&self) -> bool {
-        !S::FILTER_REASONS.is_empty()
+        !self.plugin().filter_reasons().is_empty()
     }
     fn reasons(&self) -> &'static [&'static str] {
-        S::FILTER_REASONS
+        self.plugin().filter_reasons()
     }
     fn set_zone_carbon(&mut self, zone: &str, g_per_kwh: u32) {
         // Only fails past 65535 distinct names, which the Wasm side would

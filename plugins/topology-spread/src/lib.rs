@@ -124,6 +124,11 @@ impl Scorer for Spread {
         self.min = live().min().unwrap_or(0);
     }
 
+    /// Without a skew limit it rejects nothing: the host need not ask.
+    fn filter_reasons(&self) -> &'static [&'static str] {
+        if self.cfg.max_skew.is_some() { Self::FILTER_REASONS } else { &[] }
+    }
+
     fn filters(&self, _pod: &Pod) -> bool {
         self.active && self.cfg.max_skew.is_some()
     }

@@ -13,8 +13,8 @@ fn plugin_check_accepts_a_good_scorer() {
     assert!(ok, "{out}\n{err}");
     assert!(out.contains("loadable        yes"), "{out}");
     assert!(out.contains("world           scorer"), "{out}");
-    assert!(out.contains("contract        tessera:policy@0.2.1"), "{out}");
-    assert!(out.contains("tessera:policy/scoring@0.2.1"), "{out}");
+    assert!(out.contains("contract        tessera:policy@0.2.2"), "{out}");
+    assert!(out.contains("tessera:policy/scoring@0.2.2"), "{out}");
     assert!(out.contains("reuse           node-shape"), "binpack promises the node-shape scope: {out}");
     assert!(out.contains("pod shared"), "canned calls are shown: {out}");
 }
@@ -25,7 +25,7 @@ fn plugin_check_json_for_a_detector() {
     assert!(ok, "{out}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["world"], "detector");
-    assert_eq!(v["contract"], "0.2.1");
+    assert_eq!(v["contract"], "0.2.2");
     assert!(v["canned"].as_array().unwrap().iter().any(|c| c.as_str().unwrap().contains("Overload")), "{v}");
 }
 

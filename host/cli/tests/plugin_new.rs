@@ -59,7 +59,7 @@ fn new_build_check(lang: &str, kind: &str, native: (&str, &[&str])) {
     assert!(ok, "{lang} {kind} check: {out}{err}");
     assert!(out.contains(&format!("world           {kind}")), "{out}");
     assert!(out.contains("plugin          my-policy 0.1.0"), "{out}");
-    assert!(out.contains("contract        tessera:policy@0.2.1"), "{out}");
+    assert!(out.contains("contract        tessera:policy@0.2.2"), "{out}");
     if kind == "scorer" {
         // The sample filters on CPU load and scores free GPU share: the
         // canned nodes are answered, one score each.
@@ -140,7 +140,7 @@ fn a_rust_scorer_from_plugin_new_tests_builds_and_checks() {
 #[test]
 fn plugin_wit_writes_every_contract_and_refuses_others() {
     let tmp = tempfile::tempdir().unwrap();
-    for v in ["0.1.0", "0.2.0", "0.2.1"] {
+    for v in ["0.1.0", "0.2.0", "0.2.1", "0.2.2"] {
         let dir = tmp.path().join(v);
         let (ok, out, err) = tessera(&["plugin", "wit", dir.to_str().unwrap(), "--contract", v]);
         assert!(ok, "{out}{err}");
@@ -149,5 +149,5 @@ fn plugin_wit_writes_every_contract_and_refuses_others() {
         assert!(dir.join("types.wit").is_file() && dir.join("policy.wit").is_file() && dir.join("host.wit").is_file());
     }
     let (ok, _, err) = tessera(&["plugin", "wit", tmp.path().join("x").to_str().unwrap(), "--contract", "9.9.9"]);
-    assert!(!ok && err.contains("contract 9.9.9 is not one this host loads (0.1.0, 0.2.0, 0.2.1)"), "{err}");
+    assert!(!ok && err.contains("contract 9.9.9 is not one this host loads (0.1.0, 0.2.0, 0.2.1, 0.2.2)"), "{err}");
 }

@@ -1,4 +1,4 @@
 //! The `dotprod` component: [`tessera_openb_policies::DotProd`] exported as a
-//! `tessera:policy@0.2.1` scorer.
+//! `tessera:policy@0.2.2` scorer.
 
 tessera_sdk::export_scorer!(tessera_openb_policies::DotProd);

@@ -1,4 +1,4 @@
 //! The `fgd` component: [`tessera_openb_policies::Fgd`] exported as a
-//! `tessera:policy@0.2.1` scorer.
+//! `tessera:policy@0.2.2` scorer.
 
 tessera_sdk::export_scorer!(tessera_openb_policies::Fgd);

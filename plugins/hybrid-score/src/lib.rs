@@ -1,4 +1,4 @@
 //! The `hybrid-score` component: [`tessera_placement_policies::HybridScore`]
-//! exported as a `tessera:policy@0.2.1` scorer.
+//! exported as a `tessera:policy@0.2.2` scorer.
 
 tessera_sdk::export_scorer!(tessera_placement_policies::HybridScore);

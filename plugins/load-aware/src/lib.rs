@@ -1,4 +1,4 @@
 //! The `load-aware` component: [`tessera_placement_policies::LoadAware`] exported as a
-//! `tessera:policy@0.2.1` scorer.
+//! `tessera:policy@0.2.2` scorer.
 
 tessera_sdk::export_scorer!(tessera_placement_policies::LoadAware);

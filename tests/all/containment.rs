@@ -210,6 +210,14 @@ fn a_wrong_score_signature_is_refused_naming_score_not_configure() {
 }
 
 #[test]
+fn a_reuse_scope_no_contract_has_is_refused_at_load_naming_it() {
+    let err = runtime().load(&PluginSpec::new("forged"), tessera_plugins::UNKNOWN_SCOPE.bytes).unwrap_err().to_string();
+    assert!(err.starts_with("plugin forged:"), "{err}");
+    assert!(err.contains("PLUGIN-BAD-SCOPE"), "{err}");
+    assert!(err.contains("declares the reuse scope `everything`, which no contract version has"), "{err}");
+}
+
+#[test]
 fn bytes_that_are_not_webassembly_are_refused_without_echoing_them() {
     let err = runtime().load(&PluginSpec::new("passwd"), b"root:x:0:0:root:/root:/bin/bash\n").unwrap_err();
     let text = err.to_string();

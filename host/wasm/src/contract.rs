@@ -177,7 +177,7 @@ impl Pre {
     /// promises nothing). The scope is read by its case's name, so a
     /// component of 0.2.1, whose `score-scope` lacks 0.2.2's `zone`, is
     /// read as it is; a `scope` of another type is an error.
-    pub(crate) fn scope(&self, store: &mut Store<HostState>) -> wasmtime::Result<Option<Scope>> {
+    pub(crate) fn scope(&self, store: &mut Store<HostState>) -> Result<Option<Scope>, ScopeError> {
         let Self::Scorer(p, v) = self else { return Ok(None) };
         if *v < ContractVersion::V0_2_1 {
             return Ok(None);
@@ -189,16 +189,17 @@ impl Pre {
         else {
             return Ok(None);
         };
-        let instance = p.instance_pre().instantiate(&mut *store)?;
+        let instance = p.instance_pre().instantiate(&mut *store).map_err(ScopeError::Call)?;
         let f = instance
             .get_func(&mut *store, func)
-            .ok_or_else(|| wasmtime::Error::msg("`reuse.scope` is not a function"))?;
+            .ok_or_else(|| ScopeError::Call(wasmtime::Error::msg("`reuse.scope` is not a function")))?;
         let mut out = [Val::Bool(false)];
-        f.call(&mut *store, &[], &mut out).map_err(|e| e.context("reuse.scope"))?;
+        f.call(&mut *store, &[], &mut out).map_err(|e| ScopeError::Call(e.context("reuse.scope")))?;
         match &out[0] {
-            Val::Enum(name) => scope_named(name)
-                .ok_or_else(|| wasmtime::Error::msg(format!("`reuse.scope` returned an unknown scope `{name}`"))),
-            other => Err(wasmtime::Error::msg(format!("`reuse.scope` returned {other:?}, not a `score-scope`"))),
+            Val::Enum(name) => scope_named(name).ok_or_else(|| ScopeError::Unknown(name.clone())),
+            other => Err(ScopeError::Call(wasmtime::Error::msg(format!(
+                "`reuse.scope` returned {other:?}, not a `score-scope`"
+            )))),
         }
     }
 
@@ -219,6 +220,15 @@ impl Pre {
             Self::DetectorV0_1(p) => Bound::DetectorV0_1(p.instantiate(store)?),
         })
     }
+}
+
+/// Why a scorer's scope could not be read.
+#[derive(Debug)]
+pub(crate) enum ScopeError {
+    /// The call failed (a trap, a deadline, a function of another type).
+    Call(wasmtime::Error),
+    /// It named a case no contract version has.
+    Unknown(String),
 }
 
 /// The scope a `score-scope` case names (`None`: `fresh`, nothing reused),

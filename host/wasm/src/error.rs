@@ -174,6 +174,10 @@ pub enum CallFault {
         /// Declared reasons.
         declared: usize,
     },
+    /// A scorer's `reuse.scope` names a scope no contract version has (a
+    /// component built against a forged or future contract): refused at
+    /// load rather than guessing what it promises.
+    UnknownScope(String),
     /// The plugin returned an error value (not a fault: its instance stays).
     Guest(String),
     /// The plugin is quarantined after exceeding its fault budget.
@@ -220,7 +224,7 @@ pub enum CallFault {
 impl CallFault {
     /// Every code [`CallFault::code`] gives, in declaration order (metrics
     /// create a series for each).
-    pub const CODES: [&'static str; 13] = [
+    pub const CODES: [&'static str; 14] = [
         "PLUGIN-TIMEOUT",
         "PLUGIN-MEMORY",
         "PLUGIN-FUEL",
@@ -228,6 +232,7 @@ impl CallFault {
         "PLUGIN-WRONG-LENGTH",
         "PLUGIN-OVERSIZED",
         "PLUGIN-BAD-REASON",
+        "PLUGIN-BAD-SCOPE",
         "PLUGIN-ERROR",
         "PLUGIN-QUARANTINED",
         "PLUGIN-INSTANTIATE",
@@ -257,6 +262,7 @@ impl CallFault {
             CallFault::WrongLength { .. } => "PLUGIN-WRONG-LENGTH",
             CallFault::OversizedOutput { .. } => "PLUGIN-OVERSIZED",
             CallFault::UnknownReason { .. } => "PLUGIN-BAD-REASON",
+            CallFault::UnknownScope(_) => "PLUGIN-BAD-SCOPE",
             CallFault::Guest(_) => "PLUGIN-ERROR",
             CallFault::Quarantined { .. } => "PLUGIN-QUARANTINED",
             CallFault::Instantiate(_) => "PLUGIN-INSTANTIATE",
@@ -289,6 +295,10 @@ impl fmt::Display for CallFault {
             CallFault::UnknownReason { verdict, declared } => {
                 write!(f, "filter verdict {verdict} names no reason (it declares {declared})")
             }
+            CallFault::UnknownScope(name) => write!(
+                f,
+                "declares the reuse scope `{name}`, which no contract version has (fresh, node, node-shape, zone)"
+            ),
             CallFault::Guest(msg) => write!(f, "returned an error: {msg}"),
             CallFault::Quarantined { faults } => {
                 write!(f, "quarantined after {faults} faults; reload it to release")
@@ -325,6 +335,7 @@ mod tests {
             CallFault::WrongLength { what: "scores", expected: 1, got: 2 },
             CallFault::OversizedOutput { what: "hints", bytes: 2, limit: 1 },
             CallFault::UnknownReason { verdict: 3, declared: 1 },
+            CallFault::UnknownScope(String::new()),
             CallFault::Guest(String::new()),
             CallFault::Quarantined { faults: 3 },
             CallFault::Instantiate(String::new()),

@@ -530,7 +530,13 @@ impl PluginVersion {
         }
         if self.kind == WorldKind::Scorer {
             let mut store = self.store();
-            self.scope = self.pre.scope(&mut store).map_err(|e| self.err("scope", self.classify(&store, e)))?;
+            self.scope = self.pre.scope(&mut store).map_err(|e| {
+                let kind = match e {
+                    crate::contract::ScopeError::Call(e) => self.classify(&store, e),
+                    crate::contract::ScopeError::Unknown(name) => CallFault::UnknownScope(clip(name)),
+                };
+                self.err("scope", kind)
+            })?;
         }
         self.version = Arc::from(info.version.as_str());
         self.info = PluginInfo {

@@ -164,6 +164,12 @@ impl Scorer for GpuAware {
         self.memory[i] = memory;
     }
 
+    /// Only `degraded: hard` rejects anything: otherwise the host need not
+    /// ask it to filter.
+    fn filter_reasons(&self) -> &'static [&'static str] {
+        if self.cfg.degraded == Avoid::Hard { Self::FILTER_REASONS } else { &[] }
+    }
+
     fn filter(&self, pod: &Pod, node: &Node<'_>) -> Result<(), u8> {
         if pod.gpu_count == 0 || self.cfg.degraded != Avoid::Hard {
             return Ok(());
@@ -401,6 +407,14 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn gpu_aware_declares_a_filter_reason_only_in_hard_mode() {
+        let soft = ScorerHarness::<GpuAware>::new("null").unwrap();
+        assert!(soft.plugin().filter_reasons().is_empty(), "soft mode rejects nothing: the host need not ask");
+        let hard = ScorerHarness::<GpuAware>::new(r#"{"degraded": "hard"}"#).unwrap();
+        assert_eq!(hard.plugin().filter_reasons(), ["SCHED-GPU-DEGRADED"]);
     }
 
     #[test]

@@ -90,38 +90,29 @@ fn main() {
     }
     src.push_str("];\n");
 
-    // Today's plugins built against the frozen contract 0.1.0, for the
-    // tests that prove such components still load and decide.
-    let old: Vec<&Plugin> = plugins.iter().filter(|p| CONTRACT_0_1.contains(&p.package.as_str())).collect();
-    assert_eq!(old.len(), CONTRACT_0_1.len(), "a plugin of CONTRACT_0_1 is not a plugin of the workspace");
-    let built = build(&cargo, &root, &target.join("wasm-plugins-0.1"), &old, Some("tessera-sdk/contract-0-1"));
-    src.push_str("/// Some of today's plugins built against the frozen contract `tessera:policy@0.1.0`.\npub const CONTRACT_0_1: &[Artifact] = &[");
-    for p in old {
-        src.push_str(&artifact(p, &built, &out_dir, "-0.1"));
-        src.push_str(", ");
+    // Some of today's plugins built against each frozen contract, for the
+    // tests that prove such components still load and decide:
+    // (constant, its packages, the contract, the SDK feature, the suffix of
+    // the target directory and of the files).
+    let frozen: [(&str, &[&str], &str, &str, &str); 3] = [
+        ("CONTRACT_0_1", CONTRACT_0_1, "0.1.0", "contract-0-1", "0.1"),
+        ("CONTRACT_0_2_0", CONTRACT_0_2_0, "0.2.0", "contract-0-2-0", "0.2.0"),
+        ("CONTRACT_0_2_1", CONTRACT_0_2_1, "0.2.1", "contract-0-2-1", "0.2.1"),
+    ];
+    for (constant, packages, contract, feature, suffix) in frozen {
+        let old: Vec<&Plugin> = plugins.iter().filter(|p| packages.contains(&p.package.as_str())).collect();
+        assert_eq!(old.len(), packages.len(), "a plugin of {constant} is not a plugin of the workspace");
+        let feature = format!("tessera-sdk/{feature}");
+        let built = build(&cargo, &root, &target.join(format!("wasm-plugins-{suffix}")), &old, Some(&feature));
+        src.push_str(&format!(
+            "/// Some of today's plugins built against the frozen contract `tessera:policy@{contract}`.\npub const {constant}: &[Artifact] = &["
+        ));
+        for p in old {
+            src.push_str(&artifact(p, &built, &out_dir, &format!("-{suffix}")));
+            src.push_str(", ");
+        }
+        src.push_str("];\n");
     }
-    src.push_str("];\n");
-
-    // And against the frozen contract 0.2.0 (before the optional `reuse`).
-    let old: Vec<&Plugin> = plugins.iter().filter(|p| CONTRACT_0_2_0.contains(&p.package.as_str())).collect();
-    assert_eq!(old.len(), CONTRACT_0_2_0.len(), "a plugin of CONTRACT_0_2_0 is not a plugin of the workspace");
-    let built = build(&cargo, &root, &target.join("wasm-plugins-0.2.0"), &old, Some("tessera-sdk/contract-0-2-0"));
-    src.push_str("/// Some of today's plugins built against the frozen contract `tessera:policy@0.2.0`.\npub const CONTRACT_0_2_0: &[Artifact] = &[");
-    for p in old {
-        src.push_str(&artifact(p, &built, &out_dir, "-0.2.0"));
-        src.push_str(", ");
-    }
-    src.push_str("];\n");
-    // And against the frozen contract 0.2.1 (before the `zone` scope).
-    let old: Vec<&Plugin> = plugins.iter().filter(|p| CONTRACT_0_2_1.contains(&p.package.as_str())).collect();
-    assert_eq!(old.len(), CONTRACT_0_2_1.len(), "a plugin of CONTRACT_0_2_1 is not a plugin of the workspace");
-    let built = build(&cargo, &root, &target.join("wasm-plugins-0.2.1"), &old, Some("tessera-sdk/contract-0-2-1"));
-    src.push_str("/// Some of today's plugins built against the frozen contract `tessera:policy@0.2.1`.\npub const CONTRACT_0_2_1: &[Artifact] = &[");
-    for p in old {
-        src.push_str(&artifact(p, &built, &out_dir, "-0.2.1"));
-        src.push_str(", ");
-    }
-    src.push_str("];\n");
     fs::write(out_dir.join("artifacts.rs"), src).unwrap();
 }
 

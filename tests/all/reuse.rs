@@ -141,25 +141,53 @@ fn zone_signals_and_membership_changes_drop_kept_answers() {
     assert_eq!(x.reused, 0, "a node left: the zones' set may have changed");
 }
 
-#[test]
-fn a_plugin_that_breaks_its_promise_is_caught_and_asked_afresh() {
-    use tessera_plugins::{BINPACK, BROKEN_PROMISE};
+/// Places `pods` on 12 nodes through binpack and `liar` (named `name`),
+/// once with reuse on and audits every 4th reusing call, once asking
+/// afresh, and checks what every liar must get: caught exactly once with
+/// `PLUGIN-REUSE-BROKEN`, asked afresh from then on (the decisions are
+/// those of the policy that never reused, and no error follows). Returns
+/// the liar as loaded, the decision the audit caught it at and the error.
+fn catch_liar(
+    liar: tessera_plugins::Artifact,
+    name: &str,
+    pods: &[Pod],
+) -> (std::sync::Arc<tessera_wasm::PluginVersion>, usize, tessera_wasm::CallError) {
+    use tessera_plugins::BINPACK;
     let rt = runtime();
     let nodes = crate::cluster(12);
-    let liar = load(&rt, BROKEN_PROMISE, "broken-promise", "null");
-    assert_eq!(liar.declared_scope(), "node", "it declares the node scope");
-    assert!(liar.reuse_scope().is_some());
+    let version = load(&rt, liar, name, "null");
+    assert!(version.reuse_scope().is_some(), "{name} promises a scope");
     let mut caught =
-        policy(vec![member(load(&rt, BINPACK, "binpack", "null"), 1.0), member(liar.clone(), 1.0)], &nodes)
+        policy(vec![member(load(&rt, BINPACK, "binpack", "null"), 1.0), member(version.clone(), 1.0)], &nodes)
             .with_reuse(true, 4);
     let mut fresh = policy(
-        vec![
-            member(load(&rt, BINPACK, "binpack", "null"), 1.0),
-            member(load(&rt, BROKEN_PROMISE, "broken-promise", "null"), 1.0),
-        ],
+        vec![member(load(&rt, BINPACK, "binpack", "null"), 1.0), member(load(&rt, liar, name, "null"), 1.0)],
         &nodes,
     )
     .with_reuse(false, 0);
+    let decisions = drive(&mut [&mut caught, &mut fresh], nodes, pods, |_, _| Vec::new());
+    let broken: Vec<(usize, &tessera_wasm::CallError)> = decisions[0]
+        .iter()
+        .enumerate()
+        .flat_map(|(i, d)| d.errors.iter().map(move |e| (i, e)))
+        .filter(|(_, e)| matches!(e.kind, CallFault::BrokenPromise { .. }))
+        .collect();
+    assert_eq!(broken.len(), 1, "{name}: caught once, then never reused again: {broken:?}");
+    let (at, e) = broken[0];
+    assert_eq!(&*e.plugin, name);
+    assert_eq!(e.kind.code(), "PLUGIN-REUSE-BROKEN");
+    assert!(version.promise_broken() && version.reuse_scope().is_none(), "{name}");
+    // From the audit on, its answers are fresh: the decisions are those of
+    // the policy that never reused (binpack still reuses).
+    for (x, y) in decisions[0][at..].iter().zip(&decisions[1][at..]) {
+        assert!(same(x, y), "{name}: {x:?} vs {y:?}");
+    }
+    assert!(decisions[0][at + 1..].iter().all(|d| d.errors.is_empty()), "{name}");
+    (version, at, e.clone())
+}
+
+#[test]
+fn a_plugin_that_breaks_its_promise_is_caught_and_asked_afresh() {
     let pods: Vec<Pod> = (0..40)
         .map(|i| Pod {
             name: format!("p{i}"),
@@ -167,26 +195,10 @@ fn a_plugin_that_breaks_its_promise_is_caught_and_asked_afresh() {
             ..Pod::default()
         })
         .collect();
-    let decisions = drive(&mut [&mut caught, &mut fresh], nodes, &pods, |_, _| Vec::new());
-    let broken: Vec<(usize, &tessera_wasm::CallError)> = decisions[0]
-        .iter()
-        .enumerate()
-        .flat_map(|(i, d)| d.errors.iter().map(move |e| (i, e)))
-        .filter(|(_, e)| matches!(e.kind, CallFault::BrokenPromise { .. }))
-        .collect();
-    assert_eq!(broken.len(), 1, "caught once, then never reused again: {broken:?}");
-    let (at, e) = broken[0];
+    let (liar, at, e) = catch_liar(tessera_plugins::BROKEN_PROMISE, "broken-promise", &pods);
+    assert_eq!(liar.declared_scope(), "node", "it declares the node scope");
     assert!(at <= 4, "caught at the first audit (every 4th reusing call), not at decision {at}");
-    assert_eq!(&*e.plugin, "broken-promise");
-    assert_eq!(e.kind.code(), "PLUGIN-REUSE-BROKEN");
     assert!(e.to_string().contains("had not changed"), "{e}");
-    assert!(liar.promise_broken() && liar.reuse_scope().is_none());
-    // From the audit on, its answers are fresh: the decisions are those of
-    // the policy that never reused.
-    for (x, y) in decisions[0][at..].iter().zip(&decisions[1][at..]) {
-        assert!(same(x, y), "{x:?} vs {y:?}");
-    }
-    assert!(decisions[0][at + 1..].iter().all(|d| d.errors.is_empty()));
 }
 
 #[test]
@@ -267,22 +279,6 @@ fn a_zone_scoped_scorer_asked_once_per_zone_decides_as_asked_about_every_node() 
 
 #[test]
 fn a_plugin_that_breaks_its_zone_promise_is_caught_and_asked_afresh() {
-    use tessera_plugins::{BINPACK, BROKEN_ZONE_PROMISE};
-    let rt = runtime();
-    let nodes = crate::cluster(12);
-    let liar = load(&rt, BROKEN_ZONE_PROMISE, "broken-zone-promise", "null");
-    assert_eq!(liar.declared_scope(), "zone");
-    let mut caught =
-        policy(vec![member(load(&rt, BINPACK, "binpack", "null"), 1.0), member(liar.clone(), 1.0)], &nodes)
-            .with_reuse(true, 4);
-    let mut fresh = policy(
-        vec![
-            member(load(&rt, BINPACK, "binpack", "null"), 1.0),
-            member(load(&rt, BROKEN_ZONE_PROMISE, "broken-zone-promise", "null"), 1.0),
-        ],
-        &nodes,
-    )
-    .with_reuse(false, 0);
     let pods: Vec<Pod> = (0..30)
         .map(|i| Pod {
             name: format!("p{i}"),
@@ -290,27 +286,10 @@ fn a_plugin_that_breaks_its_zone_promise_is_caught_and_asked_afresh() {
             ..Pod::default()
         })
         .collect();
-    let decisions = drive(&mut [&mut caught, &mut fresh], nodes, &pods, |_, _| Vec::new());
-    let broken: Vec<(usize, &tessera_wasm::CallError)> = decisions[0]
-        .iter()
-        .enumerate()
-        .flat_map(|(i, d)| d.errors.iter().map(move |e| (i, e)))
-        .filter(|(_, e)| matches!(e.kind, CallFault::BrokenPromise { .. }))
-        .collect();
-    assert_eq!(broken.len(), 1, "caught once, then never copied again: {broken:?}");
-    let (at, e) = broken[0];
+    let (liar, at, e) = catch_liar(tessera_plugins::BROKEN_ZONE_PROMISE, "broken-zone-promise", &pods);
+    assert_eq!(liar.declared_scope(), "zone");
     assert!(at < 4, "caught at the first audit (every 4th copying call), not at decision {at}");
-    assert_eq!(&*e.plugin, "broken-zone-promise");
-    assert_eq!(e.kind.code(), "PLUGIN-REUSE-BROKEN");
     assert!(e.to_string().contains("another node of that zone in the same call"), "{e}");
-    assert!(liar.promise_broken() && liar.reuse_scope().is_none());
-    for (x, y) in decisions[0][at..].iter().zip(&decisions[1][at..]) {
-        assert!(same(x, y), "{x:?} vs {y:?}");
-    }
-    assert!(
-        decisions[0][at + 1..].iter().all(|d| d.errors.is_empty()),
-        "binpack still reuses; the liar is asked afresh"
-    );
 }
 
 #[test]

@@ -231,16 +231,18 @@ pub(crate) enum ScopeError {
     Unknown(String),
 }
 
-/// The scope a `score-scope` case names (`None`: `fresh`, nothing reused),
-/// or `None` outside if no version has that case.
+/// Every scope a contract version names (`None`: `fresh`, nothing reused).
+const SCOPES: [Option<Scope>; 4] = [None, Some(Scope::Node), Some(Scope::NodeShape), Some(Scope::Zone)];
+
+/// The scope a `score-scope` case names, or `None` outside if no version
+/// has that case.
 fn scope_named(name: &str) -> Option<Option<Scope>> {
-    Some(match name {
-        "fresh" => None,
-        "node" => Some(Scope::Node),
-        "node-shape" => Some(Scope::NodeShape),
-        "zone" => Some(Scope::Zone),
-        _ => return None,
-    })
+    SCOPES.into_iter().find(|&s| scope_name(s) == name)
+}
+
+/// The names of every `score-scope` case, comma-separated.
+pub(crate) fn scope_names() -> String {
+    SCOPES.map(scope_name).join(", ")
 }
 
 /// The name of `scope`'s case in `score-scope` (`fresh` for none).
@@ -498,6 +500,15 @@ mod tests {
         assert_eq!(ContractVersion::parse("0.2"), Some(ContractVersion::V0_2_2), "a line means its newest");
         assert_eq!(ContractVersion::parse("0.1"), Some(ContractVersion::V0_1));
         assert_eq!(ContractVersion::parse("0.3.0"), None);
+    }
+
+    #[test]
+    fn every_scope_is_read_back_by_its_name() {
+        for s in SCOPES {
+            assert_eq!(scope_named(scope_name(s)), Some(s));
+        }
+        assert_eq!(scope_names(), "fresh, node, node-shape, zone");
+        assert_eq!(scope_named("everything"), None);
     }
 
     #[test]

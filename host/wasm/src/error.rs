@@ -297,7 +297,8 @@ impl fmt::Display for CallFault {
             }
             CallFault::UnknownScope(name) => write!(
                 f,
-                "declares the reuse scope `{name}`, which no contract version has (fresh, node, node-shape, zone)"
+                "declares the reuse scope `{name}`, which no contract version has ({})",
+                crate::contract::scope_names()
             ),
             CallFault::Guest(msg) => write!(f, "returned an error: {msg}"),
             CallFault::Quarantined { faults } => {

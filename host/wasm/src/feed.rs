@@ -97,12 +97,8 @@ impl NodeFeed {
         self.changes.clone()
     }
 
-    /// Device memory in use per GPU of node `id`, MiB (empty if unknown).
-    pub fn gpu_memory_used(&self, id: NodeId) -> &[u32] {
-        self.gpu_memory_used.get(id as usize).map_or(&[], |m| m)
-    }
-
-    /// The same, shared (`None` if unknown).
+    /// Device memory in use per GPU of node `id`, MiB, shared (`None` if
+    /// unknown).
     pub(crate) fn gpu_memory_shared(&self, id: NodeId) -> Option<&std::sync::Arc<[u32]>> {
         self.gpu_memory_used.get(id as usize).filter(|m| !m.is_empty())
     }

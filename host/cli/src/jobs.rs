@@ -29,6 +29,8 @@ use tessera_trace::jobs::{JobRow, Throughputs, read_jobs};
 use crate::load;
 use crate::sim::policy_document;
 
+mod table;
+
 /// GPUs per node (Gavel's clusters).
 pub const GPUS_PER_NODE: u32 = 8;
 
@@ -245,6 +247,8 @@ pub struct JobTrace {
     pub jobs: Vec<Job>,
     /// Jobs skipped: no measured throughput on any GPU model.
     pub skipped: u64,
+    /// Of them, how many of each job type (as the trace names it).
+    pub skipped_types: BTreeMap<String, u64>,
     /// Queues its jobs are spread over (`q0`, `q1`, …).
     pub queues: u32,
     /// Jobs whose run time was extrapolated past the largest scale Gavel
@@ -269,16 +273,20 @@ pub fn load_trace(path: &Path, table: &Throughputs, queues: u32, seed: u64) -> R
     let r = tessera_input::file::open(path, tessera_input::Limit::TRACE)?;
     let rows = read_jobs(r, &path.display().to_string())?;
     let (mut jobs, mut skipped, mut extrapolated) = (Vec::with_capacity(rows.len()), 0, 0);
+    let mut skipped_types = BTreeMap::new();
     for (i, row) in rows.iter().enumerate() {
         match job(&name, i, row, table, queues, seed) {
             Some((j, guessed)) => {
                 jobs.push(j);
                 extrapolated += u64::from(guessed);
             }
-            None => skipped += 1,
+            None => {
+                skipped += 1;
+                *skipped_types.entry(row.job_type.clone()).or_insert(0) += 1;
+            }
         }
     }
-    Ok(JobTrace { name, jobs, skipped, queues: queues.max(1), extrapolated })
+    Ok(JobTrace { name, jobs, skipped, skipped_types, queues: queues.max(1), extrapolated })
 }
 
 /// The job of row `i`, and whether a run time of it was extrapolated.
@@ -387,6 +395,9 @@ pub struct JobRun {
     pub gpus: [u32; 3],
     /// Jobs skipped for want of a measured throughput.
     pub skipped: u64,
+    /// Of them, how many of each job type.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub skipped_job_types: BTreeMap<String, u64>,
     /// Jobs run with an extrapolated run time (more GPUs than Gavel
     /// measured).
     pub extrapolated: u64,
@@ -445,6 +456,7 @@ fn run_with(
         policy: admission.name(),
         gpus,
         skipped: trace.skipped,
+        skipped_job_types: trace.skipped_types.clone(),
         extrapolated: trace.extrapolated,
         summary: JobSummary { jobs: report.summary.jobs + trace.skipped, ..report.summary.clone() },
         wall_s: started.elapsed().as_secs_f64(),
@@ -530,12 +542,22 @@ fn mixed(files: &[PathBuf], opts: &JobsOptions) -> Result<JobsBench> {
     }
     let scale = |g: u32| g * opts.capacity_pct / 100;
     let mut vcs = Vec::new();
-    let mut all = JobTrace { name: String::new(), jobs: Vec::new(), skipped: 0, queues: 0, extrapolated: 0 };
+    let mut all = JobTrace {
+        name: String::new(),
+        jobs: Vec::new(),
+        skipped: 0,
+        skipped_types: BTreeMap::new(),
+        queues: 0,
+        extrapolated: 0,
+    };
     for f in files {
         let (mut trace, gpus) = prepare(f, 1, opts.seed)?;
         trace.checkpoint_every(opts.checkpoint_s);
         all.jobs.extend(trace.jobs.into_iter().map(|j| Job { queue: trace.name.clone(), ..j }));
         all.skipped += trace.skipped;
+        for (t, n) in trace.skipped_types {
+            *all.skipped_types.entry(t).or_insert(0) += n;
+        }
         all.extrapolated += trace.extrapolated;
         vcs.push((trace.name, gpus.map(scale)));
     }
@@ -567,43 +589,4 @@ fn mixed(files: &[PathBuf], opts: &JobsOptions) -> Result<JobsBench> {
         run_with(rt, &all, gpus, admission, queues, &doc, opts.seed).map(|(run, _)| run)
     })?;
     Ok(JobsBench { runs: results.into_iter().collect::<Result<_>>()? })
-}
-
-impl JobsBench {
-    /// The table.
-    pub fn to_table(&self) -> String {
-        let mut out = format!(
-            "{:<8} {:<14} {:>6} {:>9} {:>10} {:>10} {:>10} {:>6} {:>6} {:>6} {:>12} {:>7}\n",
-            "trace",
-            "policy",
-            "jobs",
-            "completed",
-            "jct p50 s",
-            "jct p99 s",
-            "delay p50",
-            "util",
-            "jain",
-            "share",
-            "partial GPU·s",
-            "wall s"
-        );
-        for r in &self.runs {
-            out += &format!(
-                "{:<8} {:<14} {:>6} {:>9} {:>10} {:>10} {:>10} {:>6.3} {:>6.3} {:>6.3} {:>12} {:>7.1}\n",
-                r.trace,
-                r.policy,
-                r.summary.jobs,
-                r.summary.completed,
-                r.summary.jct_p50_s,
-                r.summary.jct_p99_s,
-                r.summary.queue_delay_p50_s,
-                r.summary.gpu_util,
-                r.summary.jain_fairness,
-                r.summary.jain_share,
-                r.summary.partial_gang_gpu_s,
-                r.wall_s
-            );
-        }
-        out
-    }
 }

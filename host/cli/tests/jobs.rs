@@ -72,6 +72,44 @@ fn bench_jobs_prints_the_documented_json_and_gangs_hold_nothing_partly() {
 }
 
 #[test]
+fn bench_jobs_names_the_job_types_it_skips() {
+    // A job type Gavel never measured cannot be given a run time: it is
+    // skipped, counted, and named, in the JSON and under the table.
+    let dir = tempfile::tempdir().unwrap();
+    let f = job_trace(dir.path());
+    let mut text = std::fs::read_to_string(&f).unwrap();
+    for at in [3, 4] {
+        text += &format!("Mystery-Net (batch size 7)\tcd %s && python3 x.py\t-n\t1\t100\t{at}.000000\t1\n");
+    }
+    std::fs::write(&f, text).unwrap();
+    let v = bench_jobs(dir.path(), &[]);
+    for r in v["runs"].as_array().unwrap() {
+        assert_eq!((r["jobs"].as_u64(), r["skipped"].as_u64(), r["completed"].as_u64()), (Some(5), Some(2), Some(3)));
+        assert_eq!(r["skipped_job_types"], serde_json::json!({"Mystery-Net (batch size 7)": 2}), "{r}");
+    }
+    let (ok, out, err) = tessera(&["bench", "jobs", "--traces", dir.path().to_str().unwrap(), "--policy", "binpack"]);
+    assert!(ok, "{err}");
+    let notes: Vec<&str> = out.lines().filter(|l| l.starts_with("note:")).collect();
+    assert_eq!(
+        notes,
+        [
+            "note: t1: 2 of 5 jobs skipped, no measured throughput on V100, P100 or K80: `Mystery-Net (batch size 7)` ×2",
+            "note: t1: run time extrapolated past the largest scale Gavel measured for 1 of 5 jobs",
+        ],
+        "{out}"
+    );
+    // Every type measured: nothing skipped, no note of it, no key.
+    std::fs::write(
+        &f,
+        std::fs::read_to_string(&f).unwrap().lines().take(3).map(|l| format!("{l}\n")).collect::<String>(),
+    )
+    .unwrap();
+    let (ok, out, _) = tessera(&["bench", "jobs", "--traces", dir.path().to_str().unwrap(), "--policy", "binpack"]);
+    assert!(ok && !out.contains("skipped"), "{out}");
+    assert!(bench_jobs(dir.path(), &[])["runs"][0].get("skipped_job_types").is_none());
+}
+
+#[test]
 fn sim_jobs_is_deterministic_and_names_a_malformed_line() {
     let dir = tempfile::tempdir().unwrap();
     let f = job_trace(dir.path());

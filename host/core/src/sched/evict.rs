@@ -55,6 +55,17 @@ impl Scheduler {
                 }
             }
         }
+        // What `pod` would use on a node of each GPU model (a reclaim asks
+        // per victim; a cluster has few models).
+        let mut pod_uses: BTreeMap<&str, Amounts> = BTreeMap::new();
+        if reclaim {
+            for n in self.cluster.nodes() {
+                pod_uses.entry(n.gpu_model.as_str()).or_insert_with(|| Amounts::of(pod, &n.gpu_model));
+            }
+        }
+        let no_use = Amounts::default();
+        // Leaf queues looked up once, not per victim.
+        let own_leaf = tree.leaf_of(pod).ok();
         let mut excluded: BTreeSet<usize> = BTreeSet::new();
         // Each round drops the queues a reclaim would take below their
         // guarantee; each drops one at least, so this ends.
@@ -64,30 +75,26 @@ impl Scheduler {
                 if self.protected.contains(&id) {
                     return None;
                 }
-                if self.same_queue(pod, &e.pod) && preempt::may_preempt(pod, &e.pod) {
+                // Ordinary preemption stays in the preemptor's leaf queue.
+                let leaf = tree.leaf_of(&e.pod).ok();
+                if (tree.is_trivial() || leaf == own_leaf) && preempt::may_preempt(pod, &e.pod) {
                     return Some(false);
                 }
-                if !reclaim
-                    || self.queues.tree.leaf_of(&e.pod).is_ok_and(|l| excluded.iter().any(|&b| tree.contains(b, l)))
-                {
+                if !reclaim || leaf.is_some_and(|l| excluded.iter().any(|&b| tree.contains(b, l))) {
                     return None;
                 }
-                let model = self.cluster.node(node).map_or("", |n| n.gpu_model.as_str());
-                let pod_use = Amounts::of(pod, model);
-                let own_use;
-                let victim_use = match &e.pod.gang {
-                    Some(g) => gang_use.get(g.name.as_str())?,
-                    None => {
-                        own_use = self.queues.charged.get(&id).map(|(_, a)| a.clone()).unwrap_or_default();
-                        &own_use
-                    }
-                };
                 // A turn lasts at least `reclaim_min_runtime_s`.
                 let State::Running { started_at, .. } = e.state else { return None };
                 if now.saturating_sub(started_at) < tree.reclaim_min_runtime_s() {
                     return None;
                 }
-                self.reclaimable(pod, &pod_use, &e.pod, victim_use).then_some(true)
+                let model = self.cluster.node(node).map_or("", |n| n.gpu_model.as_str());
+                let pod_use = pod_uses.get(model)?;
+                let victim_use = match &e.pod.gang {
+                    Some(g) => gang_use.get(g.name.as_str())?,
+                    None => self.queues.charged.get(&id).map_or(&no_use, |(_, a)| a),
+                };
+                self.reclaimable(own_leaf?, pod_use, leaf?, &e.pod, victim_use).then_some(true)
             };
             // Each pod's eligibility, in `self.pods` order (the pass below
             // walks it again).

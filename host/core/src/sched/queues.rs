@@ -425,17 +425,23 @@ impl Scheduler {
         node.guarantee.iter().filter(move |(d, _)| share.is_none() || **d != Dim::Gpu).map(|(d, &g)| (d, g)).chain(gpu)
     }
 
-    /// Whether pod `victim` (using `victim_use`, its gang's if it has one)
-    /// may be reclaimed for `pod`, which would use `pod_use` on the
-    /// victim's node: up to where their paths meet, `pod`'s queues stay
-    /// within their guarantees with it, and the victim's stay at or above
-    /// theirs without it.
-    pub(super) fn reclaimable(&self, pod: &Pod, pod_use: &Amounts, victim: &Pod, victim_use: &Amounts) -> bool {
+    /// Whether pod `victim` of leaf queue `qv` (using `victim_use`, its
+    /// gang's if it has one) may be reclaimed for a pod of leaf queue `qp`,
+    /// which would use `pod_use` on the victim's node: up to where their
+    /// paths meet, the pod's queues stay within their guarantees with it,
+    /// and the victim's stay at or above theirs without it.
+    pub(super) fn reclaimable(
+        &self,
+        qp: usize,
+        pod_use: &Amounts,
+        qv: usize,
+        victim: &Pod,
+        victim_use: &Amounts,
+    ) -> bool {
         let tree = &self.queues.tree;
         if !tree.reclaim() || victim.tier == crate::model::Tier::Hard {
             return false;
         }
-        let (Ok(qp), Ok(qv)) = (tree.leaf_of(pod), tree.leaf_of(victim)) else { return false };
         if qp == qv {
             return false;
         }
@@ -521,13 +527,6 @@ impl Scheduler {
             }
         }
         bad
-    }
-
-    /// Pods `pod` may preempt as ordinary preemption when queues are set:
-    /// only those of its own leaf queue.
-    pub(super) fn same_queue(&self, pod: &Pod, other: &Pod) -> bool {
-        let tree = &self.queues.tree;
-        tree.is_trivial() || tree.leaf_of(pod).ok() == tree.leaf_of(other).ok()
     }
 }
 

@@ -28,7 +28,7 @@ impl Scheduler {
     /// one a disruption budget protects, is no victim at all. With queues,
     /// a pod preempts by priority only in its own queue; across queues it
     /// reclaims: its queue below its guarantee takes back from queues over
-    /// theirs, never taking them below it (`queues::reclaimable`).
+    /// theirs, never taking them below it (`queues::may_take_from`, `may_give_up`).
     pub(super) fn choose_victims(&self, pod: &Pod, now: u64, own: Option<&str>) -> Option<(NodeId, Vec<PodId>)> {
         if !self.cfg.preemption {
             return None;
@@ -66,6 +66,15 @@ impl Scheduler {
         let no_use = Amounts::default();
         // Leaf queues looked up once, not per victim.
         let own_leaf = tree.leaf_of(pod).ok();
+        // The taker's half of a reclaim, per victim leaf and GPU model.
+        let mut takes: BTreeMap<(usize, &str), bool> = BTreeMap::new();
+        if let Some(qp) = own_leaf.filter(|_| reclaim) {
+            for qv in (0..tree.nodes().len()).filter(|&q| tree.nodes()[q].is_leaf()) {
+                for (&model, pod_use) in &pod_uses {
+                    takes.insert((qv, model), self.may_take_from(qp, pod_use, qv));
+                }
+            }
+        }
         let mut excluded: BTreeSet<usize> = BTreeSet::new();
         // Each round drops the queues a reclaim would take below their
         // guarantee; each drops one at least, so this ends.
@@ -88,13 +97,16 @@ impl Scheduler {
                 if now.saturating_sub(started_at) < tree.reclaim_min_runtime_s() {
                     return None;
                 }
+                let (qp, qv) = (own_leaf?, leaf?);
                 let model = self.cluster.node(node).map_or("", |n| n.gpu_model.as_str());
-                let pod_use = pod_uses.get(model)?;
+                if !takes.get(&(qv, model)).copied().unwrap_or(false) {
+                    return None;
+                }
                 let victim_use = match &e.pod.gang {
                     Some(g) => gang_use.get(g.name.as_str())?,
                     None => self.queues.charged.get(&id).map_or(&no_use, |(_, a)| a),
                 };
-                self.reclaimable(own_leaf?, pod_use, leaf?, &e.pod, victim_use).then_some(true)
+                self.may_give_up(qv, &e.pod, victim_use, qp).then_some(true)
             };
             // Each pod's eligibility, in `self.pods` order (the pass below
             // walks it again).

@@ -425,24 +425,14 @@ impl Scheduler {
         node.guarantee.iter().filter(move |(d, _)| share.is_none() || **d != Dim::Gpu).map(|(d, &g)| (d, g)).chain(gpu)
     }
 
-    /// Whether pod `victim` of leaf queue `qv` (using `victim_use`, its
-    /// gang's if it has one) may be reclaimed for a pod of leaf queue `qp`,
-    /// which would use `pod_use` on the victim's node: up to where their
-    /// paths meet, the pod's queues stay within their guarantees with it,
-    /// and the victim's stay at or above theirs without it.
-    pub(super) fn reclaimable(
-        &self,
-        qp: usize,
-        pod_use: &Amounts,
-        qv: usize,
-        victim: &Pod,
-        victim_use: &Amounts,
-    ) -> bool {
+    /// Whether a pod of leaf queue `qp`, using `pod_use` on a victim's
+    /// node, may reclaim from leaf queue `qv` — the taker's half of a
+    /// reclaim: up to where their paths meet, its queues stay within their
+    /// guarantees with it, and one of them is entitled to something it
+    /// uses. The same for every victim of `qv` on nodes of one GPU model.
+    pub(super) fn may_take_from(&self, qp: usize, pod_use: &Amounts, qv: usize) -> bool {
         let tree = &self.queues.tree;
-        if !tree.reclaim() || victim.tier == crate::model::Tier::Hard {
-            return false;
-        }
-        if qp == qv {
+        if !tree.reclaim() || qp == qv {
             return false;
         }
         let mut entitled = false;
@@ -458,21 +448,29 @@ impl Scheduler {
                 entitled = true;
             }
         }
-        if !entitled {
-            return false;
-        }
-        tree.path(qv).take_while(|&b| !tree.contains(b, qp)).all(|b| {
-            self.entitled(b).all(|(d, g)| {
-                let take = victim_use.get(d);
-                take == 0 || self.queues.used[b].get(d).saturating_sub(take) >= g
+        entitled
+    }
+
+    /// The victim's half of a reclaim: whether pod `victim` of leaf queue
+    /// `qv`, using `victim_use` (its gang's if it has one), may be taken
+    /// for a pod of leaf queue `qp` ([`Self::may_take_from`]): not of the
+    /// hard tier, and up to where their paths meet, its queues stay at or
+    /// above their guarantees without it.
+    pub(super) fn may_give_up(&self, qv: usize, victim: &Pod, victim_use: &Amounts, qp: usize) -> bool {
+        let tree = &self.queues.tree;
+        victim.tier != crate::model::Tier::Hard
+            && tree.path(qv).take_while(|&b| !tree.contains(b, qp)).all(|b| {
+                self.entitled(b).all(|(d, g)| {
+                    let take = victim_use.get(d);
+                    take == 0 || self.queues.used[b].get(d).saturating_sub(take) >= g
+                })
             })
-        })
     }
 
     /// Whether `pod` may reclaim at all: its own leaf sets a guarantee it
     /// would use and stays within it with the pod (CPU, memory, GPUs of
     /// any model; a model's guarantee is checked per node later). A
-    /// necessary condition of [`Self::reclaimable`], cheap enough to ask
+    /// necessary condition of [`Self::may_take_from`], cheap enough to ask
     /// before looking at any victim.
     pub(super) fn may_reclaim(&self, pod: &Pod) -> bool {
         let tree = &self.queues.tree;

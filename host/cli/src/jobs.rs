@@ -239,7 +239,7 @@ pub fn vc_queues(vcs: &[(String, [u32; 3])], fairness: Fairness) -> Result<Queue
 }
 
 /// A job trace as the simulator takes it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct JobTrace {
     /// The trace's name (its file stem).
     pub name: String,
@@ -542,14 +542,7 @@ fn mixed(files: &[PathBuf], opts: &JobsOptions) -> Result<JobsBench> {
     }
     let scale = |g: u32| g * opts.capacity_pct / 100;
     let mut vcs = Vec::new();
-    let mut all = JobTrace {
-        name: String::new(),
-        jobs: Vec::new(),
-        skipped: 0,
-        skipped_types: BTreeMap::new(),
-        queues: 0,
-        extrapolated: 0,
-    };
+    let mut all = JobTrace::default();
     for f in files {
         let (mut trace, gpus) = prepare(f, 1, opts.seed)?;
         trace.checkpoint_every(opts.checkpoint_s);

@@ -55,23 +55,19 @@ impl Scheduler {
                 }
             }
         }
-        // What `pod` would use on a node of each GPU model (a reclaim asks
-        // per victim; a cluster has few models).
-        let mut pod_uses: BTreeMap<&str, Amounts> = BTreeMap::new();
-        if reclaim {
-            for n in self.cluster.nodes() {
-                pod_uses.entry(n.gpu_model.as_str()).or_insert_with(|| Amounts::of(pod, &n.gpu_model));
-            }
-        }
         let no_use = Amounts::default();
         // Leaf queues looked up once, not per victim.
         let own_leaf = tree.leaf_of(pod).ok();
-        // The taker's half of a reclaim, per victim leaf and GPU model.
+        // The taker's half of a reclaim depends only on the victim's leaf
+        // queue and the node's GPU model (what `pod` would use there): once
+        // per pair, not per victim (a cluster has few models).
         let mut takes: BTreeMap<(usize, &str), bool> = BTreeMap::new();
         if let Some(qp) = own_leaf.filter(|_| reclaim) {
-            for qv in (0..tree.nodes().len()).filter(|&q| tree.nodes()[q].is_leaf()) {
-                for (&model, pod_use) in &pod_uses {
-                    takes.insert((qv, model), self.may_take_from(qp, pod_use, qv));
+            let models: BTreeSet<&str> = self.cluster.nodes().iter().map(|n| n.gpu_model.as_str()).collect();
+            for model in models {
+                let pod_use = Amounts::of(pod, model);
+                for qv in (0..tree.nodes().len()).filter(|&q| tree.nodes()[q].is_leaf()) {
+                    takes.insert((qv, model), self.may_take_from(qp, &pod_use, qv));
                 }
             }
         }

@@ -134,24 +134,35 @@ impl<S: Scorer> ScorerHarness<S> {
         } else {
             values.clear();
             values.resize(candidates.len(), 0);
-            // Two nodes per iteration: Cranelift reloads and re-spills loop
-            // invariants at every back edge, so halving the back edges
-            // matters more than it would natively.
-            let mut out = values.chunks_exact_mut(2);
-            let mut ids = candidates.chunks_exact(2);
-            for (pair, id_pair) in (&mut out).zip(&mut ids) {
-                let (Some(a), Some(b)) = (self.nodes.get(id_pair[0]), self.nodes.get(id_pair[1])) else {
-                    missing = id_pair.iter().copied().find(|&id| self.nodes.get(id).is_none());
-                    break;
-                };
-                pair[0] = self.plugin.score(pod, &a).value;
-                pair[1] = self.plugin.score(pod, &b).value;
+            // Eight nodes per iteration, in a loop of fixed trip count that
+            // the compiler unrolls: every Wasm loop header carries an epoch
+            // check whose slow path is a call, around which Cranelift spills
+            // and reloads the loop's invariants (the plugin's per-pod
+            // constants), so fewer back edges matter more than natively.
+            // (The GPU-naming loop above stays one node at a time: its
+            // plugins loop over GPUs per node, and unrolled it ran slower.)
+            const STEP: usize = 8;
+            let mut out = values.chunks_exact_mut(STEP);
+            let mut ids = candidates.chunks_exact(STEP);
+            'chunks: for (vals, idc) in (&mut out).zip(&mut ids) {
+                for k in 0..STEP {
+                    match self.nodes.get(idc[k]) {
+                        Some(node) => vals[k] = self.plugin.score(pod, &node).value,
+                        None => {
+                            missing = Some(idc[k]);
+                            break 'chunks;
+                        }
+                    }
+                }
             }
             if missing.is_none() {
                 for (value, &id) in out.into_remainder().iter_mut().zip(ids.remainder()) {
                     match self.nodes.get(id) {
                         Some(node) => *value = self.plugin.score(pod, &node).value,
-                        None => missing = Some(id),
+                        None => {
+                            missing = Some(id);
+                            break;
+                        }
                     }
                 }
             }
@@ -269,30 +280,43 @@ mod tests {
     }
 
     #[test]
-    fn scores_in_candidate_order_for_odd_and_even_counts() {
+    fn scores_in_candidate_order_for_every_count_around_the_loop_step() {
         let mut h = ScorerHarness::<Probe>::new("").unwrap();
-        h.apply((0..5).map(rec)).unwrap();
+        h.apply((0..40).map(rec)).unwrap();
         let (mut v, mut hints) = (Vec::new(), Vec::new());
-        h.score(&Pod::default(), &[4, 0, 3], &mut v, &mut hints).unwrap();
-        assert_eq!(v, [40, 0, 30]);
-        h.score(&Pod::default(), &[1, 2, 3, 4], &mut v, &mut hints).unwrap();
-        assert_eq!(v, [10, 20, 30, 40]);
-        assert!(hints.is_empty());
+        // Whole steps of eight, remainders, and none: each count from 0 to
+        // 33, candidates in a scrambled order with repeats.
+        for len in 0..34u32 {
+            let ids: Vec<NodeId> = (0..len).map(|i| (i * 7 + 3) % 40).collect();
+            h.score(&Pod::default(), &ids, &mut v, &mut hints).unwrap();
+            let want: Vec<i64> = ids.iter().map(|&id| i64::from(id) * 10).collect();
+            assert_eq!(v, want, "{len} candidates");
+            assert!(hints.is_empty());
+        }
     }
 
     #[test]
     fn unknown_candidates_are_errors_wherever_they_stand() {
         let mut h = ScorerHarness::<Probe>::new("").unwrap();
-        h.apply((0..4).map(rec)).unwrap();
+        h.apply((0..20).map(rec)).unwrap();
         let (mut v, mut hints) = (Vec::new(), Vec::new());
-        for ids in [&[9, 0][..], &[0, 9], &[0, 1, 9], &[9]] {
+        for ids in [&[99, 0][..], &[0, 99], &[0, 1, 99], &[99]] {
             let e = h.score(&Pod::default(), ids, &mut v, &mut hints).unwrap_err();
-            assert!(e.contains("unknown node id 9"), "{ids:?}: {e}");
+            assert!(e.contains("unknown node id 99"), "{ids:?}: {e}");
+        }
+        // In a whole step of eight, at its edges and in the remainder.
+        for len in [8usize, 9, 16, 17, 19] {
+            for at in [0, 7.min(len - 1), 8.min(len - 1), len - 1] {
+                let mut ids: Vec<NodeId> = (0..len as u32).collect();
+                ids[at] = 99;
+                let e = h.score(&Pod::default(), &ids, &mut v, &mut hints).unwrap_err();
+                assert!(e.contains("unknown node id 99"), "{len} candidates, unknown at {at}: {e}");
+            }
         }
         let mut out = Vec::new();
         let web = Pod { workload: "web".into(), ..Pod::default() };
         for pod in [&Pod::default(), &web] {
-            assert!(h.filter(pod, &[0, 7], &mut out).unwrap_err().contains("unknown node id 7"));
+            assert!(h.filter(pod, &[0, 99], &mut out).unwrap_err().contains("unknown node id 99"));
         }
     }
 

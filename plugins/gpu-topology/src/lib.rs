@@ -137,23 +137,34 @@ impl Scorer for GpuTopology {
         }
     }
 
+    #[inline]
     fn score(&self, pod: &Pod, node: &Node<'_>) -> Score {
-        let Some(k) = whole_gpus(pod) else { return Score::new(0) };
-        // One island (the common case): counted without building the set.
-        let links = node.meta().map(|m| m.gpu_links.as_slice()).unwrap_or_default();
-        let gpus = node.gpus();
-        if links.len() == gpus.len() {
-            let free = gpus.iter().filter(|g| g.fits(1000)).count();
-            if free < k {
-                return Score::new(0);
-            }
-            if let Some(broken) = one_island_broken(links, free, k) {
-                return Score::new(-i64::from(broken));
-            }
+        // Inlined into the SDK's loop, so a pod of no whole GPUs costs no
+        // call per node (in Wasm, a call spills every live register).
+        match whole_gpus(pod) {
+            Some(k) => score_whole(node, k),
+            None => Score::new(0),
         }
-        let Some(p) = placement(node, k) else { return Score::new(0) };
-        Score::new(-(COST_WEIGHT * i64::from(p.cost) + i64::from(p.islands_broken)))
     }
+}
+
+/// The score of a node for a pod of `k` whole GPUs.
+#[inline(never)]
+fn score_whole(node: &Node<'_>, k: usize) -> Score {
+    // One island (the common case): counted without building the set.
+    let links = node.meta().map(|m| m.gpu_links.as_slice()).unwrap_or_default();
+    let gpus = node.gpus();
+    if links.len() == gpus.len() {
+        let free = gpus.iter().filter(|g| g.fits(1000)).count();
+        if free < k {
+            return Score::new(0);
+        }
+        if let Some(broken) = one_island_broken(links, free, k) {
+            return Score::new(-i64::from(broken));
+        }
+    }
+    let Some(p) = placement(node, k) else { return Score::new(0) };
+    Score::new(-(COST_WEIGHT * i64::from(p.cost) + i64::from(p.islands_broken)))
 }
 
 tessera_sdk::export_scorer!(GpuTopology);

@@ -33,6 +33,17 @@ pub struct BenchOptions {
     /// Components of the same policy built elsewhere (another language),
     /// by label: measured alike, against the same native twin.
     pub components: Vec<(String, Vec<u8>)>,
+    /// GPUs the scored pod asks for (0 to 8: the synthetic nodes have 8).
+    pub pod_gpus: u32,
+    /// Share of each GPU it asks for, milli-GPUs (1 to 1000; 1000: whole).
+    pub pod_gpu_milli: u32,
+}
+
+impl BenchOptions {
+    /// The default pod: one GPU shared at half.
+    pub const POD_GPUS: u32 = 1;
+    /// See [`Self::POD_GPUS`].
+    pub const POD_GPU_MILLI: u32 = 500;
 }
 
 /// One Wasm build of the plugin, measured.
@@ -74,6 +85,11 @@ pub struct BenchResult {
     pub plugin: String,
     /// Nodes scored per call.
     pub nodes: u32,
+    /// The pod scored: GPUs and milli-GPUs of each (`--pod-gpus`,
+    /// `--pod-gpu-milli`).
+    pub pod_gpus: u32,
+    /// See `pod_gpus`.
+    pub pod_gpu_milli: u32,
     /// Wall time of one Wasm call over all nodes, ns.
     pub wasm_ns_per_call: f64,
     /// Marginal Wasm cost per node, ns.
@@ -176,6 +192,12 @@ pub fn run(opts: &BenchOptions) -> Result<BenchResult> {
     if opts.nodes <= SMALL {
         bail!("--nodes must be larger than {SMALL}");
     }
+    if opts.pod_gpus > 8 {
+        bail!("--pod-gpus must be 0..=8 (the synthetic nodes have 8 GPUs), not {}", opts.pod_gpus);
+    }
+    if !(1..=1000).contains(&opts.pod_gpu_milli) {
+        bail!("--pod-gpu-milli must be 1..=1000, not {}", opts.pod_gpu_milli);
+    }
     let artifact =
         tessera_plugins::by_name(&opts.plugin).with_context(|| format!("no built-in plugin `{}`", opts.plugin))?;
     let mut native = native::builtin(&opts.plugin, &opts.config_json)
@@ -187,8 +209,8 @@ pub fn run(opts: &BenchOptions) -> Result<BenchResult> {
     let pod = Pod {
         name: "bench".into(),
         requests: Resources { cpu_milli: 4_000, memory_mib: 16_384 },
-        gpu_count: 1,
-        gpu_milli: 500,
+        gpu_count: opts.pod_gpus,
+        gpu_milli: if opts.pod_gpus == 0 { 0 } else { opts.pod_gpu_milli },
         ..Pod::default()
     };
     let iters = (5_000_000 / opts.nodes).clamp(5, 100_000);
@@ -306,6 +328,8 @@ pub fn run(opts: &BenchOptions) -> Result<BenchResult> {
     let wasm_ns_per_changed_node = per_changed(wasm_changed, builtin.ns_per_call);
     Ok(BenchResult {
         plugin: opts.plugin.clone(),
+        pod_gpus: opts.pod_gpus,
+        pod_gpu_milli: pod.gpu_milli,
         nodes: opts.nodes,
         wasm_ns_per_call: builtin.ns_per_call,
         wasm_ns_per_node: builtin.ns_per_node,
@@ -417,6 +441,7 @@ impl BenchResult {
         let rows = [
             ("plugin", self.plugin.clone()),
             ("nodes per call", self.nodes.to_string()),
+            ("pod GPUs × milli", format!("{} × {}", self.pod_gpus, self.pod_gpu_milli)),
             ("wasm ns per call", format!("{:.0}", self.wasm_ns_per_call)),
             ("wasm fixed ns per call", format!("{:.0}", self.wasm_fixed_ns_per_call)),
             ("wasm ns per node", format!("{:.2}", self.wasm_ns_per_node)),

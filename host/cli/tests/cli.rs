@@ -119,6 +119,31 @@ fn plugin_bench_prints_the_documented_json() {
 /// On a machine made busy, the benches report (faults and timeouts
 /// counted in the table and the JSON) and never panic: a call the host
 /// starves is not the plugin's timeout.
+/// The pod scored is a choice: gpu-topology has an opinion only on pods of
+/// whole GPUs, so its cost is measured with one; bad shapes are refused.
+#[test]
+fn plugin_bench_scores_the_pod_asked_for() {
+    let run = |args: &[&str]| {
+        let mut all = vec!["plugin", "bench", "--plugin", "gpu-topology", "--nodes", "200", "--reps", "1"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--format", "json"]);
+        tessera(&all)
+    };
+    let (ok, out, err) = run(&["--pod-gpus", "2", "--pod-gpu-milli", "1000"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!((v["pod_gpus"].as_u64(), v["pod_gpu_milli"].as_u64()), (Some(2), Some(1000)), "{v}");
+    assert_eq!((v["wasm_faults"].as_u64(), v["native_errors"].as_u64()), (Some(0), Some(0)), "{v}");
+    let (ok, out, _) = run(&[]);
+    assert!(ok);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!((v["pod_gpus"].as_u64(), v["pod_gpu_milli"].as_u64()), (Some(1), Some(500)), "the default: {v}");
+    for (bad, flag) in [(&["--pod-gpus", "9"][..], "--pod-gpus"), (&["--pod-gpu-milli", "0"], "--pod-gpu-milli")] {
+        let (ok, _, err) = run(bad);
+        assert!(!ok && err.contains(flag), "{bad:?}: {err}");
+    }
+}
+
 #[test]
 fn benches_on_a_busy_machine_report_and_never_panic() {
     let _busy = Contention::start();

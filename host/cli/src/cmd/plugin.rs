@@ -40,6 +40,12 @@ pub enum PluginCmd {
         /// Repetitions (the median is reported).
         #[arg(long, default_value_t = 7)]
         reps: u32,
+        /// GPUs the scored pod asks for (0 to 8).
+        #[arg(long, default_value_t = bench::BenchOptions::POD_GPUS)]
+        pod_gpus: u32,
+        /// Milli-GPUs of each GPU the pod asks for (1 to 1000: whole).
+        #[arg(long, default_value_t = bench::BenchOptions::POD_GPU_MILLI)]
+        pod_gpu_milli: u32,
         /// Another build of the same plugin to measure beside it, as
         /// LABEL=FILE (e.g. python=binpack.wasm); repeatable.
         #[arg(long = "component", value_name = "LABEL=FILE")]
@@ -119,7 +125,7 @@ pub fn run(cmd: PluginCmd) -> Result<ExitCode> {
             }
             Ok(if report.loadable { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
-        PluginCmd::Bench { nodes, plugin, config, reps, components, format } => {
+        PluginCmd::Bench { nodes, plugin, config, reps, pod_gpus, pod_gpu_milli, components, format } => {
             let components = components
                 .iter()
                 .map(|c| {
@@ -130,7 +136,15 @@ pub fn run(cmd: PluginCmd) -> Result<ExitCode> {
                     Ok((label.to_string(), bytes))
                 })
                 .collect::<Result<Vec<_>>>()?;
-            let opts = bench::BenchOptions { nodes, plugin, config_json: config, reps: reps.max(1), components };
+            let opts = bench::BenchOptions {
+                nodes,
+                plugin,
+                config_json: config,
+                reps: reps.max(1),
+                components,
+                pod_gpus,
+                pod_gpu_milli,
+            };
             emit(&bench::run(&opts)?, format)?;
             Ok(ExitCode::SUCCESS)
         }

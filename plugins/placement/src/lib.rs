@@ -63,6 +63,45 @@ pub struct GpuAware {
     order: Vec<([u8; MAX_GPUS], u8)>,
     /// Per node id: device memory in use per GPU, ‰ of its memory.
     memory: Vec<[u16; MAX_GPUS]>,
+    /// Per node id: what scoring reads of its GPUs, in preference order.
+    prefs: Vec<Prefs>,
+}
+
+/// A node's GPUs in preference order as scoring reads them, in arrays of
+/// fixed length: which GPUs fit a pod is one branch-free pass of fixed
+/// trip count, and the pod's GPUs are the lowest bits of that mask. The
+/// scan it replaces branched per GPU through the live node's records; in
+/// Wasm each of its iterations also paid an epoch check, around which
+/// Cranelift spilled the scan's state (docs/BENCHMARKS.md §4).
+#[derive(Debug, Clone, Copy, Default)]
+struct Prefs {
+    /// Free milli-GPUs of each; −1 for a failed GPU and past the last, so
+    /// that no request fits them ([`Gpu::fits`]).
+    free: [i16; MAX_GPUS],
+    /// Utilisation, ‰, at most 1000.
+    util: [u16; MAX_GPUS],
+    /// Device memory in use, ‰.
+    memory: [u16; MAX_GPUS],
+    /// GPU index.
+    index: [u8; MAX_GPUS],
+    /// Bit `j`: the `j`-th is degraded.
+    degraded: u16,
+    /// GPUs the node has.
+    len: u8,
+}
+
+impl Prefs {
+    /// Bit `j`: the `j`-th GPU can hold `need` milli more.
+    #[inline(always)]
+    fn fitting(&self, need: u32) -> u32 {
+        // `need` is at most 1000 here; anything larger fits nothing.
+        let need = i16::try_from(need).unwrap_or(i16::MAX);
+        let mut mask = 0u32;
+        for j in 0..MAX_GPUS {
+            mask |= u32::from(self.free[j] >= need) << j;
+        }
+        mask
+    }
 }
 
 impl GpuAware {
@@ -134,7 +173,7 @@ impl Scorer for GpuAware {
         if cfg.memory_high_permille > 1000 {
             return Err("gpu-aware: memory_high_permille must be within 0..=1000".into());
         }
-        Ok(Self { cfg, order: Vec::new(), memory: Vec::new() })
+        Ok(Self { cfg, order: Vec::new(), memory: Vec::new(), prefs: Vec::new() })
     }
 
     fn on_node(&mut self, node: &Node<'_>) {
@@ -159,9 +198,21 @@ impl Scorer for GpuAware {
         if i >= self.order.len() {
             self.order.resize(i + 1, ([0; MAX_GPUS], 0));
             self.memory.resize(i + 1, [0; MAX_GPUS]);
+            self.prefs.resize(i + 1, Prefs::default());
+        }
+        let mut prefs = Prefs { free: [-1; MAX_GPUS], len: idx.len() as u8, ..Prefs::default() };
+        for (j, &g) in idx.iter().enumerate() {
+            let gpu = &gpus[usize::from(g)];
+            // Free is at most 1000 milli: it fits in an i16.
+            prefs.free[j] = if gpu.usable() { gpu.free_milli.min(1000) as i16 } else { -1 };
+            prefs.util[j] = gpu.util_permille.min(1000);
+            prefs.memory[j] = memory[usize::from(g)];
+            prefs.index[j] = gpu.index;
+            prefs.degraded |= u16::from(gpu.health == GpuHealth::Degraded) << j;
         }
         self.order[i] = (order, idx.len() as u8);
         self.memory[i] = memory;
+        self.prefs[i] = prefs;
     }
 
     /// Only `degraded: hard` rejects anything: otherwise the host need not
@@ -188,32 +239,33 @@ impl Scorer for GpuAware {
             return Score::new(0);
         }
         let gpus = node.gpus();
-        let i = node.id() as usize;
-        if let (Some((order, len)), Some(memory)) = (self.order.get(i), self.memory.get(i))
-            && usize::from(*len) == gpus.len()
+        if let Some(p) = self.prefs.get(node.id() as usize)
+            && usize::from(p.len) == gpus.len()
         {
-            // The same GPUs as `pick`, summed as they are found: one pass
-            // and no array of picks (this runs for every candidate).
-            let (need, want) = (pod.gpu_milli.min(1000), pod.gpu_count as usize);
-            let (mut n, mut util, mut mem, mut degraded, mut first) = (0usize, 0i64, 0i64, false, None);
-            for &g in &order[..gpus.len()] {
-                if n == want {
-                    break;
-                }
-                let gpu = &gpus[usize::from(g)];
-                if gpu.fits(need) {
-                    n += 1;
-                    util += i64::from(gpu.util_permille.min(1000));
-                    mem += i64::from(memory[usize::from(g)]);
-                    degraded |= gpu.health == GpuHealth::Degraded;
-                    first.get_or_insert(gpu.index);
-                }
+            // The same GPUs as `pick`: the first `gpu_count` that fit, in
+            // preference order. Sums and divisions in 32 bits (at most 16
+            // GPUs of at most 1000 each).
+            let fit = p.fitting(pod.gpu_milli.min(1000));
+            if fit == 0 {
+                return Score::new(0);
             }
-            let Some(first) = first else { return Score::new(0) };
+            let j = fit.trailing_zeros() as usize;
+            let first = p.index[j];
+            let (mut n, mut util, mut mem, mut degraded) =
+                (1u32, u32::from(p.util[j]), u32::from(p.memory[j]), p.degraded & (1 << j));
+            let mut rest = fit & (fit - 1);
+            while rest != 0 && n < pod.gpu_count {
+                let j = rest.trailing_zeros() as usize;
+                rest &= rest - 1;
+                n += 1;
+                util += u32::from(p.util[j]);
+                mem += u32::from(p.memory[j]);
+                degraded |= p.degraded & (1 << j);
+            }
             let value = 1000
-                - util / n as i64
-                - if degraded { self.cfg.degraded_penalty } else { 0 }
-                - self.cfg.memory_penalty * (mem / n as i64) / 1000;
+                - i64::from(util / n)
+                - if degraded != 0 { self.cfg.degraded_penalty } else { 0 }
+                - self.cfg.memory_penalty * i64::from(mem / n) / 1000;
             return if pod.is_gpu_sharing() { Score::with_gpu(value, first) } else { Score::new(value) };
         }
         self.score_picked(pod, node)
@@ -384,10 +436,12 @@ mod tests {
         };
         let nodes: Vec<NodeDelta> = (0..400)
             .map(|id| {
-                let gpus: Vec<(u32, u16, GpuHealth)> = (0..1 + next(8))
+                // Up to 16 GPUs (the most a node has), some degraded, some
+                // failed, free shares on and around the requests' edges.
+                let gpus: Vec<(u32, u16, GpuHealth)> = (0..1 + next(16))
                     .map(|_| {
-                        let health = if next(5) == 0 { Degraded } else { Healthy };
-                        ([0, 250, 500, 1000][next(4) as usize], next(1001) as u16, health)
+                        let health = [Degraded, GpuHealth::Failed, Healthy, Healthy, Healthy][next(5) as usize];
+                        ([0, 1, 249, 250, 500, 999, 1000][next(7) as usize], next(1001) as u16, health)
                     })
                     .collect();
                 let NodeDelta::Upsert(mut rec) = node(id, 0, &gpus) else { unreachable!() };
@@ -397,8 +451,8 @@ mod tests {
             })
             .collect();
         h.apply(nodes).unwrap();
-        for gpus in 1..=8 {
-            for milli in [250, 500, 1000] {
+        for gpus in 1..=16 {
+            for milli in [0, 1, 250, 500, 999, 1000] {
                 let p = pod(gpus, milli);
                 for id in 0..400 {
                     let n = h.nodes().get(id).unwrap();

@@ -20,7 +20,6 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
 use tessera_core::driver::DriverConfig;
-use tessera_core::model::{Node, Resources};
 use tessera_core::quota::{QueueSpec, QueueTree, QueuesConfig, Quota};
 use tessera_core::sim::jobs::{Job, JobMode, JobReport, JobSummary, run_jobs};
 use tessera_core::telemetry::TelemetryConfig;
@@ -29,7 +28,11 @@ use tessera_trace::jobs::{JobRow, Throughputs, read_jobs};
 use crate::load;
 use crate::sim::policy_document;
 
+mod cluster;
 mod table;
+
+use cluster::never_fitting;
+pub use cluster::{cluster, sized_cluster, spec_cluster};
 
 /// GPUs per node (Gavel's clusters).
 pub const GPUS_PER_NODE: u32 = 8;
@@ -335,52 +338,8 @@ pub fn prepare(path: &Path, queues: u32, seed: u64) -> Result<(JobTrace, [u32; 3
     Ok((trace, gpus))
 }
 
-/// GPUs per model of Gavel's spec for the trace's virtual cluster, if
-/// `specs` (the text of `vc_cluster_specs.json`) lists it.
-pub fn spec_cluster(specs: &str, trace: &str) -> Result<Option<[u32; 3]>> {
-    let specs: BTreeMap<String, Vec<String>> = serde_json::from_str(specs).context("vc_cluster_specs.json")?;
-    let Some(first) = specs.get(trace).and_then(|s| s.first()) else { return Ok(None) };
-    let counts: Vec<u32> = first
-        .split(':')
-        .map(|c| c.trim().parse::<u32>())
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("vc_cluster_specs.json: {trace}: `{first}` is not V100:P100:K80 GPU counts"))?;
-    match counts[..] {
-        [v, p, k] => Ok(Some([v, p, k])),
-        _ => bail!("vc_cluster_specs.json: {trace}: `{first}` is not V100:P100:K80 GPU counts"),
-    }
-}
-
-/// V100 GPUs for a trace without a spec: its GPU-seconds (on V100, or its
-/// fastest model) over its arrival span at 90% load, in whole nodes, at
-/// least its largest job.
-pub fn sized_cluster(jobs: &[Job]) -> [u32; 3] {
-    let work: f64 = jobs.iter().map(|j| f64::from(j.gpus) * *j.seconds_on.values().min().unwrap_or(&0) as f64).sum();
-    let (first, last) = jobs.iter().fold((u64::MAX, 0), |(a, b), j| (a.min(j.arrival_s), b.max(j.arrival_s)));
-    let span = last.saturating_sub(first).max(1) as f64;
-    let largest = jobs.iter().map(|j| j.gpus).max().unwrap_or(GPUS_PER_NODE);
-    let gpus = ((work / span / 0.9).ceil() as u32).max(largest).max(1);
-    [gpus.div_ceil(GPUS_PER_NODE) * GPUS_PER_NODE, 0, 0]
-}
-
-/// Nodes of 8 GPUs for `counts` GPUs of each of [`SPEC_MODELS`].
-pub fn cluster(counts: [u32; 3]) -> Vec<Node> {
-    let mut nodes = Vec::new();
-    for (model, count) in SPEC_MODELS.iter().zip(counts) {
-        for _ in 0..count.div_ceil(GPUS_PER_NODE) {
-            let id = nodes.len() as u32;
-            let cpu = tessera_core::sim::jobs::CPU_MILLI_PER_GPU * u64::from(GPUS_PER_NODE) * 3;
-            let mem = tessera_core::sim::jobs::MEMORY_MIB_PER_GPU * u64::from(GPUS_PER_NODE) * 3;
-            nodes.push(Node::new(
-                id,
-                format!("{}-{id}", model.to_lowercase()),
-                Resources { cpu_milli: cpu, memory_mib: mem },
-                GPUS_PER_NODE as usize,
-                model,
-            ));
-        }
-    }
-    nodes
+fn is_zero<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
 }
 
 /// One trace run one way.
@@ -401,6 +360,14 @@ pub struct JobRun {
     /// Jobs run with an extrapolated run time (more GPUs than Gavel
     /// measured).
     pub extrapolated: u64,
+    /// Jobs that can never run here: more GPUs at once than the cluster
+    /// has of every model they can use. They wait to the end (and hold up
+    /// FIFO's line); the widest such job's GPUs are in `widest_never_fit`.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub never_fit: u64,
+    /// The most GPUs a job that can never run asks for.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub widest_never_fit: u32,
     /// The run's figures; `jobs` counts the skipped ones too.
     #[serde(flatten)]
     pub summary: JobSummary,
@@ -449,8 +416,10 @@ fn run_with(
         detection: doc.detection,
         ..DriverConfig::default()
     };
+    let nodes = cluster(gpus);
+    let (never_fit, widest_never_fit) = never_fitting(&nodes, &trace.jobs);
     let started = Instant::now();
-    let report = run_jobs(cluster(gpus), &trace.jobs, &mut placer, mode, &cfg);
+    let report = run_jobs(nodes, &trace.jobs, &mut placer, mode, &cfg);
     let run = JobRun {
         trace: trace.name.clone(),
         policy: admission.name(),
@@ -458,6 +427,8 @@ fn run_with(
         skipped: trace.skipped,
         skipped_job_types: trace.skipped_types.clone(),
         extrapolated: trace.extrapolated,
+        never_fit,
+        widest_never_fit,
         summary: JobSummary { jobs: report.summary.jobs + trace.skipped, ..report.summary.clone() },
         wall_s: started.elapsed().as_secs_f64(),
     };

@@ -110,6 +110,40 @@ fn bench_jobs_names_the_job_types_it_skips() {
 }
 
 #[test]
+fn bench_jobs_says_which_jobs_the_cluster_can_never_hold() {
+    // A 64-GPU job on the 16-GPU cluster of the spec: it never runs (and
+    // holds up FIFO's line); counted, its width given, a note under the
+    // table. The others all finish under the gang modes.
+    let dir = tempfile::tempdir().unwrap();
+    let f = job_trace(dir.path());
+    let text = std::fs::read_to_string(&f).unwrap()
+        + "ResNet-50 (batch size 64)\tcd %s && python3 x.py\t-n\t1\t100\t3.000000\t64\n";
+    std::fs::write(&f, text).unwrap();
+    let v = bench_jobs(dir.path(), &[]);
+    for r in v["runs"].as_array().unwrap() {
+        assert_eq!((r["never_fit"].as_u64(), r["widest_never_fit"].as_u64()), (Some(1), Some(64)), "{r}");
+        if r["policy"] != "fifo" && r["policy"] != "one-at-a-time" {
+            assert_eq!((r["jobs"].as_u64(), r["completed"].as_u64()), (Some(4), Some(3)), "{r}");
+        }
+    }
+    let (ok, out, err) = tessera(&["bench", "jobs", "--traces", dir.path().to_str().unwrap(), "--policy", "binpack"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.lines().any(|l| l
+            == "note: t1: 1 of 4 jobs can never run here, asking for more GPUs at once (up to 64) than the cluster \
+                has of any model they can use"),
+        "{out}"
+    );
+    // Every job fits: no key, no note.
+    std::fs::write(
+        &f,
+        std::fs::read_to_string(&f).unwrap().lines().take(3).map(|l| format!("{l}\n")).collect::<String>(),
+    )
+    .unwrap();
+    assert!(bench_jobs(dir.path(), &[])["runs"][0].get("never_fit").is_none());
+}
+
+#[test]
 fn sim_jobs_is_deterministic_and_names_a_malformed_line() {
     let dir = tempfile::tempdir().unwrap();
     let f = job_trace(dir.path());

@@ -66,6 +66,13 @@ impl JobsBench {
                     types.join(", ")
                 );
             }
+            if r.never_fit > 0 {
+                out += &format!(
+                    "note: {}: {} of {} jobs can never run here, asking for more GPUs at once (up to {}) than \
+                     the cluster has of any model they can use\n",
+                    r.trace, r.never_fit, r.summary.jobs, r.widest_never_fit
+                );
+            }
             if r.extrapolated > 0 {
                 out += &format!(
                     "note: {}: run time extrapolated past the largest scale Gavel measured for {} of {} jobs\n",

@@ -6,8 +6,10 @@
 //! A job's run time is its steps over Gavel's measured throughput of its
 //! job type at its scale factor on the GPU model it runs on
 //! (`tessera_trace::jobs::Throughputs::gavel`); past the largest scale
-//! Gavel measured (8 GPUs, 1 for some types), at that scale's rate per GPU (linear scaling, counted as
-//! `extrapolated`); a model without a rate is not one it may use, and a
+//! Gavel measured (8 GPUs, 1 for some types), at that scale's rate per GPU
+//! (linear scaling, counted as `extrapolated`); between two measured
+//! scales (3, 5, 6 or 7 GPUs), linearly between their rates (counted as
+//! `interpolated`); a model without a rate is not one it may use, and a
 //! job with none at all is skipped and counted. The cluster is Gavel's for the trace's virtual
 //! cluster (`vc_cluster_specs.json` beside the traces, its first size)
 //! when there is one, else V100 nodes sized to the trace: its GPU-seconds
@@ -23,7 +25,7 @@ use tessera_core::driver::DriverConfig;
 use tessera_core::quota::{QueueSpec, QueueTree, QueuesConfig, Quota};
 use tessera_core::sim::jobs::{Job, JobMode, JobReport, JobSummary, run_jobs};
 use tessera_core::telemetry::TelemetryConfig;
-use tessera_trace::jobs::{JobRow, Throughputs, read_jobs};
+use tessera_trace::jobs::{JobRow, RateSource, Throughputs, read_jobs};
 
 use crate::load;
 use crate::sim::policy_document;
@@ -257,6 +259,9 @@ pub struct JobTrace {
     /// Jobs whose run time was extrapolated past the largest scale Gavel
     /// measured ([`tessera_trace::jobs::Throughputs::rate`]).
     pub extrapolated: u64,
+    /// Jobs whose run time was interpolated between scales Gavel measured
+    /// (none extrapolated).
+    pub interpolated: u64,
 }
 
 impl JobTrace {
@@ -275,13 +280,17 @@ pub fn load_trace(path: &Path, table: &Throughputs, queues: u32, seed: u64) -> R
     let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or("trace").to_string();
     let r = tessera_input::file::open(path, tessera_input::Limit::TRACE)?;
     let rows = read_jobs(r, &path.display().to_string())?;
-    let (mut jobs, mut skipped, mut extrapolated) = (Vec::with_capacity(rows.len()), 0, 0);
+    let (mut jobs, mut skipped, mut extrapolated, mut interpolated) = (Vec::with_capacity(rows.len()), 0, 0, 0);
     let mut skipped_types = BTreeMap::new();
     for (i, row) in rows.iter().enumerate() {
         match job(&name, i, row, table, queues, seed) {
-            Some((j, guessed)) => {
+            Some((j, source)) => {
                 jobs.push(j);
-                extrapolated += u64::from(guessed);
+                match source {
+                    RateSource::Measured => {}
+                    RateSource::Interpolated { .. } => interpolated += 1,
+                    RateSource::Extrapolated { .. } => extrapolated += 1,
+                }
             }
             None => {
                 skipped += 1;
@@ -289,17 +298,18 @@ pub fn load_trace(path: &Path, table: &Throughputs, queues: u32, seed: u64) -> R
             }
         }
     }
-    Ok(JobTrace { name, jobs, skipped, skipped_types, queues: queues.max(1), extrapolated })
+    Ok(JobTrace { name, jobs, skipped, skipped_types, queues: queues.max(1), extrapolated, interpolated })
 }
 
-/// The job of row `i`, and whether a run time of it was extrapolated.
-fn job(trace: &str, i: usize, row: &JobRow, table: &Throughputs, queues: u32, seed: u64) -> Option<(Job, bool)> {
-    let mut guessed = false;
+/// The job of row `i`, and the least measured of its run times' sources
+/// (extrapolated over interpolated over measured).
+fn job(trace: &str, i: usize, row: &JobRow, table: &Throughputs, queues: u32, seed: u64) -> Option<(Job, RateSource)> {
+    let mut source = RateSource::Measured;
     let seconds_on: BTreeMap<String, u64> = SPEC_MODELS
         .iter()
         .filter_map(|m| {
             let (s, x) = table.seconds(row, m)?;
-            guessed |= x;
+            source = source.max(x);
             Some((m.to_string(), s))
         })
         .collect();
@@ -315,7 +325,7 @@ fn job(trace: &str, i: usize, row: &JobRow, table: &Throughputs, queues: u32, se
         queue: format!("q{q}"),
         checkpoint_s: None,
     };
-    Some((job, guessed))
+    Some((job, source))
 }
 
 /// A trace ready to run: read with Gavel's throughputs, its jobs spread
@@ -360,6 +370,10 @@ pub struct JobRun {
     /// Jobs run with an extrapolated run time (more GPUs than Gavel
     /// measured).
     pub extrapolated: u64,
+    /// Jobs run with a run time interpolated between scales Gavel
+    /// measured (e.g. 3 or 6 GPUs).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub interpolated: u64,
     /// Jobs that can never run here: more GPUs at once than the cluster
     /// has of every model they can use. They wait to the end (and hold up
     /// FIFO's line); the widest such job's GPUs are in `widest_never_fit`.
@@ -427,6 +441,7 @@ fn run_with(
         skipped: trace.skipped,
         skipped_job_types: trace.skipped_types.clone(),
         extrapolated: trace.extrapolated,
+        interpolated: trace.interpolated,
         never_fit,
         widest_never_fit,
         summary: JobSummary { jobs: report.summary.jobs + trace.skipped, ..report.summary.clone() },
@@ -523,6 +538,7 @@ fn mixed(files: &[PathBuf], opts: &JobsOptions) -> Result<JobsBench> {
             *all.skipped_types.entry(t).or_insert(0) += n;
         }
         all.extrapolated += trace.extrapolated;
+        all.interpolated += trace.interpolated;
         vcs.push((trace.name, gpus.map(scale)));
     }
     let (doc, fairness) = opts.fairness.document(&opts.policy, opts.seed)?;

@@ -110,6 +110,34 @@ fn bench_jobs_names_the_job_types_it_skips() {
 }
 
 #[test]
+fn jobs_between_measured_scales_run_at_an_interpolated_rate() {
+    // Gavel measured 1, 2, 4 and 8 GPUs; a 3- or 6-GPU job (Philly has
+    // them) runs at a rate between its neighbours', counted and noted,
+    // not skipped.
+    let dir = tempfile::tempdir().unwrap();
+    let f = job_trace(dir.path());
+    let mut text = std::fs::read_to_string(&f).unwrap();
+    for (at, gpus) in [(3, 3), (4, 6)] {
+        text += &format!("ResNet-50 (batch size 64)\tcd %s && python3 x.py\t-n\t1\t1000\t{at}.000000\t{gpus}\n");
+    }
+    std::fs::write(&f, text).unwrap();
+    let v = bench_jobs(dir.path(), &[]);
+    for r in v["runs"].as_array().unwrap() {
+        assert_eq!(
+            (r["jobs"].as_u64(), r["skipped"].as_u64(), r["interpolated"].as_u64()),
+            (Some(5), Some(0), Some(2))
+        );
+        assert_eq!(r["completed"].as_u64(), Some(5), "{r}");
+    }
+    let (ok, out, err) = tessera(&["bench", "jobs", "--traces", dir.path().to_str().unwrap(), "--policy", "binpack"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.lines().any(|l| l == "note: t1: run time interpolated between the scales Gavel measured for 2 of 5 jobs"),
+        "{out}"
+    );
+}
+
+#[test]
 fn bench_jobs_says_which_jobs_the_cluster_can_never_hold() {
     // A 64-GPU job on the 16-GPU cluster of the spec: it never runs (and
     // holds up FIFO's line); counted, its width given, a note under the

@@ -191,30 +191,47 @@ impl Throughputs {
         self.by.get(&(gpu.to_ascii_lowercase(), job_type.to_string(), scale)).copied().filter(|&t| t > 0.0)
     }
 
-    /// Steps per second of `job_type` on `scale` GPUs of `gpu`, measured
-    /// or, past the largest scale measured for it there (Gavel's table
+    /// Steps per second of `job_type` on `scale` GPUs of `gpu`: measured;
+    /// or between two measured scales, interpolated linearly in the scale
+    /// (Gavel measured 1, 2, 4 and 8 GPUs; Philly's jobs also ask for 3, 6,
+    /// …); or past the largest scale measured for it there (Gavel's table
     /// stops at 8 GPUs, and at 1 for A3C, CycleGAN and Recommendation;
     /// Philly's jobs reach 64), extrapolated from that scale at the same
-    /// rate per GPU (linear scaling: an assumption, so it is flagged).
+    /// rate per GPU (linear scaling). Both are assumptions, so they are
+    /// flagged ([`Rate::source`]). Nothing below the smallest scale
+    /// measured, nor past a largest scale where the job does not fit.
     pub fn rate(&self, gpu: &str, job_type: &str, scale: u32) -> Option<Rate> {
         if let Some(steps_per_s) = self.get(gpu, job_type, scale) {
-            return Some(Rate { steps_per_s, extrapolated_from: None });
+            return Some(Rate { steps_per_s, source: RateSource::Measured });
         }
         let gpu = gpu.to_ascii_lowercase();
-        let (&(.., largest), &t) = self
-            .by
-            .range((gpu.clone(), job_type.to_string(), 0)..=(gpu, job_type.to_string(), u32::MAX))
-            .next_back()?;
-        (largest < scale && t > 0.0)
-            .then(|| Rate { steps_per_s: t * f64::from(scale) / f64::from(largest), extrapolated_from: Some(largest) })
+        if self.by.contains_key(&(gpu.clone(), job_type.to_string(), scale)) {
+            // Measured as 0: it does not fit there.
+            return None;
+        }
+        let measured =
+            || self.by.range((gpu.clone(), job_type.to_string(), 0)..=(gpu.clone(), job_type.to_string(), u32::MAX));
+        let below = measured().rev().find(|((.., s), _)| *s < scale).map(|((.., s), &t)| (*s, t));
+        let above = measured().find(|((.., s), _)| *s > scale).map(|((.., s), &t)| (*s, t));
+        match (below, above) {
+            (Some((a, ta)), Some((b, tb))) if ta > 0.0 && tb > 0.0 => Some(Rate {
+                steps_per_s: ta + (tb - ta) * f64::from(scale - a) / f64::from(b - a),
+                source: RateSource::Interpolated { below: a, above: b },
+            }),
+            (Some((largest, t)), None) if t > 0.0 => Some(Rate {
+                steps_per_s: t * f64::from(scale) / f64::from(largest),
+                source: RateSource::Extrapolated { from: largest },
+            }),
+            _ => None,
+        }
     }
 
     /// Seconds `job` runs on `gpu`, if its rate there is known
-    /// ([`Throughputs::rate`]), and whether it was extrapolated.
-    pub fn seconds(&self, job: &JobRow, gpu: &str) -> Option<(u64, bool)> {
+    /// ([`Throughputs::rate`]), and how that rate was had.
+    pub fn seconds(&self, job: &JobRow, gpu: &str) -> Option<(u64, RateSource)> {
         let r = self.rate(gpu, &job.job_type, job.scale_factor)?;
         let s = (job.total_steps as f64 / r.steps_per_s).ceil().min(MAX_TIME_S as f64) as u64;
-        Some((s, r.extrapolated_from.is_some()))
+        Some((s, r.source))
     }
 
     /// GPU models with a measurement, lower case.
@@ -228,8 +245,27 @@ impl Throughputs {
 pub struct Rate {
     /// Steps per second.
     pub steps_per_s: f64,
-    /// The measured scale it was extrapolated from, if it was.
-    pub extrapolated_from: Option<u32>,
+    /// Measured, or estimated from which measured scales.
+    pub source: RateSource,
+}
+
+/// How a [`Rate`] was had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum RateSource {
+    /// Measured at the job's scale.
+    Measured,
+    /// Between two measured scales, linearly.
+    Interpolated {
+        /// The measured scale below.
+        below: u32,
+        /// The measured scale above.
+        above: u32,
+    },
+    /// Past the largest measured scale, at its rate per GPU.
+    Extrapolated {
+        /// The largest measured scale.
+        from: u32,
+    },
 }
 
 #[cfg(test)]
@@ -291,22 +327,35 @@ mod tests {
         let row =
             JobRow { job_type: "A3C".into(), total_steps: 11, ..read_jobs(LINE.as_bytes(), "x").unwrap()[0].clone() };
         let row = JobRow { scale_factor: 1, ..row };
-        assert_eq!(t.seconds(&row, "V100"), Some((5, false)), "11 steps at 2.5/s, rounded up");
+        assert_eq!(t.seconds(&row, "V100"), Some((5, RateSource::Measured)), "11 steps at 2.5/s, rounded up");
         let big = "v100\tLM\t1\t1\nv100\tLM\t2\t1.5\nv100\tLM\t8\t4\nv100\tA3C\t1\t3\n";
         let t = Throughputs::parse(&format!("{head}{big}"), "t.tsv").unwrap();
-        assert_eq!(t.rate("v100", "LM", 8), Some(Rate { steps_per_s: 4.0, extrapolated_from: None }));
+        assert_eq!(t.rate("v100", "LM", 8), Some(Rate { steps_per_s: 4.0, source: RateSource::Measured }));
         assert_eq!(
             t.rate("V100", "LM", 32),
-            Some(Rate { steps_per_s: 16.0, extrapolated_from: Some(8) }),
+            Some(Rate { steps_per_s: 16.0, source: RateSource::Extrapolated { from: 8 } }),
             "past 8 GPUs: the 8-GPU rate per GPU"
         );
-        assert_eq!(t.rate("v100", "LM", 4), None, "between measured scales nothing is invented");
+        assert_eq!(
+            t.rate("v100", "LM", 5),
+            Some(Rate { steps_per_s: 2.75, source: RateSource::Interpolated { below: 2, above: 8 } }),
+            "between measured scales (2 and 8 here), linearly: 1.5 + 2.5 × 3/6"
+        );
         assert_eq!(
             t.rate("v100", "A3C", 4),
-            Some(Rate { steps_per_s: 12.0, extrapolated_from: Some(1) }),
+            Some(Rate { steps_per_s: 12.0, source: RateSource::Extrapolated { from: 1 } }),
             "measured on one GPU only (Gavel has A3C, CycleGAN, Recommendation so), scaled from it"
         );
         assert_eq!(t.rate("p100", "LM", 1), None);
+        // Where Gavel wrote 0 (the job does not fit that GPU) nothing is
+        // estimated across it or past it.
+        let zeros = "k80\tLM\t1\t1\nk80\tLM\t4\t0\nk80\tLM\t8\t0\nk80\tBig\t2\t1\n\
+                     k80\tMid\t1\t1\nk80\tMid\t2\t0\nk80\tMid\t4\t1\n";
+        let t = Throughputs::parse(&format!("{head}{zeros}"), "t.tsv").unwrap();
+        assert_eq!((t.rate("k80", "LM", 2), t.rate("k80", "LM", 16)), (None, None));
+        assert_eq!(t.rate("k80", "Mid", 2), None, "measured as 0 is no gap to fill");
+        assert_eq!(t.rate("k80", "Mid", 3), None, "nor next to a 0");
+        assert_eq!(t.rate("k80", "Big", 1), None, "nothing below the smallest scale measured");
         let e = |text: &str| Throughputs::parse(text, "t.tsv").unwrap_err().to_string();
         assert_eq!(e("gpu,job\n"), "t.tsv:1: the header must be `gpu\tjob_type\tscale_factor\tsteps_per_s`");
         assert_eq!(e(&format!("{head}v100\tA3C\tone\t1\n")), "t.tsv:2:3 (scale_factor): `one` is not a number of GPUs");

@@ -73,6 +73,12 @@ impl JobsBench {
                     r.trace, r.never_fit, r.summary.jobs, r.widest_never_fit
                 );
             }
+            if r.interpolated > 0 {
+                out += &format!(
+                    "note: {}: run time interpolated between the scales Gavel measured for {} of {} jobs\n",
+                    r.trace, r.interpolated, r.summary.jobs
+                );
+            }
             if r.extrapolated > 0 {
                 out += &format!(
                     "note: {}: run time extrapolated past the largest scale Gavel measured for {} of {} jobs\n",

@@ -33,7 +33,7 @@ pub struct BenchOptions {
     /// Components of the same policy built elsewhere (another language),
     /// by label: measured alike, against the same native twin.
     pub components: Vec<(String, Vec<u8>)>,
-    /// GPUs the scored pod asks for (0 to 8: the synthetic nodes have 8).
+    /// GPUs the scored pod asks for (0 to [`NODE_GPUS`]).
     pub pod_gpus: u32,
     /// Share of each GPU it asks for, milli-GPUs (1 to 1000; 1000: whole).
     pub pod_gpu_milli: u32,
@@ -136,6 +136,9 @@ pub struct BenchResult {
     pub components: Vec<WasmFigures>,
 }
 
+/// GPUs of each node of [`synthetic_cluster`].
+pub const NODE_GPUS: u32 = 8;
+
 /// A synthetic cluster: 8-GPU nodes in 3 zones with varied allocation.
 pub fn synthetic_cluster(n: u32) -> Vec<Node> {
     let mut state = 0x2545_F491_4F6C_DD1Du64;
@@ -148,7 +151,7 @@ pub fn synthetic_cluster(n: u32) -> Vec<Node> {
     (0..n)
         .map(|i| {
             let cap = Resources { cpu_milli: 96_000, memory_mib: 786_432 };
-            let mut node = Node::new(i, format!("node-{i:05}"), cap, 8, "A100");
+            let mut node = Node::new(i, format!("node-{i:05}"), cap, NODE_GPUS as usize, "A100");
             node.zone = format!("zone-{}", i % 3);
             node.free.cpu_milli = next() % 96_001;
             node.free.memory_mib = next() % 786_433;
@@ -192,8 +195,8 @@ pub fn run(opts: &BenchOptions) -> Result<BenchResult> {
     if opts.nodes <= SMALL {
         bail!("--nodes must be larger than {SMALL}");
     }
-    if opts.pod_gpus > 8 {
-        bail!("--pod-gpus must be 0..=8 (the synthetic nodes have 8 GPUs), not {}", opts.pod_gpus);
+    if opts.pod_gpus > NODE_GPUS {
+        bail!("--pod-gpus must be 0..={NODE_GPUS} (the synthetic nodes have {NODE_GPUS} GPUs), not {}", opts.pod_gpus);
     }
     if !(1..=1000).contains(&opts.pod_gpu_milli) {
         bail!("--pod-gpu-milli must be 1..=1000, not {}", opts.pod_gpu_milli);

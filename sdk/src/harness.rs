@@ -139,8 +139,8 @@ impl<S: Scorer> ScorerHarness<S> {
             // check whose slow path is a call, around which Cranelift spills
             // and reloads the loop's invariants (the plugin's per-pod
             // constants), so fewer back edges matter more than natively.
-            // (The GPU-naming loop above stays one node at a time: its
-            // plugins loop over GPUs per node, and unrolled it ran slower.)
+            // (The GPU-naming loop above stays one node at a time: unrolled
+            // the same way it ran slower, docs/BENCHMARKS.md §4.)
             const STEP: usize = 8;
             let mut out = values.chunks_exact_mut(STEP);
             let mut ids = candidates.chunks_exact(STEP);

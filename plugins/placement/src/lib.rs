@@ -58,12 +58,10 @@ impl Default for GpuAwareConfig {
 #[derive(Debug, Clone)]
 pub struct GpuAware {
     cfg: GpuAwareConfig,
-    /// Per node id: its GPU indices in preference order, kept as nodes
-    /// change, so picking is a short scan for the first GPUs that fit.
-    order: Vec<([u8; MAX_GPUS], u8)>,
     /// Per node id: device memory in use per GPU, ‰ of its memory.
     memory: Vec<[u16; MAX_GPUS]>,
-    /// Per node id: what scoring reads of its GPUs, in preference order.
+    /// Per node id: its GPUs in preference order, kept as nodes change,
+    /// so picking is a short scan for the first GPUs that fit.
     prefs: Vec<Prefs>,
 }
 
@@ -75,6 +73,8 @@ pub struct GpuAware {
 /// Cranelift spilled the scan's state (docs/BENCHMARKS.md §4).
 #[derive(Debug, Clone, Copy, Default)]
 struct Prefs {
+    /// Position of each in the node's GPUs.
+    order: [u8; MAX_GPUS],
     /// Free milli-GPUs of each; −1 for a failed GPU and past the last, so
     /// that no request fits them ([`Gpu::fits`]).
     free: [i16; MAX_GPUS],
@@ -124,8 +124,8 @@ impl GpuAware {
         let gpus = node.gpus();
         let mut chosen: [Option<&Gpu>; MAX_GPUS] = [None; MAX_GPUS];
         let mut n = 0;
-        let order = match self.order.get(node.id() as usize) {
-            Some((order, len)) if usize::from(*len) == gpus.len() => &order[..gpus.len()],
+        let order = match self.prefs.get(node.id() as usize) {
+            Some(p) if usize::from(p.len) == gpus.len() => &p.order[..gpus.len()],
             // Not seen through on_node (cannot happen in the harness): sort now.
             _ => return self.pick_sorted(pod, node),
         };
@@ -173,7 +173,7 @@ impl Scorer for GpuAware {
         if cfg.memory_high_permille > 1000 {
             return Err("gpu-aware: memory_high_permille must be within 0..=1000".into());
         }
-        Ok(Self { cfg, order: Vec::new(), memory: Vec::new(), prefs: Vec::new() })
+        Ok(Self { cfg, memory: Vec::new(), prefs: Vec::new() })
     }
 
     fn on_node(&mut self, node: &Node<'_>) {
@@ -192,15 +192,13 @@ impl Scorer for GpuAware {
         }
         let mut idx: Vec<u8> = (0..gpus.len() as u8).collect();
         idx.sort_unstable_by_key(|&i| self.key(&gpus[usize::from(i)], memory[usize::from(i)]));
-        let mut order = [0u8; MAX_GPUS];
-        order[..idx.len()].copy_from_slice(&idx);
         let i = node.id() as usize;
-        if i >= self.order.len() {
-            self.order.resize(i + 1, ([0; MAX_GPUS], 0));
+        if i >= self.prefs.len() {
             self.memory.resize(i + 1, [0; MAX_GPUS]);
             self.prefs.resize(i + 1, Prefs::default());
         }
         let mut prefs = Prefs { free: [-1; MAX_GPUS], len: idx.len() as u8, ..Prefs::default() };
+        prefs.order[..idx.len()].copy_from_slice(&idx);
         for (j, &g) in idx.iter().enumerate() {
             let gpu = &gpus[usize::from(g)];
             // Free is at most 1000 milli: it fits in an i16.
@@ -210,7 +208,6 @@ impl Scorer for GpuAware {
             prefs.index[j] = gpu.index;
             prefs.degraded |= u16::from(gpu.health == GpuHealth::Degraded) << j;
         }
-        self.order[i] = (order, idx.len() as u8);
         self.memory[i] = memory;
         self.prefs[i] = prefs;
     }

@@ -459,12 +459,16 @@ impl Scheduler {
     pub(super) fn may_give_up(&self, qv: usize, victim: &Pod, victim_use: &Amounts, qp: usize) -> bool {
         let tree = &self.queues.tree;
         victim.tier != crate::model::Tier::Hard
-            && tree.path(qv).take_while(|&b| !tree.contains(b, qp)).all(|b| {
-                self.entitled(b).all(|(d, g)| {
-                    let take = victim_use.get(d);
-                    take == 0 || self.queues.used[b].get(d).saturating_sub(take) >= g
-                })
-            })
+            && tree.path(qv).take_while(|&b| !tree.contains(b, qp)).all(|b| self.keeps_entitlement(b, victim_use))
+    }
+
+    /// Whether queue `b` stays at or above what it is entitled to
+    /// ([`Self::entitled`]) without `taken`, in each resource taken.
+    fn keeps_entitlement(&self, b: usize, taken: &Amounts) -> bool {
+        self.entitled(b).all(|(d, g)| {
+            let take = taken.get(d);
+            take == 0 || self.queues.used[b].get(d).saturating_sub(take) >= g
+        })
     }
 
     /// Whether `pod` may reclaim at all: its own leaf sets a guarantee it
@@ -514,17 +518,7 @@ impl Scheduler {
                 taken.entry(b).or_default().add(a);
             }
         }
-        let mut bad = BTreeSet::new();
-        for (b, t) in taken {
-            let ok = self.entitled(b).all(|(d, g)| {
-                let take = t.get(d);
-                take == 0 || self.queues.used[b].get(d).saturating_sub(take) >= g
-            });
-            if !ok {
-                bad.insert(b);
-            }
-        }
-        bad
+        taken.into_iter().filter(|(b, t)| !self.keeps_entitlement(*b, t)).map(|(b, _)| b).collect()
     }
 }
 

@@ -13,7 +13,9 @@
 //! job with none at all is skipped and counted. The cluster is Gavel's for the trace's virtual
 //! cluster (`vc_cluster_specs.json` beside the traces, its first size)
 //! when there is one, else V100 nodes sized to the trace: its GPU-seconds
-//! over its arrival span at 90% load, at least its largest job.
+//! over its arrival span (at least its longest job's run) at 90% load, at
+//! least its largest job and at most the most GPUs that would run at once
+//! with room for every job on arrival.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -284,6 +286,19 @@ pub fn load_trace(path: &Path, table: &Throughputs, queues: u32, seed: u64) -> R
     let mut skipped_types = BTreeMap::new();
     for (i, row) in rows.iter().enumerate() {
         match job(&name, i, row, table, queues, seed) {
+            Some((j, _)) if j.seconds_on.values().all(|&s| s > tessera_trace::MAX_SPAN_S) => {
+                // The run ticks telemetry through every interval of it.
+                bail!(
+                    "{}: job {} ({}, {} steps on {} GPUs) runs {} s on its fastest model, more than the {} days a trace may span",
+                    path.display(),
+                    j.name,
+                    row.job_type,
+                    row.total_steps,
+                    row.scale_factor,
+                    j.seconds_on.values().min().copied().unwrap_or(0),
+                    tessera_trace::MAX_SPAN_S / 86_400
+                );
+            }
             Some((j, source)) => {
                 jobs.push(j);
                 match source {
@@ -344,7 +359,10 @@ pub fn prepare(path: &Path, queues: u32, seed: u64) -> Result<(JobTrace, [u32; 3
         Some(p) => spec_cluster(&crate::sim::read_trace_text(&p)?, &trace.name)?,
         None => None,
     };
-    let gpus = spec.unwrap_or_else(|| sized_cluster(&trace.jobs));
+    let gpus = match spec {
+        Some(g) => g,
+        None => sized_cluster(&trace.jobs).with_context(|| path.display().to_string())?,
+    };
     Ok((trace, gpus))
 }
 
@@ -553,12 +571,19 @@ fn mixed(files: &[PathBuf], opts: &JobsOptions) -> Result<JobsBench> {
     if let Some(c) = opts.checkpoint_s {
         all.name += &format!("+ckpt@{c}s");
     }
-    let mut gpus = [0u32; 3];
+    let mut sums = [0u64; 3];
     for (_, g) in &vcs {
-        for (sum, x) in gpus.iter_mut().zip(g) {
-            *sum += x;
+        for (sum, x) in sums.iter_mut().zip(g) {
+            *sum += u64::from(*x);
         }
     }
+    if sums.iter().sum::<u64>() > cluster::MAX_CLUSTER_GPUS {
+        bail!(
+            "--mix: the traces' clusters together have {sums:?} GPUs; at most {} are supported",
+            cluster::MAX_CLUSTER_GPUS
+        );
+    }
+    let gpus = sums.map(|g| g as u32);
     let fair = if opts.equal {
         equal_named_queues(&vcs.iter().map(|(name, _)| name.clone()).collect::<Vec<_>>(), gpus, fairness)?
     } else {

@@ -172,6 +172,34 @@ fn bench_jobs_says_which_jobs_the_cluster_can_never_hold() {
 }
 
 #[test]
+fn a_trace_without_a_spec_gets_the_room_its_jobs_use_and_an_endless_job_is_refused() {
+    // Two 1-GPU jobs of about 10^6 s arriving together, no spec beside
+    // them: one node of 8 GPUs. (The cluster was sized by GPU-seconds over
+    // the arrivals' span: 2.2 million GPUs, minutes and a gigabyte.)
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("long.trace");
+    let line = |steps: u64, at: u64| {
+        format!("ResNet-50 (batch size 64)\tcd %s && python3 x.py\t-n\t1\t{steps}\t{at}.000000\t1\n")
+    };
+    std::fs::write(&f, line(10_000_000, 0) + &line(10_000_000, 0)).unwrap();
+    let v = bench_jobs(dir.path(), &[]);
+    for r in v["runs"].as_array().unwrap() {
+        assert_eq!(r["gpus"], serde_json::json!([8, 0, 0]), "{r}");
+        assert_eq!(r["completed"].as_u64(), Some(2), "{r}");
+    }
+    // A job that would run for centuries: refused, naming it, before any
+    // run ticks through its years.
+    std::fs::write(&f, line(10_000_000, 0) + &line(10_000_000_000_000, 5)).unwrap();
+    let (ok, _, err) = tessera(&["bench", "jobs", "--traces", dir.path().to_str().unwrap(), "--policy", "binpack"]);
+    assert!(!ok);
+    assert!(
+        err.contains("long.trace: job long-1 (ResNet-50 (batch size 64), 10000000000000 steps on 1 GPUs) runs"),
+        "{err}"
+    );
+    assert!(err.contains("more than the 1464 days a trace may span"), "{err}");
+}
+
+#[test]
 fn sim_jobs_is_deterministic_and_names_a_malformed_line() {
     let dir = tempfile::tempdir().unwrap();
     let f = job_trace(dir.path());

@@ -347,8 +347,8 @@ fn job(trace: &str, i: usize, row: &JobRow, table: &Throughputs, queues: u32, se
 /// over `queues`, and its cluster: Gavel's spec for its virtual cluster
 /// when `vc_cluster_specs.json` beside it lists it, else sized to it.
 pub fn prepare(path: &Path, queues: u32, seed: u64) -> Result<(JobTrace, [u32; 3])> {
-    if queues == 0 {
-        bail!("--queues must be at least 1");
+    if !(1..=tessera_core::quota::MAX_QUEUES as u32).contains(&queues) {
+        bail!("--queues must be 1..={}, not {queues}", tessera_core::quota::MAX_QUEUES);
     }
     let trace = load_trace(path, &Throughputs::gavel(), queues, seed)?;
     if trace.jobs.is_empty() {

@@ -197,6 +197,10 @@ fn a_trace_without_a_spec_gets_the_room_its_jobs_use_and_an_endless_job_is_refus
         "{err}"
     );
     assert!(err.contains("more than the 1464 days a trace may span"), "{err}");
+    // Queues past what a queue tree holds: refused before anything is
+    // built for them (4,294,967,295 used to abort on a 103 GB allocation).
+    let (ok, _, err) = tessera(&["bench", "jobs", "--traces", dir.path().to_str().unwrap(), "--queues", "4294967295"]);
+    assert!(!ok && err.contains("4294967295 is not in 1..=1024"), "{err}");
 }
 
 #[test]

@@ -132,7 +132,7 @@ pub enum BenchCmd {
         #[arg(long = "idle", default_value_t = 30)]
         idle_pct: u32,
         /// Queues of the second run.
-        #[arg(long, default_value_t = 4)]
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=tessera_core::quota::MAX_QUEUES as i64))]
         queues: u32,
         /// A shipped policy or a policy file.
         #[arg(long, default_value = "throughput")]
@@ -156,7 +156,7 @@ pub enum BenchCmd {
         #[arg(long, default_value = "default")]
         policy: String,
         /// Queues the jobs are spread over (seeded).
-        #[arg(long, default_value_t = 4)]
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=tessera_core::quota::MAX_QUEUES as i64))]
         queues: u32,
         /// Seed.
         #[arg(long, default_value_t = 42)]
@@ -293,9 +293,6 @@ pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
             checkpoint_every,
             format,
         } => {
-            if queues == 0 {
-                anyhow::bail!("--queues must be at least 1");
-            }
             let opts = tessera::jobs::JobsOptions {
                 traces,
                 policy,

@@ -8,3 +8,24 @@ pub mod policy;
 pub mod sim;
 pub mod train;
 pub mod workload;
+
+/// Most nodes a synthetic cluster of a benchmark may have: past any
+/// production cluster (Kubernetes is tested to 5,000 nodes, 15,000 with
+/// tuning) while a run still fits a laptop's memory.
+pub const MAX_NODES: u64 = 1_000_000;
+
+/// Most pods a benchmark may generate.
+pub const MAX_PODS: u64 = 10_000_000;
+
+/// Most repetitions of a measurement.
+pub const MAX_REPS: u64 = 1_000;
+
+/// A clap parser for counts in `lo..=hi` (a value outside is refused,
+/// naming the range, before anything is allocated for it).
+pub fn count<T>(lo: u64, hi: u64) -> clap::builder::RangedU64ValueParser<T>
+where
+    T: TryFrom<u64> + Clone + Send + Sync + 'static,
+    <T as TryFrom<u64>>::Error: std::fmt::Display + Send + Sync + 'static,
+{
+    clap::builder::RangedU64ValueParser::<T>::new().range(lo..=hi)
+}

@@ -667,3 +667,21 @@ fn a_replay_is_byte_identical_on_a_machine_made_busy() {
     let v: serde_json::Value = serde_json::from_slice(&idle).unwrap();
     assert_eq!(v["report"]["plugin_errors"], 0, "{}", v["report"]);
 }
+
+#[test]
+fn bench_counts_past_their_range_are_refused_before_anything_is_allocated() {
+    // Each used to abort on an allocation of hundreds of gigabytes.
+    for (args, says) in [
+        (&["bench", "throughput", "--nodes", "4000000000"][..], "4000000000 is not in 1..=1000000"),
+        (&["bench", "throughput", "--pods", "4000000000"][..], "4000000000 is not in 1..=10000000"),
+        (&["bench", "reschedule", "--nodes", "4000000000"][..], "4000000000 is not in 1..=1000000"),
+        (&["bench", "serve", "--nodes", "4000000000"][..], "4000000000 is not in 1..=1000000"),
+        (&["bench", "gangs", "--members", "4000000000"][..], "4000000000 is not in 2..=4096"),
+        (&["plugin", "bench", "--nodes", "4000000000"][..], "4000000000 is not in 1..=1000000"),
+        (&["plugin", "bench", "--reps", "0"][..], "0 is not in 1..=1000"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tessera")).args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(says), "{args:?}: {err}");
+    }
+}

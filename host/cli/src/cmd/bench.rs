@@ -14,10 +14,10 @@ pub enum BenchCmd {
     /// (8 GPUs per node, 3 zones), through Wasm and natively.
     Throughput {
         /// Nodes.
-        #[arg(long, default_value_t = 10_000)]
+        #[arg(long, default_value_t = 10_000, value_parser = super::count::<u32>(1, super::MAX_NODES))]
         nodes: u32,
         /// Pending pods.
-        #[arg(long, default_value_t = 50_000)]
+        #[arg(long, default_value_t = 50_000, value_parser = super::count::<usize>(1, super::MAX_PODS))]
         pods: usize,
         /// A shipped policy (`throughput`: binpack, topology-spread,
         /// gpu-aware, hybrid-score) or a policy file.
@@ -59,16 +59,16 @@ pub enum BenchCmd {
     /// bound.
     Reschedule {
         /// Nodes.
-        #[arg(long, default_value_t = 10_000)]
+        #[arg(long, default_value_t = 10_000, value_parser = super::count::<usize>(1, super::MAX_NODES))]
         nodes: usize,
         /// Pods generated (those some node takes are bound).
-        #[arg(long, default_value_t = 100_000)]
+        #[arg(long, default_value_t = 100_000, value_parser = super::count::<usize>(1, super::MAX_PODS))]
         pods: usize,
         /// Seed of the cluster and pods.
         #[arg(long, default_value_t = 1)]
         seed: u64,
         /// Repetitions of each measurement.
-        #[arg(long, default_value_t = 5)]
+        #[arg(long, default_value_t = 5, value_parser = super::count::<usize>(1, super::MAX_REPS))]
         reps: usize,
         #[arg(long, value_enum, default_value = "table")]
         format: Format,
@@ -95,13 +95,13 @@ pub enum BenchCmd {
     /// arrivals, policy and seed (the chaos twin without faults).
     Serve {
         /// Nodes of the simulator backend.
-        #[arg(long, default_value_t = 1000)]
+        #[arg(long, default_value_t = 1000, value_parser = super::count::<u32>(1, super::MAX_NODES))]
         nodes: u32,
         /// Offered load (1.0 fills the cluster; above it pods wait).
         #[arg(long, default_value_t = 1.2)]
         load: f64,
-        /// Backend seconds to run.
-        #[arg(long, default_value_t = 7200)]
+        /// Backend seconds to run (at most the span a trace may cover).
+        #[arg(long, default_value_t = 7200, value_parser = super::count::<u64>(1, tessera_trace::MAX_SPAN_S))]
         seconds: u64,
         /// A shipped policy or a policy file.
         #[arg(long, default_value = "default")]
@@ -117,13 +117,13 @@ pub enum BenchCmd {
     /// release all) timed, with one queue and with queues.
     Gangs {
         /// Nodes.
-        #[arg(long, default_value_t = 10_000)]
+        #[arg(long, default_value_t = 10_000, value_parser = super::count::<u32>(1, super::MAX_NODES))]
         nodes: u32,
         /// Gangs, one pass each.
-        #[arg(long, default_value_t = 300)]
+        #[arg(long, default_value_t = 300, value_parser = super::count::<usize>(1, super::MAX_PODS))]
         gangs: usize,
         /// Members per gang (the default: a 64-GPU job of eight 8-GPU pods).
-        #[arg(long, default_value_t = 8)]
+        #[arg(long, default_value_t = 8, value_parser = super::count::<u32>(2, 4096))]
         members: u32,
         /// Whole GPUs per member.
         #[arg(long, default_value_t = 8)]

@@ -29,7 +29,7 @@ pub enum PluginCmd {
     /// compiled natively; print the per-node costs and their ratio.
     Bench {
         /// Nodes scored per call.
-        #[arg(long, default_value_t = 10_000)]
+        #[arg(long, default_value_t = 10_000, value_parser = super::count::<u32>(1, super::MAX_NODES))]
         nodes: u32,
         /// Built-in plugin to measure.
         #[arg(long, default_value = "binpack")]
@@ -38,7 +38,7 @@ pub enum PluginCmd {
         #[arg(long, default_value = "null")]
         config: String,
         /// Repetitions (the median is reported).
-        #[arg(long, default_value_t = 7)]
+        #[arg(long, default_value_t = 7, value_parser = super::count::<u32>(1, super::MAX_REPS))]
         reps: u32,
         /// GPUs the scored pod asks for (0 to 8).
         #[arg(long, default_value_t = bench::BenchOptions::POD_GPUS)]

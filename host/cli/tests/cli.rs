@@ -679,6 +679,10 @@ fn bench_counts_past_their_range_are_refused_before_anything_is_allocated() {
         (&["bench", "gangs", "--members", "4000000000"][..], "4000000000 is not in 2..=4096"),
         (&["plugin", "bench", "--nodes", "4000000000"][..], "4000000000 is not in 1..=1000000"),
         (&["plugin", "bench", "--reps", "0"][..], "0 is not in 1..=1000"),
+        (
+            &["workload", "generate", "--traces", ".", "--member", "cpu:50", "--out", ".", "--orders", "4000000000"][..],
+            "4000000000 is not in 1..=1000",
+        ),
     ] {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_tessera")).args(args).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);

@@ -96,7 +96,7 @@ pub enum WorkloadCmd {
         seeds: Vec<u64>,
         /// Arrival orders per workload, seeded 42, 43, … like the
         /// published ones.
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, default_value_t = 3, value_parser = super::count::<u64>(1, super::MAX_REPS))]
         orders: u64,
         /// The directory to write.
         #[arg(long)]
@@ -109,9 +109,6 @@ pub enum WorkloadCmd {
 /// Runs it.
 pub fn run(cmd: WorkloadCmd) -> anyhow::Result<std::process::ExitCode> {
     let WorkloadCmd::Generate { traces, members, seeds, orders, out, format } = cmd;
-    if orders == 0 {
-        anyhow::bail!("--orders must be at least 1");
-    }
     let g = tessera::generate::run(&tessera::generate::GenerateOptions {
         traces,
         members,

@@ -679,6 +679,11 @@ fn bench_counts_past_their_range_are_refused_before_anything_is_allocated() {
         (&["bench", "gangs", "--members", "4000000000"][..], "4000000000 is not in 2..=4096"),
         (&["plugin", "bench", "--nodes", "4000000000"][..], "4000000000 is not in 1..=1000000"),
         (&["plugin", "bench", "--reps", "0"][..], "0 is not in 1..=1000"),
+        (&["sim", "--node-count", "4000000000"][..], "4000000000 is not in 1..=1000000"),
+        (&["sim", "--inflate", "1e300"][..], "1e300 is not within (0, 10]"),
+        (&["sim", "--online", "--telemetry-interval", "0"][..], "0 is not in 1..=86400"),
+        (&["train", "--traces", ".", "--out", ".", "--pairs", "4000000000"][..], "4000000000 is not in 1..=1000"),
+        (&["train", "--traces", ".", "--out", ".", "--hidden", "4000000000"][..], "4000000000 is not in 0..=1024"),
         (
             &["workload", "generate", "--traces", ".", "--member", "cpu:50", "--out", ".", "--orders", "4000000000"][..],
             "4000000000 is not in 1..=1000",

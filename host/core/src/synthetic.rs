@@ -125,7 +125,8 @@ pub fn pods(count: usize, models: &[String], seed: u64) -> Vec<Pod> {
 
 /// Submission order in the style of the published runs: a shuffle of
 /// `pods`, then clones of random pods (named `NAME-tuned-K`) until the
-/// submitted GPU demand reaches `ratio` × the GPU capacity.
+/// submitted GPU demand reaches `ratio` × the GPU capacity (no clones
+/// when no pod asks for a GPU).
 pub fn inflate(pods: &[Pod], total_gpus: u64, ratio: f64, seed: u64) -> Vec<Pod> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xC10E);
     let mut out: Vec<Pod> = pods.to_vec();
@@ -137,7 +138,8 @@ pub fn inflate(pods: &[Pod], total_gpus: u64, ratio: f64, seed: u64) -> Vec<Pod>
     let limit = (ratio * (total_gpus * u64::from(GPU_MILLI)) as f64) as u64;
     let mut arrived: u64 = out.iter().map(demand).sum();
     let mut clones = 0;
-    while !pods.is_empty() {
+    // Pods that ask for no GPU never bring the demand to the limit.
+    while arrived > 0 {
         let p = &pods[rng.random_range(0..pods.len())];
         if arrived + demand(p) > limit {
             break;
@@ -218,6 +220,22 @@ pub fn arrivals(pods: &[Pod], total_gpus: u64, load: f64, seed: u64) -> Vec<crat
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn inflating_pods_that_ask_for_no_gpu_ends() {
+        // Their demand never reaches the limit: this looped for ever,
+        // cloning until memory ran out.
+        let cpu_only: Vec<Pod> = pods(50, &[], 1).into_iter().filter(|p| p.gpu_count == 0).collect();
+        assert!(!cpu_only.is_empty());
+        let out = inflate(&cpu_only, 80, 1.3, 1);
+        assert_eq!(out.len(), cpu_only.len(), "shuffled, no clones");
+        assert!(inflate(&[], 80, 1.3, 1).is_empty());
+        // With GPU pods it still inflates to the ratio.
+        let all = pods(50, &[], 1);
+        let demand = |ps: &[Pod]| ps.iter().map(|p| u64::from(p.gpu_count) * u64::from(p.gpu_milli)).sum::<u64>();
+        let out = inflate(&all, 80, 1.3, 1);
+        assert!(out.len() > all.len() && demand(&out) <= 80 * 1300, "{}", demand(&out));
+    }
 
     #[test]
     fn arrivals_keep_the_load_and_mix_tiers() {

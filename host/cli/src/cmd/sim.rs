@@ -37,7 +37,7 @@ pub struct SimArgs {
     #[arg(long, default_value_t = 4, requires = "jobs", value_parser = clap::value_parser!(u32).range(1..=tessera_core::quota::MAX_QUEUES as i64))]
     pub queues: u32,
     /// Seconds between telemetry samples (online).
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = 300, value_parser = super::count::<u64>(1, 86_400))]
     pub telemetry_interval: u64,
     /// Reschedule. Submissions protocol: when a pod fits nowhere, move
     /// running pods to make room for it, else plan globally with the

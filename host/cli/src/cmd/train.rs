@@ -19,16 +19,16 @@ pub struct TrainArgs {
     #[arg(long, value_delimiter = ',', value_parser = family)]
     holdout: Vec<Family>,
     /// Generations of evolution strategies.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 30, value_parser = super::count::<usize>(1, super::MAX_REPS * 10))]
     generations: usize,
     /// ± perturbation pairs per generation.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = super::count::<usize>(1, super::MAX_REPS))]
     pairs: usize,
     /// Episodes per generation.
-    #[arg(long, default_value_t = 12)]
+    #[arg(long, default_value_t = 12, value_parser = super::count::<usize>(1, super::MAX_REPS))]
     episodes: usize,
     /// Fixed validation (and held-out) episodes.
-    #[arg(long, default_value_t = 12)]
+    #[arg(long, default_value_t = 12, value_parser = super::count::<usize>(1, super::MAX_REPS))]
     validation: usize,
     /// Share of the cluster's nodes and of each member's pods an episode uses.
     #[arg(long, default_value_t = 0.25)]
@@ -59,7 +59,7 @@ pub struct TrainArgs {
     /// linear model's 0.845 and 0.848) and generated members no better
     /// (0.871/0.874 against 0.863/0.875), and one generated member went
     /// above FGD that the linear model kept under it (docs/BENCHMARKS.md §2).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = super::count::<usize>(0, 1024))]
     hidden: usize,
     #[arg(long, default_value_t = 42)]
     seed: u64,

@@ -13,7 +13,7 @@ pub struct WorkloadArgs {
     #[arg(long, default_value = "builtin")]
     pub nodes: sim::Input,
     /// Nodes to generate for `--nodes builtin`.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_parser = super::count::<usize>(1, super::MAX_NODES))]
     pub node_count: usize,
     /// Pod list (openb CSV) or `builtin`.
     #[arg(long, default_value = "builtin")]
@@ -27,8 +27,9 @@ pub struct WorkloadArgs {
     /// `default`, a built-in plugin name, or a policy file.
     #[arg(long, default_value = "default")]
     pub policy: String,
-    /// Built-in workload: submit until GPU demand is this × capacity.
-    #[arg(long, default_value_t = 1.3)]
+    /// Built-in workload: submit until GPU demand is this × capacity
+    /// (above 0, at most 10).
+    #[arg(long, default_value_t = 1.3, value_parser = inflation)]
     pub inflate: f64,
 }
 
@@ -118,4 +119,11 @@ pub fn run(cmd: WorkloadCmd) -> anyhow::Result<std::process::ExitCode> {
     })?;
     tessera::report::emit(&g, format)?;
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// `--inflate`: a finite ratio in (0, 10] (past that the workload only
+/// grows, to the memory's end).
+fn inflation(s: &str) -> Result<f64, String> {
+    let r: f64 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
+    if r.is_finite() && r > 0.0 && r <= 10.0 { Ok(r) } else { Err(format!("{s} is not within (0, 10]")) }
 }

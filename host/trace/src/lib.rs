@@ -324,6 +324,14 @@ pub fn read_pods(reader: impl Read, file: &str) -> Result<Vec<PodRow>, TraceErro
                 models
             })
             .unwrap_or_default();
+        let creation_time = t.time(&record, line, "creation_time")?;
+        let deletion_time = t.time(&record, line, "deletion_time")?;
+        // 0 (or empty) is "still running"; a pod cannot end before it is made.
+        if let (Some(c), Some(d)) = (creation_time, deletion_time.filter(|&d| d > 0))
+            && d < c
+        {
+            return Err(t.error(line, t.index("deletion_time"), format!("{d} s is before the pod's creation ({c} s)")));
+        }
         rows.push(PodRow {
             name,
             cpu_milli,
@@ -333,8 +341,8 @@ pub fn read_pods(reader: impl Read, file: &str) -> Result<Vec<PodRow>, TraceErro
             gpu_spec,
             qos: t.optional_str(&record, "qos"),
             phase: t.optional_str(&record, "pod_phase"),
-            creation_time: t.time(&record, line, "creation_time")?,
-            deletion_time: t.time(&record, line, "deletion_time")?,
+            creation_time,
+            deletion_time,
             scheduled_time: t.time(&record, line, "scheduled_time")?,
         });
         lines.push(line);

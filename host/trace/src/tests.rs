@@ -124,6 +124,12 @@ fn far_future_and_overlong_times_are_refused_at_their_row() {
     let far = format!("{head}a,1000,1024,0,0,100,1000000000000\n");
     let e = read_pods(far.as_bytes(), "p.csv").unwrap_err().to_string();
     assert!(e.starts_with("p.csv:2:7 (deletion_time):"), "{e}");
+    // A pod deleted before it was created; deleted as it was created is
+    // fine (openb has such rows).
+    let back = format!("{head}a,1000,1024,0,0,100,50\n");
+    let e = read_pods(back.as_bytes(), "p.csv").unwrap_err().to_string();
+    assert_eq!(e, "p.csv:2:7 (deletion_time): 50 s is before the pod's creation (100 s)");
+    assert_eq!(read_pods(format!("{head}a,1000,1024,0,0,100,100\n").as_bytes(), "p.csv").unwrap().len(), 1);
     // Unix times are fine; one row years after the rest is not.
     let unix = format!("{head}a,1000,1024,0,0,1700000000,1700003600\nb,1000,1024,0,0,1700000100,\n");
     assert_eq!(read_pods(unix.as_bytes(), "p.csv").unwrap().len(), 2);

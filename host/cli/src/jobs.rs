@@ -13,9 +13,9 @@
 //! job with none at all is skipped and counted. The cluster is Gavel's for the trace's virtual
 //! cluster (`vc_cluster_specs.json` beside the traces, its first size)
 //! when there is one, else V100 nodes sized to the trace: its GPU-seconds
-//! over its arrival span (at least its longest job's run) at 90% load, at
-//! least its largest job and at most the most GPUs that would run at once
-//! with room for every job on arrival.
+//! over its arrival span at 90% load, at least its largest job and at most
+//! the most GPUs that would run at once with room for every job on
+//! arrival.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -38,19 +38,16 @@ pub const MAX_CLUSTER_GPUS: u64 = 1 << 20;
 /// (on V100, or its fastest model) over its arrival span at 90% load —
 /// the offered load of its arrival rate — at least its largest job and at
 /// most the most GPUs that run at once with room for every job on arrival
-/// (more would only stand idle).
-///
-/// The span is at least the longest job's run: a few long jobs that arrive
-/// together would otherwise be offered a cluster as large as their work
-/// in GPU-seconds.
+/// (more would only stand idle). The cap matters where the arrivals' span
+/// is short against the jobs' runs: two long jobs that arrive together
+/// were offered a cluster as large as their work in GPU-seconds.
 pub fn sized_cluster(jobs: &[Job]) -> Result<[u32; 3]> {
     // (time, change in GPUs running) with room for every job on arrival.
     let mut changes: Vec<(u64, i64)> = Vec::with_capacity(jobs.len() * 2);
-    let (mut work, mut longest) = (0.0_f64, 0_u64);
+    let mut work = 0.0_f64;
     for j in jobs {
         let run = j.seconds_on.values().min().copied().unwrap_or(0);
         work += f64::from(j.gpus) * run as f64;
-        longest = longest.max(run);
         changes.push((j.arrival_s, i64::from(j.gpus)));
         changes.push((j.arrival_s.saturating_add(run), -i64::from(j.gpus)));
     }
@@ -63,7 +60,7 @@ pub fn sized_cluster(jobs: &[Job]) -> Result<[u32; 3]> {
         peak = peak.max(running);
     }
     let (first, last) = jobs.iter().fold((u64::MAX, 0), |(a, b), j| (a.min(j.arrival_s), b.max(j.arrival_s)));
-    let span = last.saturating_sub(first).max(longest).max(1) as f64;
+    let span = last.saturating_sub(first).max(1) as f64;
     let largest = jobs.iter().map(|j| u64::from(j.gpus)).max().unwrap_or(u64::from(GPUS_PER_NODE));
     let loaded = (work / span / 0.9).ceil() as u64;
     let gpus =

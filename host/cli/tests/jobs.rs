@@ -442,7 +442,7 @@ fn bench_gangs_times_each_gangs_pass_with_and_without_queues() {
         assert_eq!(r["plugin_errors"], 0, "{r}");
     }
     let (ok, _, err) = tessera(&["bench", "gangs", "--members", "1"]);
-    assert!(!ok && err.contains("--members at least 2"), "{err}");
+    assert!(!ok && err.contains("1 is not in 2..=4096"), "{err}");
 }
 
 /// The shipped `training` policy (GPU topology first) checks and runs a

@@ -216,7 +216,9 @@ pub enum CampaignError {
         message: String,
     },
     /// A fault that cannot be used.
-    #[error("{path}:{line}:{column}: scenario `{scenario}`: {source}")]
+    // The fault's message is in this one; as a `source` too, a chain
+    // printer (anyhow's `{:#}`) would say it twice.
+    #[error("{path}:{line}:{column}: scenario `{scenario}`: {fault}")]
     Fault {
         /// File.
         path: String,
@@ -227,7 +229,7 @@ pub enum CampaignError {
         /// Scenario.
         scenario: String,
         /// Cause.
-        source: FaultError,
+        fault: FaultError,
     },
 }
 
@@ -311,6 +313,12 @@ impl Campaign {
         if self.seeds.is_empty() {
             return bad("seeds", "must list at least one seed");
         }
+        let mut seeds = self.seeds.clone();
+        seeds.sort_unstable();
+        if let Some(w) = seeds.windows(2).find(|w| w[0] == w[1]) {
+            // The same run twice would count twice in every sum and mean.
+            return bad("seeds", &format!("seed {} is listed twice", w[0]));
+        }
         if self.telemetry_interval_s == 0 {
             return bad("telemetry_interval_s", "must be at least 1");
         }
@@ -349,14 +357,14 @@ impl Campaign {
                         ),
                     );
                 }
-                f.validate().map_err(|source| {
+                f.validate().map_err(|fault| {
                     let m = located.at(&at);
                     CampaignError::Fault {
                         path: origin.into(),
                         line: m.line,
                         column: m.column,
                         scenario: s.name.clone(),
-                        source,
+                        fault,
                     }
                 })?;
             }
@@ -428,6 +436,10 @@ gates:
             (GOOD.replace("kind: node-crash", "kind: meteor"), "meteor"),
             (GOOD.replace("{max_increase_pct: 25, slack: 60}", "{slack: 60}"), "sets no bound"),
             (GOOD.replace("kind: node-crash", "kind: actuator-errors"), "does not reschedule"),
+            (GOOD.replace("seeds: [1, 2]", "seeds: [1, 2, 1]"), "seed 1 is listed twice"),
+            (GOOD.replace("{count: 2}", "{percent: 500}"), "target {percent: 500} is not in (0, 100]"),
+            (GOOD.replace("{count: 2}", "{percent: 0}"), "target {percent: 0} is not in (0, 100]"),
+            (GOOD.replace("{count: 2}", "{count: 0}"), "target {count: 0} hits no node"),
         ];
         for (text, needle) in cases {
             let e = Campaign::parse(&text, "c.yaml").unwrap_err().to_string();
@@ -448,6 +460,17 @@ gates:
         let e =
             Campaign::parse(&GOOD.replace("candidate:", "colour: blue\ncandidate:"), "c.yaml").unwrap_err().to_string();
         assert!(e.starts_with("c.yaml:5:1: colour: unknown field `colour`"), "{e}");
+        // A fault's reason is said once, also where a chain is printed.
+        let e =
+            Campaign::parse(&GOOD.replace("duration_s: 600", "duration_s: 600, intensity: 2"), "c.yaml").unwrap_err();
+        // As anyhow's `{:#}` prints it: each source after the error.
+        let mut chained = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(s) = source {
+            chained += &format!(": {s}");
+            source = s.source();
+        }
+        assert_eq!(chained.matches("intensity 2 is not in (0, 1]").count(), 1, "{chained}");
     }
 
     #[cfg(unix)]

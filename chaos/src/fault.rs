@@ -171,6 +171,14 @@ pub enum FaultError {
         /// Kind.
         kind: &'static str,
     },
+    /// A target share or count that cannot be meant.
+    #[error("{kind}: target {target}")]
+    Target {
+        /// Kind.
+        kind: &'static str,
+        /// What is wrong with it.
+        target: String,
+    },
     /// The target names nothing on this cluster.
     #[error("{kind}: target {target} matches no node of the cluster")]
     NoTarget {
@@ -208,7 +216,13 @@ impl FaultSpec {
         if self.duration_s == 0 {
             return Err(FaultError::Duration { kind });
         }
-        Ok(())
+        match self.target {
+            Target::Percent(p) if !(p > 0.0 && p <= 100.0) => {
+                Err(FaultError::Target { kind, target: format!("{{percent: {p}}} is not in (0, 100]") })
+            }
+            Target::Count(0) => Err(FaultError::Target { kind, target: "{count: 0} hits no node".into() }),
+            _ => Ok(()),
+        }
     }
 
     /// Places the fault on `nodes` starting at `start` (seconds), choosing

@@ -313,11 +313,9 @@ impl Campaign {
         if self.seeds.is_empty() {
             return bad("seeds", "must list at least one seed");
         }
-        let mut seeds = self.seeds.clone();
-        seeds.sort_unstable();
-        if let Some(w) = seeds.windows(2).find(|w| w[0] == w[1]) {
+        if let Some(seed) = twice(self.seeds.iter()) {
             // The same run twice would count twice in every sum and mean.
-            return bad("seeds", &format!("seed {} is listed twice", w[0]));
+            return bad("seeds", &format!("seed {seed} is listed twice"));
         }
         if self.telemetry_interval_s == 0 {
             return bad("telemetry_interval_s", "must be at least 1");
@@ -328,10 +326,8 @@ impl Campaign {
         if self.scenarios.is_empty() {
             return bad("scenarios", "must hold at least one scenario");
         }
-        let mut names: Vec<&str> = self.scenarios.iter().map(|s| s.name.as_str()).collect();
-        names.sort_unstable();
-        if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
-            return bad("scenarios", &format!("name `{}` is used twice", w[0]));
+        if let Some(name) = twice(self.scenarios.iter().map(|s| s.name.as_str())) {
+            return bad("scenarios", &format!("name `{name}` is used twice"));
         }
         for (si, s) in self.scenarios.iter().enumerate() {
             for (fi, f) in s.faults.iter().enumerate() {
@@ -390,6 +386,14 @@ impl Campaign {
         }
         Ok(())
     }
+}
+
+/// The least item that occurs more than once in `items`, if any.
+fn twice<T: Ord>(items: impl Iterator<Item = T>) -> Option<T> {
+    let mut sorted: Vec<T> = items.collect();
+    sorted.sort_unstable();
+    let i = sorted.windows(2).position(|w| w[0] == w[1])?;
+    Some(sorted.swap_remove(i))
 }
 
 #[cfg(test)]

@@ -132,7 +132,7 @@ pub enum BenchCmd {
         #[arg(long = "idle", default_value_t = 30)]
         idle_pct: u32,
         /// Queues of the second run.
-        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=tessera_core::quota::MAX_QUEUES as i64))]
+        #[arg(long, default_value_t = 4, value_parser = super::count::<u32>(1, tessera_core::quota::MAX_QUEUES as u64))]
         queues: u32,
         /// A shipped policy or a policy file.
         #[arg(long, default_value = "throughput")]
@@ -156,7 +156,7 @@ pub enum BenchCmd {
         #[arg(long, default_value = "default")]
         policy: String,
         /// Queues the jobs are spread over (seeded).
-        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=tessera_core::quota::MAX_QUEUES as i64))]
+        #[arg(long, default_value_t = 4, value_parser = super::count::<u32>(1, tessera_core::quota::MAX_QUEUES as u64))]
         queues: u32,
         /// Seed.
         #[arg(long, default_value_t = 42)]

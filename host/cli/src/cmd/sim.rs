@@ -34,7 +34,7 @@ pub struct SimArgs {
     #[arg(long, value_enum, default_value = "fair-share", requires = "jobs")]
     pub admission: tessera::jobs::Admission,
     /// Queues the --jobs are spread over (seeded).
-    #[arg(long, default_value_t = 4, requires = "jobs", value_parser = clap::value_parser!(u32).range(1..=tessera_core::quota::MAX_QUEUES as i64))]
+    #[arg(long, default_value_t = 4, requires = "jobs", value_parser = super::count::<u32>(1, tessera_core::quota::MAX_QUEUES as u64))]
     pub queues: u32,
     /// Seconds between telemetry samples (online).
     #[arg(long, default_value_t = 300, value_parser = super::count::<u64>(1, 86_400))]

@@ -274,7 +274,39 @@ impl JobTrace {
             j.checkpoint_s = every;
         }
     }
+
+    /// Every job declares `factor` times its longest run on the GPU models
+    /// of a cluster of `gpus` (per [`SPEC_MODELS`]) as its limit, rounded
+    /// up (none: no job declares one). A factor of 1 is an owner who knows
+    /// the run exactly; Slurm users' estimates run several times over.
+    pub fn declare_limits(&mut self, factor: Option<f64>, gpus: [u32; 3]) -> Result<()> {
+        let Some(factor) = factor else {
+            for j in &mut self.jobs {
+                j.limit_s = None;
+            }
+            return Ok(());
+        };
+        if !(1.0..=MAX_LIMIT_FACTOR).contains(&factor) {
+            bail!("--declared-limit must be within [1, {MAX_LIMIT_FACTOR}] (times a job's run), not {factor}");
+        }
+        for j in &mut self.jobs {
+            let longest = SPEC_MODELS
+                .iter()
+                .zip(gpus)
+                .filter(|(_, g)| *g > 0)
+                .filter_map(|(m, _)| j.seconds_on.get(*m).copied())
+                .max();
+            // A model of the cluster it cannot use: declared on what it
+            // can (it never runs there all the same).
+            let longest = longest.or_else(|| j.seconds_on.values().copied().max()).unwrap_or(0);
+            j.limit_s = Some((longest as f64 * factor).ceil().min(u64::MAX as f64) as u64);
+        }
+        Ok(())
+    }
 }
+
+/// The most `--declared-limit` may be, times a job's run.
+pub const MAX_LIMIT_FACTOR: f64 = 100.0;
 
 /// Reads `path` and gives each job a queue (one of `queues`, seeded) and
 /// its run time per GPU model.
@@ -339,6 +371,7 @@ fn job(trace: &str, i: usize, row: &JobRow, table: &Throughputs, queues: u32, se
         seconds_on,
         queue: format!("q{q}"),
         checkpoint_s: None,
+        limit_s: None,
     };
     Some((job, source))
 }
@@ -504,6 +537,9 @@ pub struct JobsOptions {
     /// Every job checkpoints every this many seconds of its run (an
     /// eviction loses only the run since the last); unset: none does.
     pub checkpoint_s: Option<u64>,
+    /// Every job declares this many times its run as its limit
+    /// ([`JobTrace::declare_limits`]); unset: none declares one.
+    pub declared_limit: Option<f64>,
 }
 
 /// Runs the bench.
@@ -528,6 +564,7 @@ pub fn bench(opts: &JobsOptions) -> Result<JobsBench> {
     for f in files {
         let (mut trace, gpus) = prepare(&f, opts.queues, opts.seed)?;
         trace.checkpoint_every(opts.checkpoint_s);
+        trace.declare_limits(opts.declared_limit, gpus)?;
         let results = crate::replay::run_parallel(Admission::ALL.to_vec(), |rt, admission| {
             run_one(rt, &trace, gpus, admission, &opts.policy, opts.seed, opts.fairness).map(|(run, _)| run)
         })?;
@@ -571,6 +608,9 @@ fn mixed(files: &[PathBuf], opts: &JobsOptions) -> Result<JobsBench> {
     if let Some(c) = opts.checkpoint_s {
         all.name += &format!("+ckpt@{c}s");
     }
+    if let Some(f) = opts.declared_limit {
+        all.name += &format!("+limit×{f}");
+    }
     let mut sums = [0u64; 3];
     for (_, g) in &vcs {
         for (sum, x) in sums.iter_mut().zip(g) {
@@ -584,6 +624,7 @@ fn mixed(files: &[PathBuf], opts: &JobsOptions) -> Result<JobsBench> {
         );
     }
     let gpus = sums.map(|g| g as u32);
+    all.declare_limits(opts.declared_limit, gpus)?;
     let fair = if opts.equal {
         equal_named_queues(&vcs.iter().map(|(name, _)| name.clone()).collect::<Vec<_>>(), gpus, fairness)?
     } else {

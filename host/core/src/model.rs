@@ -286,6 +286,12 @@ pub struct Pod {
     /// default queue.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<String>,
+    /// The most seconds it runs once started, as its owner declares it
+    /// (Kubernetes' `activeDeadlineSeconds`, Slurm's time limit): the loop
+    /// lets it use nodes kept for a gang when it will have ended before
+    /// they are all free (backfill). None: no bound is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_limit_s: Option<u64>,
 }
 
 /// A gang (a pod group: Kubernetes' `scheduling.x-k8s.io` `PodGroup`, a

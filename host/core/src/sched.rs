@@ -426,7 +426,7 @@ impl Scheduler {
     /// needs members placed brings its whole gang to the decision.
     pub fn schedule<P: Placer + ?Sized>(&mut self, placer: &mut P, now: u64) -> Vec<Event> {
         self.flush(placer);
-        self.check_reservation();
+        self.check_reservation(now);
         self.open_gate(now);
         let mut events = Vec::new();
         while let Some(p) = self.next_listed(now) {

@@ -268,6 +268,12 @@ pub fn pod(p: &KPod, names: &ModelNames) -> Result<Pod, ConvertError> {
         .map(|o| format!("{}/{}", p.metadata.namespace.as_deref().unwrap_or("default"), o.name))
         .unwrap_or_default();
     let node_affinity = required_affinity(spec).map_err(bad)?;
+    // Counted by the kubelet from the pod's start, a little after its
+    // bind: the loop, counting from the bind, sees it end a little early.
+    let run_limit_s = match spec.active_deadline_seconds {
+        Some(s) if s <= 0 => return Err(bad(format!("activeDeadlineSeconds = {s}: must be positive"))),
+        s => s.map(|s| s as u64),
+    };
     Ok(Pod {
         name: key.clone(),
         namespace: p.metadata.namespace.clone().unwrap_or_else(|| "default".into()),
@@ -294,6 +300,7 @@ pub fn pod(p: &KPod, names: &ModelNames) -> Result<Pod, ConvertError> {
         // The tracker sets it from the pod's PodGroup (`podgroup`).
         gang: None,
         queue: p.metadata.labels.as_ref().and_then(|l| l.get(QUEUE_LABEL)).map(|q| q.trim().to_string()),
+        run_limit_s,
     })
 }
 

@@ -215,6 +215,13 @@ pub enum BenchCmd {
         /// loses only the run since the last (default: jobs start over).
         #[arg(long, value_name = "S", value_parser = clap::value_parser!(u64).range(1..))]
         checkpoint_every: Option<u64>,
+        /// Every job declares F times its run as its limit (Kubernetes'
+        /// activeDeadlineSeconds, Slurm's time limit), F within [1, 100]:
+        /// a pod that will have ended before the nodes kept for a waiting
+        /// gang are free may use them (backfill). Default: no job declares
+        /// one (Philly's traces carry none).
+        #[arg(long, value_name = "F", value_parser = limit_factor)]
+        declared_limit: Option<f64>,
         #[arg(long, value_enum, default_value = "table")]
         format: Format,
     },
@@ -291,6 +298,7 @@ pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
             reclaim_to_share,
             reclaim_min_runtime,
             checkpoint_every,
+            declared_limit,
             format,
         } => {
             let opts = tessera::jobs::JobsOptions {
@@ -312,6 +320,7 @@ pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
                     reclaim_min_runtime_s: reclaim_min_runtime,
                 },
                 checkpoint_s: checkpoint_every,
+                declared_limit,
             };
             emit(&tessera::jobs::bench(&opts)?, format)?;
         }
@@ -343,4 +352,11 @@ pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--declared-limit`: a factor of a job's run within [1, MAX_LIMIT_FACTOR].
+fn limit_factor(s: &str) -> Result<f64, String> {
+    let f: f64 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
+    let max = tessera::jobs::MAX_LIMIT_FACTOR;
+    if (1.0..=max).contains(&f) { Ok(f) } else { Err(format!("{s} is not within [1, {max}]")) }
 }

@@ -118,6 +118,7 @@ mod tests {
             seconds_on: [("V100".to_string(), run_s), ("K80".to_string(), run_s * 3)].into(),
             queue: "q".into(),
             checkpoint_s: None,
+            limit_s: None,
         }
     }
 

@@ -13,11 +13,21 @@
 //! when the gang runs, leaves, waits for something other than room, or a
 //! reserved node stops being ready.
 //!
+//! **Backfill** (Slurm's, with declared limits): when every pod running
+//! on the kept nodes declares the most it runs (`Pod::run_limit_s`), the
+//! moment they will all be free is known — the reservation's `ready_at`.
+//! A pod that declares a limit and will have ended by then may use a kept
+//! node: the gang starts no later for it, and the drain is not idle time.
+//! A pod without a limit, or one that would run past `ready_at`, is kept
+//! off as before. `ready_at` is taken afresh at every pass (pods end early,
+//! or run past what they declared: then it is unknown until they end).
+//! Preemptors never backfill.
+//!
 //! Deterministic: nodes are chosen by use, ties by id.
 
 use std::collections::BTreeSet;
 
-use super::Scheduler;
+use super::{Scheduler, State};
 use crate::cluster::check;
 use crate::model::{GPU_MILLI, GpuHealth, Node, NodeId, Pod, PodId};
 
@@ -28,6 +38,22 @@ pub(super) struct Reservation {
     pub(super) gang: String,
     /// The nodes kept for it.
     pub(super) nodes: BTreeSet<NodeId>,
+    /// When every pod running on them will have ended by what each
+    /// declares; None if one declares nothing (or ran past it).
+    pub(super) ready_at: Option<u64>,
+    /// The loop's time at the pass that last took `ready_at`.
+    pub(super) now: u64,
+}
+
+impl Reservation {
+    /// Whether `pod` may run on the kept nodes: it declares a limit and
+    /// will have ended by the time they are all free.
+    fn backfills(&self, pod: &Pod) -> bool {
+        match (pod.run_limit_s, self.ready_at) {
+            (Some(limit), Some(ready)) => self.now.saturating_add(limit) <= ready,
+            _ => false,
+        }
+    }
 }
 
 /// A gang's reservation as the loop reports it.
@@ -37,6 +63,9 @@ pub struct ReservationStatus {
     pub gang: String,
     /// The nodes kept, by name.
     pub nodes: Vec<String>,
+    /// When they will all be free by what the pods on them declare (None:
+    /// one declares nothing); pods that end by then may use them.
+    pub ready_at: Option<u64>,
 }
 
 impl Scheduler {
@@ -47,10 +76,10 @@ impl Scheduler {
             .is_some_and(|r| r.nodes.contains(&n) && pod.gang.as_ref().is_none_or(|g| g.name != r.gang))
     }
 
-    /// Takes the nodes kept for another gang out of `pod`'s candidates;
-    /// how many were taken.
+    /// Takes the nodes kept for another gang out of `pod`'s candidates,
+    /// unless it backfills; how many were taken.
     pub(super) fn drop_reserved(&mut self, pod: &Pod) -> usize {
-        if self.reservation.is_none() {
+        if self.reservation.as_ref().is_none_or(|r| r.backfills(pod)) {
             return 0;
         }
         let mut candidates = std::mem::take(&mut self.candidates);
@@ -93,7 +122,8 @@ impl Scheduler {
         }
         if !nodes.is_empty() {
             self.stats.reservations += 1;
-            self.reservation = Some(Reservation { gang: name.to_string(), nodes });
+            let ready_at = self.ready_at(&nodes, now);
+            self.reservation = Some(Reservation { gang: name.to_string(), nodes, ready_at, now });
         }
     }
 
@@ -105,15 +135,41 @@ impl Scheduler {
         }
     }
 
-    /// At a pass's start: a reservation whose gang left or runs, or one of
-    /// whose nodes stopped being ready, ends.
-    pub(super) fn check_reservation(&mut self) {
+    /// At a pass's start (at `now`): a reservation whose gang left or
+    /// runs, or one of whose nodes stopped being ready, ends; another
+    /// takes its `ready_at` afresh.
+    pub(super) fn check_reservation(&mut self, now: u64) {
         let Some(r) = &self.reservation else { return };
         let gone = self.gang_needs(&r.gang) == 0;
         let lost = r.nodes.iter().any(|&n| self.cluster.node(n).is_none_or(|n| !n.ready));
         if gone || lost {
             self.end_reservation();
+            return;
         }
+        let ready_at = self.ready_at(&r.nodes, now);
+        if let Some(r) = self.reservation.as_mut() {
+            r.ready_at = ready_at;
+            r.now = now;
+        }
+    }
+
+    /// When every pod running on `nodes` will have ended by its declared
+    /// limit (`now` if none runs there); None if one declares none or has
+    /// run past it.
+    fn ready_at(&self, nodes: &BTreeSet<NodeId>, now: u64) -> Option<u64> {
+        let mut ready = now;
+        for e in self.pods.values() {
+            let State::Running { placement, started_at, .. } = e.state else { continue };
+            if !nodes.contains(&placement.node) {
+                continue;
+            }
+            let end = started_at.saturating_add(e.pod.run_limit_s?);
+            if end < now {
+                return None;
+            }
+            ready = ready.max(end);
+        }
+        Some(ready)
     }
 
     fn end_reservation(&mut self) {
@@ -130,6 +186,7 @@ impl Scheduler {
         self.reservation.as_ref().map(|r| ReservationStatus {
             gang: r.gang.clone(),
             nodes: r.nodes.iter().filter_map(|&n| self.cluster.node(n)).map(|n| n.name.clone()).collect(),
+            ready_at: r.ready_at,
         })
     }
 }

@@ -48,6 +48,11 @@ pub struct Job {
     /// starts over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_s: Option<u64>,
+    /// The most seconds its owner declares a run of it takes (each
+    /// member's [`Pod::run_limit_s`]): at least its real run, or it would
+    /// be cut short. Unset: it declares nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_s: Option<u64>,
 }
 
 /// How jobs are admitted.
@@ -109,6 +114,7 @@ pub fn job_pods(job: &Job, gpus_per_node: u32, mode: JobMode) -> Vec<Pod> {
                 allowed_models: job.seconds_on.keys().cloned().collect(),
                 tier: Tier::Opportunistic,
                 gang: gang.clone(),
+                run_limit_s: job.limit_s,
                 ..Pod::default()
             }
         })

@@ -132,6 +132,19 @@ fn pod_requests_follow_the_kubernetes_rules() {
     assert_eq!((p.gpu_count, p.gpu_milli), (4, 1000));
     assert_eq!(p.allowed_models, ["H100"]);
     assert_eq!((p.priority, p.tier), (1000, Tier::Soft));
+    assert_eq!(p.run_limit_s, None, "it declares no limit");
+}
+
+#[test]
+fn a_pods_active_deadline_is_the_limit_it_declares() {
+    let mut v = training_pod();
+    v["spec"]["activeDeadlineSeconds"] = json!(7200);
+    assert_eq!(pod(&kpod(v.clone()), &ModelNames::default()).unwrap().run_limit_s, Some(7200));
+    for bad in [0, -5] {
+        v["spec"]["activeDeadlineSeconds"] = json!(bad);
+        let e = pod(&kpod(v.clone()), &ModelNames::default()).unwrap_err().to_string();
+        assert!(e.contains("ml/trainer-0") && e.contains(&format!("activeDeadlineSeconds = {bad}")), "{e}");
+    }
 }
 
 #[test]

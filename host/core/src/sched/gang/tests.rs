@@ -432,3 +432,66 @@ fn a_reservation_waits_its_time_keeps_only_what_fits_and_ends_when_its_gang_leav
     };
     assert_eq!(s.cluster().node(placement.node).unwrap().name, "n0");
 }
+
+/// Two 8-GPU nodes, each with a 5-GPU pod bound at t=0 (`a` declaring
+/// 100 s, `b` declaring `b_limit`); a gang of two 8-GPU members waits from
+/// t=0 and is elected at t=20, when `a` ends early. At t=21 three 1-GPU
+/// pods arrive: `short` declares 50 s, `long` 90 s, `open` nothing.
+fn backfill(b_limit: Option<u64>) -> (Scheduler, First, Vec<Event>) {
+    let cfg = SchedConfig { reserve_after_s: Some(10), ..SchedConfig::default() };
+    let mut s = Scheduler::new(nodes(2), cfg);
+    let mut p = First::default();
+    let limited =
+        |name: &str, gpus: u32, limit: Option<u64>| Pod { run_limit_s: limit, ..pod(name, Tier::Soft, 0, gpus) };
+    s.submit(100, limited("a", 5, Some(100)), 0).unwrap();
+    s.submit(101, limited("b", 5, b_limit), 0).unwrap();
+    s.submit(0, member("wide", 2, "w0", Tier::Soft, 8), 0).unwrap();
+    s.submit(1, member("wide", 2, "w1", Tier::Soft, 8), 0).unwrap();
+    s.schedule(&mut p, 0);
+    s.remove(100);
+    s.schedule(&mut p, 20);
+    assert!(s.reservation().is_some(), "the gang waited 20 s for room");
+    s.submit(102, limited("short", 1, Some(50)), 21).unwrap();
+    s.submit(103, limited("long", 1, Some(90)), 21).unwrap();
+    s.submit(104, limited("open", 1, None), 21).unwrap();
+    let at21 = s.schedule(&mut p, 21);
+    no_partial_gang(&s);
+    (s, p, at21)
+}
+
+#[test]
+fn a_pod_that_ends_before_the_kept_nodes_are_free_backfills_them() {
+    let (mut s, mut p, at21) = backfill(Some(100));
+    // `b` ends by t=100 at the latest: that is when the gang can start.
+    assert_eq!(s.reservation().unwrap().ready_at, Some(100));
+    // 21 + 50 <= 100: `short` runs meanwhile; `long` would hold the gang
+    // past 100 and `open` might run for ever: both are kept off.
+    assert_eq!(
+        codes(&at21),
+        [(102, "bound".into()), (103, "SCHED-NODE-RESERVED".into()), (104, "SCHED-NODE-RESERVED".into())]
+    );
+    // `short` ends at 71 and `b` at 100, as declared: the gang starts then.
+    s.remove(102);
+    s.schedule(&mut p, 71);
+    assert_eq!(s.reservation().unwrap().ready_at, Some(100), "ready_at is taken afresh");
+    s.remove(101);
+    let at100 = s.schedule(&mut p, 100);
+    let c = codes(&at100);
+    assert!(c.contains(&(0, "bound".into())) && c.contains(&(1, "bound".into())), "{at100:?}");
+    assert!(s.reservation().is_none());
+}
+
+#[test]
+fn no_backfill_while_a_pod_on_the_kept_nodes_declares_no_limit_or_ran_past_it() {
+    let (s, _, at21) = backfill(None);
+    assert_eq!(s.reservation().unwrap().ready_at, None);
+    assert!(codes(&at21).iter().all(|(_, c)| c == "SCHED-NODE-RESERVED"), "{at21:?}");
+
+    // `b` declared 100 s and still runs at t=150: when it ends is unknown.
+    let (mut s, mut p, _) = backfill(Some(100));
+    s.remove(102);
+    s.submit(105, Pod { run_limit_s: Some(1), ..pod("tiny", Tier::Soft, 0, 1) }, 150).unwrap();
+    let at150 = s.schedule(&mut p, 150);
+    assert_eq!(s.reservation().unwrap().ready_at, None);
+    assert!(!codes(&at150).contains(&(105, "bound".into())), "{at150:?}");
+}

@@ -28,6 +28,7 @@ fn job(name: &str, arrival_s: u64, gpus: u32, secs: u64) -> Job {
         seconds_on: [("V100".to_string(), secs)].into(),
         queue: "q".into(),
         checkpoint_s: None,
+        limit_s: None,
     }
 }
 

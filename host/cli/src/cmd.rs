@@ -29,3 +29,10 @@ where
 {
     clap::builder::RangedU64ValueParser::<T>::new().range(lo..=hi)
 }
+
+/// `--declared-limit`: a factor of a job's run within [1, MAX_LIMIT_FACTOR].
+pub fn limit_factor(s: &str) -> Result<f64, String> {
+    let f: f64 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
+    let max = tessera::jobs::MAX_LIMIT_FACTOR;
+    if (1.0..=max).contains(&f) { Ok(f) } else { Err(format!("{s} is not within [1, {max}]")) }
+}

@@ -33,10 +33,12 @@ use crate::load;
 use crate::sim::policy_document;
 
 mod cluster;
+mod limits;
 mod table;
 
 use cluster::never_fitting;
 pub use cluster::{cluster, sized_cluster, spec_cluster};
+pub use limits::MAX_LIMIT_FACTOR;
 
 /// GPUs per node (Gavel's clusters).
 pub const GPUS_PER_NODE: u32 = 8;
@@ -274,39 +276,7 @@ impl JobTrace {
             j.checkpoint_s = every;
         }
     }
-
-    /// Every job declares `factor` times its longest run on the GPU models
-    /// of a cluster of `gpus` (per [`SPEC_MODELS`]) as its limit, rounded
-    /// up (none: no job declares one). A factor of 1 is an owner who knows
-    /// the run exactly; Slurm users' estimates run several times over.
-    pub fn declare_limits(&mut self, factor: Option<f64>, gpus: [u32; 3]) -> Result<()> {
-        let Some(factor) = factor else {
-            for j in &mut self.jobs {
-                j.limit_s = None;
-            }
-            return Ok(());
-        };
-        if !(1.0..=MAX_LIMIT_FACTOR).contains(&factor) {
-            bail!("--declared-limit must be within [1, {MAX_LIMIT_FACTOR}] (times a job's run), not {factor}");
-        }
-        for j in &mut self.jobs {
-            let longest = SPEC_MODELS
-                .iter()
-                .zip(gpus)
-                .filter(|(_, g)| *g > 0)
-                .filter_map(|(m, _)| j.seconds_on.get(*m).copied())
-                .max();
-            // A model of the cluster it cannot use: declared on what it
-            // can (it never runs there all the same).
-            let longest = longest.or_else(|| j.seconds_on.values().copied().max()).unwrap_or(0);
-            j.limit_s = Some((longest as f64 * factor).ceil().min(u64::MAX as f64) as u64);
-        }
-        Ok(())
-    }
 }
-
-/// The most `--declared-limit` may be, times a job's run.
-pub const MAX_LIMIT_FACTOR: f64 = 100.0;
 
 /// Reads `path` and gives each job a queue (one of `queues`, seeded) and
 /// its run time per GPU model.

@@ -682,6 +682,8 @@ fn bench_counts_past_their_range_are_refused_before_anything_is_allocated() {
         (&["sim", "--node-count", "4000000000"][..], "4000000000 is not in 1..=1000000"),
         (&["sim", "--inflate", "1e300"][..], "1e300 is not within (0, 10]"),
         (&["sim", "--online", "--telemetry-interval", "0"][..], "0 is not in 1..=86400"),
+        (&["bench", "jobs", "--traces", ".", "--declared-limit", "0.5"][..], "0.5 is not within [1, 100]"),
+        (&["sim", "--jobs", "x.trace", "--declared-limit", "NaN"][..], "NaN is not within [1, 100]"),
         (&["train", "--traces", ".", "--out", ".", "--pairs", "4000000000"][..], "4000000000 is not in 1..=1000"),
         (&["train", "--traces", ".", "--out", ".", "--hidden", "4000000000"][..], "4000000000 is not in 0..=1024"),
         (

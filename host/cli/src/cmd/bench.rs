@@ -220,7 +220,7 @@ pub enum BenchCmd {
         /// a pod that will have ended before the nodes kept for a waiting
         /// gang are free may use them (backfill). Default: no job declares
         /// one (Philly's traces carry none).
-        #[arg(long, value_name = "F", value_parser = limit_factor)]
+        #[arg(long, value_name = "F", value_parser = super::limit_factor)]
         declared_limit: Option<f64>,
         #[arg(long, value_enum, default_value = "table")]
         format: Format,
@@ -352,11 +352,4 @@ pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// `--declared-limit`: a factor of a job's run within [1, MAX_LIMIT_FACTOR].
-fn limit_factor(s: &str) -> Result<f64, String> {
-    let f: f64 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
-    let max = tessera::jobs::MAX_LIMIT_FACTOR;
-    if (1.0..=max).contains(&f) { Ok(f) } else { Err(format!("{s} is not within [1, {max}]")) }
 }

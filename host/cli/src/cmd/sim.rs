@@ -36,6 +36,11 @@ pub struct SimArgs {
     /// Queues the --jobs are spread over (seeded).
     #[arg(long, default_value_t = 4, requires = "jobs", value_parser = super::count::<u32>(1, tessera_core::quota::MAX_QUEUES as u64))]
     pub queues: u32,
+    /// Every job declares F times its run as its limit (within [1, 100]):
+    /// pods that end before the nodes kept for a waiting gang of their
+    /// queue are free may use them (backfill). Default: none declares one.
+    #[arg(long, value_name = "F", requires = "jobs", value_parser = super::limit_factor)]
+    pub declared_limit: Option<f64>,
     /// Seconds between telemetry samples (online).
     #[arg(long, default_value_t = 300, value_parser = super::count::<u64>(1, 86_400))]
     pub telemetry_interval: u64,
@@ -84,12 +89,14 @@ fn run_jobs(
     file: &std::path::Path,
     admission: tessera::jobs::Admission,
     queues: u32,
+    declared_limit: Option<f64>,
     policy: &str,
     seed: u64,
     out: Option<PathBuf>,
 ) -> Result<ExitCode> {
     use tessera::jobs;
-    let (trace, gpus) = jobs::prepare(file, queues, seed)?;
+    let (mut trace, gpus) = jobs::prepare(file, queues, seed)?;
+    trace.declare_limits(declared_limit, gpus)?;
     let rt = tessera::replay::runtime(None)?;
     let (run, report) = jobs::run_one(&rt, &trace, gpus, admission, policy, seed, jobs::Fairness::default())?;
     print!("{}", jobs::JobsBench { runs: vec![run] }.to_table());
@@ -108,6 +115,7 @@ pub fn run(a: SimArgs) -> Result<ExitCode> {
         jobs,
         admission,
         queues,
+        declared_limit,
         time_replay,
         online,
         telemetry_interval,
@@ -123,7 +131,7 @@ pub fn run(a: SimArgs) -> Result<ExitCode> {
     } = a;
     let seed = workload.seed;
     if let Some(file) = jobs {
-        return run_jobs(&file, admission, queues, &workload.policy, seed, out);
+        return run_jobs(&file, admission, queues, declared_limit, &workload.policy, seed, out);
     }
     if !(0.0..=100.0).contains(&max_migrations_pct) {
         anyhow::bail!("--max-migrations-pct must be within 0..=100, not {max_migrations_pct}");

@@ -16,12 +16,20 @@
 //! **Backfill** (Slurm's, with declared limits): when every pod running
 //! on the kept nodes declares the most it runs (`Pod::run_limit_s`), the
 //! moment they will all be free is known — the reservation's `ready_at`.
-//! A pod that declares a limit and will have ended by then may use a kept
-//! node: the gang starts no later for it, and the drain is not idle time.
-//! A pod without a limit, or one that would run past `ready_at`, is kept
-//! off as before. `ready_at` is taken afresh at every pass (pods end early,
-//! or run past what they declared: then it is unknown until they end).
-//! Preemptors never backfill.
+//! A pod of the gang's own leaf queue that declares a limit and will have
+//! ended by then may use a kept node: the gang starts no later for it, and
+//! the drain is not idle time. A pod without a limit, one that would run
+//! past `ready_at`, and a pod of another queue are kept off as before.
+//! `ready_at` is taken afresh at every pass (pods end early, or run past
+//! what they declared: then it is unknown until they end). Preemptors
+//! never backfill.
+//!
+//! Why the gang's own queue only: the reservation exists because that
+//! queue waited; the drain is its turn. Backfill open to every queue gives
+//! the drain to whichever queue has short jobs, and on the Philly traces
+//! it took a queue of long one-GPU jobs from 0.97 of its fair share to
+//! 0.83–0.89 (docs/BENCHMARKS.md §12, "Backfill"). Without queues every
+//! pod is in the default leaf, and this is plain backfill.
 //!
 //! Deterministic: nodes are chosen by use, ties by id.
 
@@ -43,12 +51,18 @@ pub(super) struct Reservation {
     pub(super) ready_at: Option<u64>,
     /// The loop's time at the pass that last took `ready_at`.
     pub(super) now: u64,
+    /// The leaf queue of the gang it is kept for.
+    pub(super) leaf: usize,
 }
 
 impl Reservation {
-    /// Whether `pod` may run on the kept nodes: it declares a limit and
-    /// will have ended by the time they are all free.
-    fn backfills(&self, pod: &Pod) -> bool {
+    /// Whether `pod`, of leaf queue `leaf`, may run on the kept nodes: it
+    /// waits in the gang's queue, declares a limit and will have ended by
+    /// the time they are all free.
+    fn backfills(&self, pod: &Pod, leaf: Option<usize>) -> bool {
+        if leaf != Some(self.leaf) {
+            return false;
+        }
         match (pod.run_limit_s, self.ready_at) {
             (Some(limit), Some(ready)) => self.now.saturating_add(limit) <= ready,
             _ => false,
@@ -79,7 +93,8 @@ impl Scheduler {
     /// Takes the nodes kept for another gang out of `pod`'s candidates,
     /// unless it backfills; how many were taken.
     pub(super) fn drop_reserved(&mut self, pod: &Pod) -> usize {
-        if self.reservation.as_ref().is_none_or(|r| r.backfills(pod)) {
+        let leaf = self.queues.tree.leaf_of(pod).ok();
+        if self.reservation.as_ref().is_none_or(|r| r.backfills(pod, leaf)) {
             return 0;
         }
         let mut candidates = std::mem::take(&mut self.candidates);
@@ -100,6 +115,8 @@ impl Scheduler {
             return;
         }
         let mut pods: Vec<&Pod> = members.iter().filter_map(|m| self.pods.get(m).map(|e| &e.pod)).collect();
+        let tree = &self.queues.tree;
+        let leaf = pods.first().map_or(tree.default_leaf(), |p| tree.leaf_of(p).unwrap_or(tree.default_leaf()));
         // The widest first: they have the fewest nodes to choose from.
         pods.sort_by_key(|p| std::cmp::Reverse((p.gpu_count, p.requests.cpu_milli, p.requests.memory_mib)));
         // Each node as it would be with nothing running, for the host's
@@ -123,7 +140,7 @@ impl Scheduler {
         if !nodes.is_empty() {
             self.stats.reservations += 1;
             let ready_at = self.ready_at(&nodes, now);
-            self.reservation = Some(Reservation { gang: name.to_string(), nodes, ready_at, now });
+            self.reservation = Some(Reservation { gang: name.to_string(), nodes, ready_at, now, leaf });
         }
     }
 

@@ -438,15 +438,38 @@ fn a_reservation_waits_its_time_keeps_only_what_fits_and_ends_when_its_gang_leav
 /// t=0 and is elected at t=20, when `a` ends early. At t=21 three 1-GPU
 /// pods arrive: `short` declares 50 s, `long` 90 s, `open` nothing.
 fn backfill(b_limit: Option<u64>) -> (Scheduler, First, Vec<Event>) {
+    backfill_in(b_limit, false)
+}
+
+/// [`backfill`]; with `queues`, leaf queues `a` and `b`, every pod in `a`,
+/// and `other` (1 GPU, declaring 50 s) in `b` arriving at t=21 too.
+fn backfill_in(b_limit: Option<u64>, queues: bool) -> (Scheduler, First, Vec<Event>) {
+    use crate::quota::{QueueSpec, QueueTree, QueuesConfig, Quota};
     let cfg = SchedConfig { reserve_after_s: Some(10), ..SchedConfig::default() };
     let mut s = Scheduler::new(nodes(2), cfg);
+    if queues {
+        let leaf = |name: &str| QueueSpec {
+            name: name.into(),
+            parent: None,
+            weight: 1.0,
+            guarantee: Quota::default(),
+            limit: Quota::default(),
+        };
+        let list = vec![leaf("a"), leaf("b")];
+        s.set_queues(QueueTree::new(&QueuesConfig { list, ..QueuesConfig::default() }).unwrap());
+    }
+    let queue = queues.then(|| "a".to_string());
     let mut p = First::default();
-    let limited =
-        |name: &str, gpus: u32, limit: Option<u64>| Pod { run_limit_s: limit, ..pod(name, Tier::Soft, 0, gpus) };
+    let limited = |name: &str, gpus: u32, limit: Option<u64>| Pod {
+        run_limit_s: limit,
+        queue: queue.clone(),
+        ..pod(name, Tier::Soft, 0, gpus)
+    };
+    let member = |name: &str| Pod { queue: queue.clone(), ..member("wide", 2, name, Tier::Soft, 8) };
     s.submit(100, limited("a", 5, Some(100)), 0).unwrap();
     s.submit(101, limited("b", 5, b_limit), 0).unwrap();
-    s.submit(0, member("wide", 2, "w0", Tier::Soft, 8), 0).unwrap();
-    s.submit(1, member("wide", 2, "w1", Tier::Soft, 8), 0).unwrap();
+    s.submit(0, member("w0"), 0).unwrap();
+    s.submit(1, member("w1"), 0).unwrap();
     s.schedule(&mut p, 0);
     s.remove(100);
     s.schedule(&mut p, 20);
@@ -454,6 +477,9 @@ fn backfill(b_limit: Option<u64>) -> (Scheduler, First, Vec<Event>) {
     s.submit(102, limited("short", 1, Some(50)), 21).unwrap();
     s.submit(103, limited("long", 1, Some(90)), 21).unwrap();
     s.submit(104, limited("open", 1, None), 21).unwrap();
+    if queues {
+        s.submit(106, Pod { queue: Some("b".into()), ..limited("other", 1, Some(50)) }, 21).unwrap();
+    }
     let at21 = s.schedule(&mut p, 21);
     no_partial_gang(&s);
     (s, p, at21)
@@ -494,4 +520,22 @@ fn no_backfill_while_a_pod_on_the_kept_nodes_declares_no_limit_or_ran_past_it() 
     let at150 = s.schedule(&mut p, 150);
     assert_eq!(s.reservation().unwrap().ready_at, None);
     assert!(!codes(&at150).contains(&(105, "bound".into())), "{at150:?}");
+}
+
+#[test]
+fn only_the_gangs_own_queue_backfills_its_kept_nodes() {
+    let (s, _, at21) = backfill_in(Some(100), true);
+    assert_eq!(s.reservation().unwrap().ready_at, Some(100));
+    let mut c = codes(&at21);
+    c.sort();
+    // `other` ends in time too, but waits in queue `b`: the drain is `a`'s.
+    assert_eq!(
+        c,
+        [
+            (102, "bound".into()),
+            (103, "SCHED-NODE-RESERVED".into()),
+            (104, "SCHED-NODE-RESERVED".into()),
+            (106, "SCHED-NODE-RESERVED".into())
+        ]
+    );
 }

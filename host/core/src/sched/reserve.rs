@@ -122,6 +122,14 @@ impl Scheduler {
         // Each node as it would be with nothing running, for the host's
         // own filter ([`check`]) to judge.
         let empty: Vec<Node> = self.cluster.nodes().iter().map(emptied).collect();
+        // Nodes whose pods all declare when they end, the earliest free
+        // first (the gang's start is the latest of its nodes'); then, and
+        // where nothing is declared, the least in use.
+        let free_at = self.free_at(now);
+        let order = |n: &Node| match free_at.get(n.id as usize).copied().flatten() {
+            Some(t) => (0, t),
+            None => (1, 0),
+        };
         let mut nodes = BTreeSet::new();
         for pod in pods {
             let best = self
@@ -131,7 +139,7 @@ impl Scheduler {
                 .zip(&empty)
                 .filter(|(n, e)| !nodes.contains(&n.id) && check(e, pod).is_ok())
                 .map(|(n, _)| n)
-                .min_by_key(|n| (in_use(n), n.id));
+                .min_by_key(|n| (order(n), in_use(n), n.id));
             match best {
                 Some(n) => nodes.insert(n.id),
                 None => return,
@@ -174,19 +182,25 @@ impl Scheduler {
     /// limit (`now` if none runs there); None if one declares none or has
     /// run past it.
     fn ready_at(&self, nodes: &BTreeSet<NodeId>, now: u64) -> Option<u64> {
-        let mut ready = now;
+        let free_at = self.free_at(now);
+        nodes.iter().try_fold(now, |ready, &n| Some(ready.max(free_at.get(n as usize).copied().flatten()?)))
+    }
+
+    /// Per node (by id): when every pod running there will have ended by
+    /// its declared limit (`now` if none runs there); None where one
+    /// declares none or has run past it.
+    fn free_at(&self, now: u64) -> Vec<Option<u64>> {
+        let mut free = vec![Some(now); self.cluster.nodes().len()];
         for e in self.pods.values() {
             let State::Running { placement, started_at, .. } = e.state else { continue };
-            if !nodes.contains(&placement.node) {
-                continue;
-            }
-            let end = started_at.saturating_add(e.pod.run_limit_s?);
-            if end < now {
-                return None;
-            }
-            ready = ready.max(end);
+            let Some(slot) = free.get_mut(placement.node as usize) else { continue };
+            let end = e.pod.run_limit_s.map(|l| started_at.saturating_add(l)).filter(|&end| end >= now);
+            *slot = match (*slot, end) {
+                (Some(t), Some(end)) => Some(t.max(end)),
+                _ => None,
+            };
         }
-        Some(ready)
+        free
     }
 
     fn end_reservation(&mut self) {

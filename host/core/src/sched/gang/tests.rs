@@ -539,3 +539,23 @@ fn only_the_gangs_own_queue_backfills_its_kept_nodes() {
         ]
     );
 }
+
+#[test]
+fn the_nodes_kept_are_those_whose_pods_end_first_by_what_they_declare() {
+    let cfg = SchedConfig { reserve_after_s: Some(0), ..SchedConfig::default() };
+    let mut s = Scheduler::new(nodes(3), cfg);
+    let mut p = First::default();
+    let limited =
+        |name: &str, gpus: u32, limit: u64| Pod { run_limit_s: Some(limit), ..pod(name, Tier::Soft, 0, gpus) };
+    // n0: `a`, 5 GPUs until 500; n1: `b`, 5 GPUs until 100; n2: `c`, 6 GPUs until 50.
+    s.submit(100, limited("a", 5, 500), 0).unwrap();
+    s.submit(101, limited("b", 5, 100), 0).unwrap();
+    s.submit(102, limited("c", 6, 50), 0).unwrap();
+    s.schedule(&mut p, 0);
+    s.submit(0, member("wide", 2, "w0", Tier::Soft, 8), 0).unwrap();
+    s.submit(1, member("wide", 2, "w1", Tier::Soft, 8), 0).unwrap();
+    s.schedule(&mut p, 0);
+    let r = s.reservation().expect("elected at once");
+    // The least in use would be n0 and n1 (5 GPUs each), free at 500.
+    assert_eq!((r.nodes, r.ready_at), (vec!["n1".to_string(), "n2".to_string()], Some(100)));
+}

@@ -106,6 +106,8 @@ pub struct Fairness {
     pub fairness_target: Option<f64>,
     /// Nodes are reserved for a gang that waited this long for room, s.
     pub reserve_after_s: Option<u64>,
+    /// One reservation per leaf queue (`scheduling.reserve_per_queue`).
+    pub reserve_per_queue: bool,
     /// Within a queue, smaller jobs first (`scheduling.queue.smallest_first`).
     pub smallest_first: bool,
     /// With the gate: queues reclaim up to their fair share, not only their
@@ -138,6 +140,7 @@ impl Fairness {
             usage_half_life_s: self.usage_half_life_s.or(q.usage_half_life_s),
             fairness_target: self.fairness_target.or(q.fairness_target),
             reserve_after_s: self.reserve_after_s.or(doc.scheduling.reserve_after_s),
+            reserve_per_queue: self.reserve_per_queue || doc.scheduling.reserve_per_queue,
             smallest_first: self.smallest_first || doc.scheduling.queue.smallest_first,
             reclaim_to_fair_share: self.reclaim_to_fair_share || q.reclaim_to_fair_share,
             reclaim_min_runtime_s: self.reclaim_min_runtime_s.or(q.reclaim_min_runtime_s),
@@ -168,6 +171,9 @@ impl Fairness {
         if self.smallest_first {
             doc.scheduling.queue.smallest_first = true;
         }
+        if self.reserve_per_queue {
+            doc.scheduling.reserve_per_queue = true;
+        }
     }
 
     /// As a run's name shows it: `+gate`, `+gate~3600s`, `≥0.9`,
@@ -183,6 +189,9 @@ impl Fairness {
         }
         if let Some(r) = self.reserve_after_s {
             s += &format!("+reserve@{r}s");
+        }
+        if self.reserve_per_queue {
+            s += "/queue";
         }
         if self.smallest_first {
             s += "+smallest";

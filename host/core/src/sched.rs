@@ -170,8 +170,8 @@ pub struct Scheduler {
     protected: BTreeSet<PodId>,
     /// Gangs with a member known, by name.
     gangs: BTreeMap<String, gang::GangState>,
-    /// Nodes kept for a gang that waited too long for room.
-    reservation: Option<reserve::Reservation>,
+    /// Nodes kept for gangs that waited too long for room, oldest first.
+    reservations: Vec<reserve::Reservation>,
 }
 
 impl Scheduler {
@@ -193,7 +193,7 @@ impl Scheduler {
             attempts: None,
             protected: BTreeSet::new(),
             gangs: BTreeMap::new(),
-            reservation: None,
+            reservations: Vec::new(),
         }
     }
 

@@ -197,6 +197,10 @@ pub enum BenchCmd {
         /// (the policy's scheduling.reserve_after_s), in every mode.
         #[arg(long, value_name = "S")]
         reserve_after: Option<u64>,
+        /// With --reserve-after: one gang of each leaf queue may have
+        /// nodes kept at once (the policy's scheduling.reserve_per_queue).
+        #[arg(long)]
+        reserve_per_queue: bool,
         /// Within a queue, smaller jobs (fewer GPUs over the gang) first
         /// (the policy's scheduling.queue.smallest_first), in every mode
         /// but fifo.
@@ -294,6 +298,7 @@ pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
             usage_half_life,
             fairness_target,
             reserve_after,
+            reserve_per_queue,
             smallest_first,
             reclaim_to_share,
             reclaim_min_runtime,
@@ -315,6 +320,7 @@ pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
                     usage_half_life_s: usage_half_life,
                     fairness_target,
                     reserve_after_s: reserve_after,
+                    reserve_per_queue,
                     smallest_first,
                     reclaim_to_fair_share: reclaim_to_share,
                     reclaim_min_runtime_s: reclaim_min_runtime,

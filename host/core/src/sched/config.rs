@@ -53,10 +53,20 @@ pub struct SchedConfig {
     /// Unset: never.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reserve_after_s: Option<u64>,
+    /// With `reserve_after_s`: one gang of each leaf queue may have nodes
+    /// kept at once, not one gang in the cluster.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub reserve_per_queue: bool,
 }
 
 impl Default for SchedConfig {
     fn default() -> Self {
-        Self { queue: MlfqConfig::default(), sampling: Sampling::default(), preemption: true, reserve_after_s: None }
+        Self {
+            queue: MlfqConfig::default(),
+            sampling: Sampling::default(),
+            preemption: true,
+            reserve_after_s: None,
+            reserve_per_queue: false,
+        }
     }
 }

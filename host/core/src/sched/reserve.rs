@@ -7,8 +7,9 @@
 //! has waited `reserve_after_s` for room (its members parked because the
 //! host's filter found too little, not for a queue or a missing member),
 //! it is elected — one gang at a time, the first to qualify in queue
-//! order — and the nodes it needs that are least in use are reserved for
-//! it: no other pod is placed on them or preempts onto them, so they
+//! order — and the nodes it needs are reserved for it: those whose pods
+//! all declare when they end, the earliest free first, then the least in
+//! use. No other pod is placed on them or preempts onto them, so they
 //! empty as what runs there ends, and the gang fits. The reservation ends
 //! when the gang runs, leaves, waits for something other than room, or a
 //! reserved node stops being ready.
@@ -56,6 +57,11 @@ pub(super) struct Reservation {
 }
 
 impl Reservation {
+    /// Whether it keeps its nodes from `pod` (not a member of its gang).
+    fn against(&self, pod: &Pod) -> bool {
+        pod.gang.as_ref().is_none_or(|g| g.name != self.gang)
+    }
+
     /// Whether `pod`, of leaf queue `leaf`, may run on the kept nodes: it
     /// waits in the gang's queue, declares a limit and will have ended by
     /// the time they are all free.
@@ -85,22 +91,20 @@ pub struct ReservationStatus {
 impl Scheduler {
     /// Whether node `n` is kept for a gang other than `pod`'s.
     pub(super) fn reserved_against(&self, pod: &Pod, n: NodeId) -> bool {
-        self.reservation
-            .as_ref()
-            .is_some_and(|r| r.nodes.contains(&n) && pod.gang.as_ref().is_none_or(|g| g.name != r.gang))
+        self.reservations.iter().any(|r| r.nodes.contains(&n) && r.against(pod))
     }
 
     /// Takes the nodes kept for another gang out of `pod`'s candidates,
-    /// unless it backfills; how many were taken.
+    /// unless it backfills them; how many were taken.
     pub(super) fn drop_reserved(&mut self, pod: &Pod) -> usize {
         let leaf = self.queues.tree.leaf_of(pod).ok();
-        if self.reservation.as_ref().is_none_or(|r| r.backfills(pod, leaf)) {
+        let closed: Vec<&Reservation> =
+            self.reservations.iter().filter(|r| r.against(pod) && !r.backfills(pod, leaf)).collect();
+        if closed.is_empty() {
             return 0;
         }
-        let mut candidates = std::mem::take(&mut self.candidates);
-        let before = candidates.len();
-        candidates.retain(|&n| !self.reserved_against(pod, n));
-        self.candidates = candidates;
+        let before = self.candidates.len();
+        self.candidates.retain(|n| !closed.iter().any(|r| r.nodes.contains(n)));
         before - self.candidates.len()
     }
 
@@ -111,12 +115,18 @@ impl Scheduler {
     /// hold it).
     pub(super) fn maybe_reserve(&mut self, name: &str, members: &[PodId], since: u64, now: u64) {
         let Some(after) = self.cfg.reserve_after_s else { return };
-        if self.reservation.is_some() || now.saturating_sub(since) < after {
+        if now.saturating_sub(since) < after || self.reservations.iter().any(|r| r.gang == name) {
             return;
         }
         let mut pods: Vec<&Pod> = members.iter().filter_map(|m| self.pods.get(m).map(|e| &e.pod)).collect();
         let tree = &self.queues.tree;
         let leaf = pods.first().map_or(tree.default_leaf(), |p| tree.leaf_of(p).unwrap_or(tree.default_leaf()));
+        // One gang in the cluster, or with `reserve_per_queue` one per leaf.
+        let taken = |r: &Reservation| !self.cfg.reserve_per_queue || r.leaf == leaf;
+        if self.reservations.iter().any(taken) {
+            return;
+        }
+        let kept: BTreeSet<NodeId> = self.reservations.iter().flat_map(|r| r.nodes.iter().copied()).collect();
         // The widest first: they have the fewest nodes to choose from.
         pods.sort_by_key(|p| std::cmp::Reverse((p.gpu_count, p.requests.cpu_milli, p.requests.memory_mib)));
         // Each node as it would be with nothing running, for the host's
@@ -137,7 +147,7 @@ impl Scheduler {
                 .nodes()
                 .iter()
                 .zip(&empty)
-                .filter(|(n, e)| !nodes.contains(&n.id) && check(e, pod).is_ok())
+                .filter(|(n, e)| !nodes.contains(&n.id) && !kept.contains(&n.id) && check(e, pod).is_ok())
                 .map(|(n, _)| n)
                 .min_by_key(|n| (order(n), in_use(n), n.id));
             match best {
@@ -148,32 +158,38 @@ impl Scheduler {
         if !nodes.is_empty() {
             self.stats.reservations += 1;
             let ready_at = self.ready_at(&nodes, now);
-            self.reservation = Some(Reservation { gang: name.to_string(), nodes, ready_at, now, leaf });
+            self.reservations.push(Reservation { gang: name.to_string(), nodes, ready_at, now, leaf });
         }
     }
 
     /// Ends the reservation of gang `name`, if it has one (it runs, or
     /// waits for something other than room).
     pub(super) fn unreserve(&mut self, name: &str) {
-        if self.reservation.as_ref().is_some_and(|r| r.gang == name) {
-            self.end_reservation();
+        if let Some(i) = self.reservations.iter().position(|r| r.gang == name) {
+            self.end_reservation(i);
         }
     }
 
     /// At a pass's start (at `now`): a reservation whose gang left or
-    /// runs, or one of whose nodes stopped being ready, ends; another
-    /// takes its `ready_at` afresh.
+    /// runs, or one of whose nodes stopped being ready, ends; the others
+    /// take their `ready_at` afresh.
     pub(super) fn check_reservation(&mut self, now: u64) {
-        let Some(r) = &self.reservation else { return };
-        let gone = self.gang_needs(&r.gang) == 0;
-        let lost = r.nodes.iter().any(|&n| self.cluster.node(n).is_none_or(|n| !n.ready));
-        if gone || lost {
-            self.end_reservation();
+        if self.reservations.is_empty() {
             return;
         }
-        let ready_at = self.ready_at(&r.nodes, now);
-        if let Some(r) = self.reservation.as_mut() {
-            r.ready_at = ready_at;
+        let mut i = 0;
+        while let Some(r) = self.reservations.get(i) {
+            let gone = self.gang_needs(&r.gang) == 0;
+            let lost = r.nodes.iter().any(|&n| self.cluster.node(n).is_none_or(|n| !n.ready));
+            if gone || lost {
+                self.end_reservation(i);
+            } else {
+                i += 1;
+            }
+        }
+        let free_at = self.free_at(now);
+        for r in &mut self.reservations {
+            r.ready_at = ready_at(&free_at, &r.nodes, now);
             r.now = now;
         }
     }
@@ -182,8 +198,7 @@ impl Scheduler {
     /// limit (`now` if none runs there); None if one declares none or has
     /// run past it.
     fn ready_at(&self, nodes: &BTreeSet<NodeId>, now: u64) -> Option<u64> {
-        let free_at = self.free_at(now);
-        nodes.iter().try_fold(now, |ready, &n| Some(ready.max(free_at.get(n as usize).copied().flatten()?)))
+        ready_at(&self.free_at(now), nodes, now)
     }
 
     /// Per node (by id): when every pod running there will have ended by
@@ -203,22 +218,25 @@ impl Scheduler {
         free
     }
 
-    fn end_reservation(&mut self) {
-        if let Some(r) = self.reservation.take() {
-            // Pods kept off these nodes get another chance at them.
-            for n in r.nodes {
-                self.unpark(n);
-            }
+    /// Ends reservation `i`: pods kept off its nodes get another chance
+    /// at them.
+    fn end_reservation(&mut self, i: usize) {
+        let r = self.reservations.remove(i);
+        for n in r.nodes {
+            self.unpark(n);
         }
     }
 
-    /// The reservation now, if any.
-    pub fn reservation(&self) -> Option<ReservationStatus> {
-        self.reservation.as_ref().map(|r| ReservationStatus {
-            gang: r.gang.clone(),
-            nodes: r.nodes.iter().filter_map(|&n| self.cluster.node(n)).map(|n| n.name.clone()).collect(),
-            ready_at: r.ready_at,
-        })
+    /// The reservations now, oldest first.
+    pub fn reservations(&self) -> Vec<ReservationStatus> {
+        self.reservations
+            .iter()
+            .map(|r| ReservationStatus {
+                gang: r.gang.clone(),
+                nodes: r.nodes.iter().filter_map(|&n| self.cluster.node(n)).map(|n| n.name.clone()).collect(),
+                ready_at: r.ready_at,
+            })
+            .collect()
     }
 }
 
@@ -236,4 +254,10 @@ fn emptied(node: &Node) -> Node {
 fn in_use(node: &Node) -> (u32, u64) {
     let gpu = node.gpus.iter().filter(|g| g.health != GpuHealth::Failed).map(|g| GPU_MILLI - g.free_milli).sum();
     (gpu, node.capacity.cpu_milli.saturating_sub(node.free.cpu_milli))
+}
+
+/// When every pod on `nodes` will have ended, from [`Scheduler::free_at`]'s
+/// answer per node; None if that is unknown for one of them.
+fn ready_at(free_at: &[Option<u64>], nodes: &BTreeSet<NodeId>, now: u64) -> Option<u64> {
+    nodes.iter().try_fold(now, |ready, &n| Some(ready.max(free_at.get(n as usize).copied().flatten()?)))
 }

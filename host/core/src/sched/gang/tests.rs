@@ -365,7 +365,7 @@ fn starved_gang(reserve_after_s: Option<u64>, extra: Vec<Node>) -> (Scheduler, F
     s.submit(1, member("wide", 2, "w1", Tier::Soft, 8), 0).unwrap();
     let events = s.schedule(&mut p, 0);
     assert!(codes(&events).iter().all(|(_, c)| c == "SCHED-GANG-UNSCHEDULABLE"), "{events:?}");
-    assert!(s.reservation().is_none(), "it has not waited yet");
+    assert!(s.reservations().into_iter().next().is_none(), "it has not waited yet");
 
     s.remove(100);
     let at20 = s.schedule(&mut p, 20);
@@ -391,7 +391,7 @@ fn a_gang_that_waited_for_room_gets_nodes_kept_for_it() {
     let (mut s, mut p, at21) = starved_gang(Some(10), Vec::new());
     // At t=20 the gang had waited 20 s for room: both nodes are kept for
     // it, so the 1-GPU pod that fits on either is refused, and says why.
-    let reserved = s.reservation().expect("the gang waited 20 s for room");
+    let reserved = s.reservations().into_iter().next().expect("the gang waited 20 s for room");
     assert_eq!((reserved.gang.as_str(), reserved.nodes.len()), ("wide", 2));
     assert_eq!(codes(&at21), [(102, "SCHED-NODE-RESERVED".into())]);
     assert_eq!(s.stats().reservations, 1);
@@ -400,7 +400,7 @@ fn a_gang_that_waited_for_room_gets_nodes_kept_for_it() {
     let at30 = s.schedule(&mut p, 30);
     let c30 = codes(&at30);
     assert!(c30.contains(&(0, "bound".into())) && c30.contains(&(1, "bound".into())), "{at30:?}");
-    assert!(s.reservation().is_none());
+    assert!(s.reservations().into_iter().next().is_none());
     assert_eq!(s.gangs().next().unwrap().running, 2);
     no_partial_gang(&s);
 }
@@ -410,12 +410,12 @@ fn a_reservation_waits_its_time_keeps_only_what_fits_and_ends_when_its_gang_leav
     // Waited 20 s of the 60 asked: no reservation, c is placed.
     let (s, _, at21) = starved_gang(Some(60), Vec::new());
     assert!(codes(&at21).contains(&(102, "bound".into())), "{at21:?}");
-    assert!(s.reservation().is_none());
+    assert!(s.reservations().into_iter().next().is_none());
 
     // A 4-GPU node holds no member: it is not kept, and c goes there.
     let small = Node::new(0, "n2", Resources { cpu_milli: 64_000, memory_mib: 262_144 }, 4, "A100");
     let (mut s, mut p, at21) = starved_gang(Some(10), vec![small]);
-    let reserved = s.reservation().expect("the gang waited 20 s for room");
+    let reserved = s.reservations().into_iter().next().expect("the gang waited 20 s for room");
     assert_eq!(reserved.nodes, ["n0", "n1"]);
     let Some(Event::Bound { placement, .. }) = at21.iter().find(|e| matches!(e, Event::Bound { pod: 102, .. })) else {
         panic!("c fits the node not kept: {at21:?}")
@@ -426,7 +426,7 @@ fn a_reservation_waits_its_time_keeps_only_what_fits_and_ends_when_its_gang_leav
     s.remove(1);
     s.submit(103, pod("d", Tier::Soft, 0, 1), 22).unwrap();
     let at22 = s.schedule(&mut p, 22);
-    assert!(s.reservation().is_none(), "its gang left");
+    assert!(s.reservations().into_iter().next().is_none(), "its gang left");
     let Some(Event::Bound { placement, .. }) = at22.iter().find(|e| matches!(e, Event::Bound { pod: 103, .. })) else {
         panic!("{at22:?}")
     };
@@ -473,7 +473,7 @@ fn backfill_in(b_limit: Option<u64>, queues: bool) -> (Scheduler, First, Vec<Eve
     s.schedule(&mut p, 0);
     s.remove(100);
     s.schedule(&mut p, 20);
-    assert!(s.reservation().is_some(), "the gang waited 20 s for room");
+    assert!(s.reservations().into_iter().next().is_some(), "the gang waited 20 s for room");
     s.submit(102, limited("short", 1, Some(50)), 21).unwrap();
     s.submit(103, limited("long", 1, Some(90)), 21).unwrap();
     s.submit(104, limited("open", 1, None), 21).unwrap();
@@ -489,7 +489,7 @@ fn backfill_in(b_limit: Option<u64>, queues: bool) -> (Scheduler, First, Vec<Eve
 fn a_pod_that_ends_before_the_kept_nodes_are_free_backfills_them() {
     let (mut s, mut p, at21) = backfill(Some(100));
     // `b` ends by t=100 at the latest: that is when the gang can start.
-    assert_eq!(s.reservation().unwrap().ready_at, Some(100));
+    assert_eq!(s.reservations().into_iter().next().unwrap().ready_at, Some(100));
     // 21 + 50 <= 100: `short` runs meanwhile; `long` would hold the gang
     // past 100 and `open` might run for ever: both are kept off.
     assert_eq!(
@@ -499,18 +499,18 @@ fn a_pod_that_ends_before_the_kept_nodes_are_free_backfills_them() {
     // `short` ends at 71 and `b` at 100, as declared: the gang starts then.
     s.remove(102);
     s.schedule(&mut p, 71);
-    assert_eq!(s.reservation().unwrap().ready_at, Some(100), "ready_at is taken afresh");
+    assert_eq!(s.reservations().into_iter().next().unwrap().ready_at, Some(100), "ready_at is taken afresh");
     s.remove(101);
     let at100 = s.schedule(&mut p, 100);
     let c = codes(&at100);
     assert!(c.contains(&(0, "bound".into())) && c.contains(&(1, "bound".into())), "{at100:?}");
-    assert!(s.reservation().is_none());
+    assert!(s.reservations().into_iter().next().is_none());
 }
 
 #[test]
 fn no_backfill_while_a_pod_on_the_kept_nodes_declares_no_limit_or_ran_past_it() {
     let (s, _, at21) = backfill(None);
-    assert_eq!(s.reservation().unwrap().ready_at, None);
+    assert_eq!(s.reservations().into_iter().next().unwrap().ready_at, None);
     assert!(codes(&at21).iter().all(|(_, c)| c == "SCHED-NODE-RESERVED"), "{at21:?}");
 
     // `b` declared 100 s and still runs at t=150: when it ends is unknown.
@@ -518,14 +518,14 @@ fn no_backfill_while_a_pod_on_the_kept_nodes_declares_no_limit_or_ran_past_it() 
     s.remove(102);
     s.submit(105, Pod { run_limit_s: Some(1), ..pod("tiny", Tier::Soft, 0, 1) }, 150).unwrap();
     let at150 = s.schedule(&mut p, 150);
-    assert_eq!(s.reservation().unwrap().ready_at, None);
+    assert_eq!(s.reservations().into_iter().next().unwrap().ready_at, None);
     assert!(!codes(&at150).contains(&(105, "bound".into())), "{at150:?}");
 }
 
 #[test]
 fn only_the_gangs_own_queue_backfills_its_kept_nodes() {
     let (s, _, at21) = backfill_in(Some(100), true);
-    assert_eq!(s.reservation().unwrap().ready_at, Some(100));
+    assert_eq!(s.reservations().into_iter().next().unwrap().ready_at, Some(100));
     let mut c = codes(&at21);
     c.sort();
     // `other` ends in time too, but waits in queue `b`: the drain is `a`'s.
@@ -555,7 +555,7 @@ fn the_nodes_kept_are_those_whose_pods_end_first_by_what_they_declare() {
     s.submit(0, member("wide", 2, "w0", Tier::Soft, 8), 0).unwrap();
     s.submit(1, member("wide", 2, "w1", Tier::Soft, 8), 0).unwrap();
     s.schedule(&mut p, 0);
-    let r = s.reservation().expect("elected at once");
+    let r = s.reservations().into_iter().next().expect("elected at once");
     // The least in use would be n0 and n1 (5 GPUs each), free at 500.
     assert_eq!((r.nodes, r.ready_at), (vec!["n1".to_string(), "n2".to_string()], Some(100)));
 }

@@ -6,8 +6,9 @@
 //! come: the gang waits for ever although it is first in line. Once a gang
 //! has waited `reserve_after_s` for room (its members parked because the
 //! host's filter found too little, not for a queue or a missing member),
-//! it is elected — one gang at a time, the first to qualify in queue
-//! order — and the nodes it needs are reserved for it: those whose pods
+//! it is elected when it is next decided — one gang at a time, the first
+//! to qualify in queue order (with `reserve_per_queue`, one per leaf
+//! queue) — and the nodes it needs are reserved for it: those whose pods
 //! all declare when they end, the earliest free first, then the least in
 //! use. No other pod is placed on them or preempts onto them, so they
 //! empty as what runs there ends, and the gang fits. The reservation ends
@@ -110,9 +111,11 @@ impl Scheduler {
 
     /// Gang `name`, whose members `members` are waiting since `since`,
     /// could not be placed at `now` for want of room: it is elected if no
-    /// gang is and it has waited long enough, and the nodes it needs least
-    /// in use are kept for it (none if even an empty cluster could not
-    /// hold it).
+    /// gang is (of its leaf queue, with `reserve_per_queue`) and it has
+    /// waited long enough, and the nodes it needs are kept for it, the
+    /// earliest free by declared limits first, then the least in use
+    /// (none if even an empty cluster, less nodes kept for others, could
+    /// not hold it).
     pub(super) fn maybe_reserve(&mut self, name: &str, members: &[PodId], since: u64, now: u64) {
         let Some(after) = self.cfg.reserve_after_s else { return };
         if now.saturating_sub(since) < after || self.reservations.iter().any(|r| r.gang == name) {

@@ -98,6 +98,9 @@ impl Scheduler {
     /// Takes the nodes kept for another gang out of `pod`'s candidates,
     /// unless it backfills them; how many were taken.
     pub(super) fn drop_reserved(&mut self, pod: &Pod) -> usize {
+        if self.reservations.is_empty() {
+            return 0;
+        }
         let leaf = self.queues.tree.leaf_of(pod).ok();
         let closed: Vec<&Reservation> =
             self.reservations.iter().filter(|r| r.against(pod) && !r.backfills(pod, leaf)).collect();

@@ -33,7 +33,9 @@
 //! 0.83–0.89 (docs/BENCHMARKS.md §12, "Backfill"). Without queues every
 //! pod is in the default leaf, and this is plain backfill.
 //!
-//! Deterministic: nodes are chosen by use, ties by id.
+//! Deterministic: nodes are chosen by declared end, then use, ties by id.
+//! While nodes are kept, each pass reads every pod once to take their
+//! `ready_at` afresh.
 
 use std::collections::BTreeSet;
 

@@ -34,5 +34,5 @@ where
 pub fn limit_factor(s: &str) -> Result<f64, String> {
     let f: f64 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
     let max = tessera::jobs::MAX_LIMIT_FACTOR;
-    if (1.0..=max).contains(&f) { Ok(f) } else { Err(format!("{s} is not within [1, {max}]")) }
+    if tessera::jobs::limit_factor_ok(f) { Ok(f) } else { Err(format!("{s} is not within [1, {max}]")) }
 }

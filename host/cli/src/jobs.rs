@@ -38,7 +38,7 @@ mod table;
 
 use cluster::never_fitting;
 pub use cluster::{cluster, sized_cluster, spec_cluster};
-pub use limits::MAX_LIMIT_FACTOR;
+pub use limits::{MAX_LIMIT_FACTOR, limit_factor_ok};
 
 /// GPUs per node (Gavel's clusters).
 pub const GPUS_PER_NODE: u32 = 8;

@@ -9,6 +9,12 @@ use super::{JobTrace, SPEC_MODELS};
 /// The most `--declared-limit` may be, times a job's run.
 pub const MAX_LIMIT_FACTOR: f64 = 100.0;
 
+/// Whether `factor` may be a job's declared limit over its run: within
+/// [1, [`MAX_LIMIT_FACTOR`]] (under 1, jobs would be cut short).
+pub fn limit_factor_ok(factor: f64) -> bool {
+    (1.0..=MAX_LIMIT_FACTOR).contains(&factor)
+}
+
 impl JobTrace {
     /// Every job declares `factor` times its longest run on the GPU models
     /// of a cluster of `gpus` (per [`SPEC_MODELS`]) as its limit, rounded
@@ -21,7 +27,7 @@ impl JobTrace {
             }
             return Ok(());
         };
-        if !(1.0..=MAX_LIMIT_FACTOR).contains(&factor) {
+        if !limit_factor_ok(factor) {
             bail!("--declared-limit must be within [1, {MAX_LIMIT_FACTOR}] (times a job's run), not {factor}");
         }
         for j in &mut self.jobs {

@@ -165,7 +165,7 @@ impl Scheduler {
         }
         if !nodes.is_empty() {
             self.stats.reservations += 1;
-            let ready_at = self.ready_at(&nodes, now);
+            let ready_at = ready_at(&free_at, &nodes, now);
             self.reservations.push(Reservation { gang: name.to_string(), nodes, ready_at, now, leaf });
         }
     }
@@ -182,9 +182,6 @@ impl Scheduler {
     /// runs, or one of whose nodes stopped being ready, ends; the others
     /// take their `ready_at` afresh.
     pub(super) fn check_reservation(&mut self, now: u64) {
-        if self.reservations.is_empty() {
-            return;
-        }
         let mut i = 0;
         while let Some(r) = self.reservations.get(i) {
             let gone = self.gang_needs(&r.gang) == 0;
@@ -195,18 +192,14 @@ impl Scheduler {
                 i += 1;
             }
         }
+        if self.reservations.is_empty() {
+            return;
+        }
         let free_at = self.free_at(now);
         for r in &mut self.reservations {
             r.ready_at = ready_at(&free_at, &r.nodes, now);
             r.now = now;
         }
-    }
-
-    /// When every pod running on `nodes` will have ended by its declared
-    /// limit (`now` if none runs there); None if one declares none or has
-    /// run past it.
-    fn ready_at(&self, nodes: &BTreeSet<NodeId>, now: u64) -> Option<u64> {
-        ready_at(&self.free_at(now), nodes, now)
     }
 
     /// Per node (by id): when every pod running there will have ended by
@@ -264,8 +257,9 @@ fn in_use(node: &Node) -> (u32, u64) {
     (gpu, node.capacity.cpu_milli.saturating_sub(node.free.cpu_milli))
 }
 
-/// When every pod on `nodes` will have ended, from [`Scheduler::free_at`]'s
-/// answer per node; None if that is unknown for one of them.
+/// When every pod running on `nodes` will have ended by its declared
+/// limit (`now` if none runs there), from [`Scheduler::free_at`]'s answer
+/// per node; None if that is unknown for one of them.
 fn ready_at(free_at: &[Option<u64>], nodes: &BTreeSet<NodeId>, now: u64) -> Option<u64> {
     nodes.iter().try_fold(now, |ready, &n| Some(ready.max(free_at.get(n as usize).copied().flatten()?)))
 }

@@ -15,6 +15,14 @@
 //! when the gang runs, leaves, waits for something other than room, or a
 //! reserved node stops being ready.
 //!
+//! **The kept nodes are taken afresh at each pass** (`refresh`): nothing
+//! says which pod ends first, and one that runs for weeks on a node kept
+//! at the election holds the others idle as long (Philly jobs resampled
+//! onto a 96-GPU cluster: a 64-GPU gang kept eight of its twelve nodes for
+//! 73 days). A node kept for no one where a member fits now replaces a
+//! kept node still draining, and the one furthest from free goes back to
+//! the other pods.
+//!
 //! **Backfill** (Slurm's, with declared limits): when every pod running
 //! on the kept nodes declares the most it runs (`Pod::run_limit_s`), the
 //! moment they will all be free is known — the reservation's `ready_at`.
@@ -196,9 +204,71 @@ impl Scheduler {
             return;
         }
         let free_at = self.free_at(now);
+        for i in 0..self.reservations.len() {
+            self.refresh(i, &free_at);
+        }
         for r in &mut self.reservations {
             r.ready_at = ready_at(&free_at, &r.nodes, now);
             r.now = now;
+        }
+    }
+
+    /// Reservation `i` at a pass's start keeps the nodes that free first
+    /// in fact, not only those chosen when its gang was elected: a node
+    /// kept for no one where a member fits now replaces a kept node still
+    /// draining, the one furthest from free (by `free_at`, then use) going
+    /// back (it takes other pods again). A node where a member fits now is
+    /// never given back for one where none does, so nodes do not go back
+    /// and forth.
+    fn refresh(&mut self, i: usize, free_at: &[Option<u64>]) {
+        let r = &self.reservations[i];
+        let Some(st) = self.gangs.get(&r.gang) else { return };
+        let mut pods: Vec<&Pod> = st
+            .members
+            .iter()
+            .filter_map(|m| self.pods.get(m))
+            .filter(|e| !matches!(e.state, State::Running { .. }))
+            .map(|e| &e.pod)
+            .collect();
+        // The widest first, as when elected.
+        pods.sort_by_key(|p| std::cmp::Reverse((p.gpu_count, p.requests.cpu_milli, p.requests.memory_mib)));
+        let kept = |id: &NodeId| self.reservations.iter().any(|r| r.nodes.contains(id));
+        let open: Vec<&Node> = self.cluster.nodes().iter().filter(|n| n.ready && !kept(&n.id)).collect();
+        let node = |id: NodeId| self.cluster.node(id);
+        // A node per member where it fits now, its own kept nodes first.
+        let mut keep: BTreeSet<NodeId> = BTreeSet::new();
+        for pod in &pods {
+            let best = r
+                .nodes
+                .iter()
+                .filter_map(|&id| node(id))
+                .chain(open.iter().copied())
+                .filter(|n| !keep.contains(&n.id) && check(n, pod).is_ok())
+                .min_by_key(|n| (!r.nodes.contains(&n.id), n.id));
+            if let Some(n) = best {
+                keep.insert(n.id);
+            }
+        }
+        if keep.is_subset(&r.nodes) {
+            return;
+        }
+        // Then the kept nodes still draining, the nearest to free first.
+        let order =
+            |n: &Node| (free_at.get(n.id as usize).copied().flatten().map_or((1, 0), |t| (0, t)), in_use(n), n.id);
+        let mut draining: Vec<&Node> =
+            r.nodes.iter().filter(|id| !keep.contains(id)).filter_map(|&id| node(id)).collect();
+        draining.sort_by_key(|n| order(n));
+        let size = r.nodes.len();
+        for n in draining {
+            if keep.len() >= size {
+                break;
+            }
+            keep.insert(n.id);
+        }
+        let given_back: Vec<NodeId> = r.nodes.difference(&keep).copied().collect();
+        self.reservations[i].nodes = keep;
+        for n in given_back {
+            self.unpark(n);
         }
     }
 

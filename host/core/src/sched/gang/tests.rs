@@ -559,3 +559,48 @@ fn the_nodes_kept_are_those_whose_pods_end_first_by_what_they_declare() {
     // The least in use would be n0 and n1 (5 GPUs each), free at 500.
     assert_eq!((r.nodes, r.ready_at), (vec!["n1".to_string(), "n2".to_string()], Some(100)));
 }
+
+/// Three 8-GPU nodes: `a` (5 GPUs) on n0, `b` (5) on n1, `c` (6) on n2; a
+/// gang of two 8-GPU members is elected at once and keeps n0 and n1, the
+/// least in use.
+fn kept_for_wide(reserve_after_s: u64) -> (Scheduler, First) {
+    let cfg = SchedConfig { reserve_after_s: Some(reserve_after_s), ..SchedConfig::default() };
+    let mut s = Scheduler::new(nodes(3), cfg);
+    let mut p = First::default();
+    s.submit(100, pod("a", Tier::Soft, 0, 5), 0).unwrap();
+    s.submit(101, pod("b", Tier::Soft, 0, 5), 0).unwrap();
+    s.submit(102, pod("c", Tier::Soft, 0, 6), 0).unwrap();
+    s.schedule(&mut p, 0);
+    s.submit(0, member("wide", 2, "w0", Tier::Soft, 8), 0).unwrap();
+    s.submit(1, member("wide", 2, "w1", Tier::Soft, 8), 0).unwrap();
+    s.schedule(&mut p, 0);
+    (s, p)
+}
+
+fn kept(s: &Scheduler) -> Vec<String> {
+    s.reservations().into_iter().next().map(|r| r.nodes).unwrap_or_default()
+}
+
+#[test]
+fn a_kept_node_still_busy_is_traded_for_one_that_emptied() {
+    let (mut s, mut p) = kept_for_wide(0);
+    assert_eq!(kept(&s), ["n0", "n1"]);
+    // `c` ends: n2, kept for no one, holds a member now. It is kept in
+    // place of n1 (n0 and n1 drain alike; the later goes back), which
+    // takes the next pod.
+    s.remove(102);
+    s.submit(103, pod("d", Tier::Soft, 0, 1), 10).unwrap();
+    let at10 = s.schedule(&mut p, 10);
+    assert_eq!(kept(&s), ["n0", "n2"]);
+    let Some(Event::Bound { placement, .. }) = at10.iter().find(|e| matches!(e, Event::Bound { pod: 103, .. })) else {
+        panic!("d takes the node given back: {at10:?}")
+    };
+    assert_eq!(s.cluster().node(placement.node).unwrap().name, "n1");
+    // `a` ends: the gang runs on n0 and n2 without waiting for `b`.
+    s.remove(100);
+    let at20 = s.schedule(&mut p, 20);
+    let c20 = codes(&at20);
+    assert!(c20.contains(&(0, "bound".into())) && c20.contains(&(1, "bound".into())), "{at20:?}");
+    assert!(s.reservations().is_empty());
+    no_partial_gang(&s);
+}

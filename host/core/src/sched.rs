@@ -427,6 +427,7 @@ impl Scheduler {
     pub fn schedule<P: Placer + ?Sized>(&mut self, placer: &mut P, now: u64) -> Vec<Event> {
         self.flush(placer);
         self.check_reservation(now);
+        self.wake_electable(now);
         self.open_gate(now);
         let mut events = Vec::new();
         while let Some(p) = self.next_listed(now) {

@@ -25,6 +25,9 @@ pub(super) struct GangState {
     /// Since when it has waited (its first member's submission, or the
     /// last time it went short of members).
     pub(super) since: u64,
+    /// When it was last decided again to be elected for a reservation
+    /// ([`Scheduler::wake_electable`]).
+    pub(super) woken_at: Option<u64>,
 }
 
 /// A gang as the loop sees it now.
@@ -61,6 +64,7 @@ impl Scheduler {
             spec: spec.clone(),
             members: BTreeSet::new(),
             since: now,
+            woken_at: None,
         });
         st.spec = spec;
         st.members.insert(id);

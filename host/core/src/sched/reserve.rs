@@ -6,7 +6,9 @@
 //! come: the gang waits for ever although it is first in line. Once a gang
 //! has waited `reserve_after_s` for room (its members parked because the
 //! host's filter found too little, not for a queue or a missing member),
-//! it is elected when it is next decided — one gang at a time, the first
+//! it is elected when it is next decided — a pass decides it again once it
+//! has waited that long, if it could be elected then (`wake_electable`),
+//! as a node freeing room for a member does — one gang at a time, the first
 //! to qualify in queue order (with `reserve_per_queue`, one per leaf
 //! queue) — and the nodes it needs are reserved for it: those whose pods
 //! all declare when they end, the earliest free first, then the least in
@@ -49,6 +51,7 @@ use std::collections::BTreeSet;
 
 use super::{Scheduler, State};
 use crate::cluster::check;
+use crate::framework::{GangWait, Why};
 use crate::model::{GPU_MILLI, GpuHealth, Node, NodeId, Pod, PodId};
 
 /// Nodes kept for one gang.
@@ -176,6 +179,40 @@ impl Scheduler {
             let ready_at = ready_at(&free_at, &nodes, now);
             self.reservations.push(Reservation { gang: name.to_string(), nodes, ready_at, now, leaf });
         }
+    }
+
+    /// With `reserve_after_s`, at a pass's start (at `now`): gangs that
+    /// have waited that long for room are decided again where one could
+    /// be elected (no gang holds nodes, or with `reserve_per_queue` none
+    /// of its queue). A gang parked for room is otherwise decided again
+    /// only when a node frees enough for a member, which in a full cluster
+    /// may be never, and only a gang being decided is elected. At most
+    /// once per `reserve_after_s` each.
+    pub(super) fn wake_electable(&mut self, now: u64) {
+        let Some(after) = self.cfg.reserve_after_s else { return };
+        if !self.cfg.reserve_per_queue && !self.reservations.is_empty() {
+            return;
+        }
+        let (parked, pods, tree) = (&self.parked, &self.pods, &self.queues.tree);
+        let mut ready = Vec::new();
+        for st in self.gangs.values_mut() {
+            if now.saturating_sub(st.since) < after || st.woken_at.is_some_and(|t| now < t.saturating_add(after)) {
+                continue;
+            }
+            let short_of_room = |m: &PodId| {
+                parked.contains(m)
+                    && pods.get(m).is_some_and(|e| matches!(&e.last_reason, Some(Why::Gang(w)) if for_room(w)))
+            };
+            let waiting: Vec<PodId> = st.members.iter().copied().filter(short_of_room).collect();
+            let Some(first) = waiting.first().and_then(|m| pods.get(m)) else { continue };
+            let leaf = tree.leaf_of(&first.pod).unwrap_or(tree.default_leaf());
+            if self.cfg.reserve_per_queue && self.reservations.iter().any(|r| r.leaf == leaf) {
+                continue;
+            }
+            st.woken_at = Some(now);
+            ready.extend(waiting);
+        }
+        self.wake(ready);
     }
 
     /// Ends the reservation of gang `name`, if it has one (it runs, or
@@ -332,4 +369,14 @@ fn in_use(node: &Node) -> (u32, u64) {
 /// per node; None if that is unknown for one of them.
 fn ready_at(free_at: &[Option<u64>], nodes: &BTreeSet<NodeId>, now: u64) -> Option<u64> {
     nodes.iter().try_fold(now, |ready, &n| Some(ready.max(free_at.get(n as usize).copied().flatten()?)))
+}
+
+/// Whether a gang waits for room: too few members fit, for the host's
+/// filter (past its timeout or not).
+fn for_room(w: &GangWait) -> bool {
+    match w {
+        GangWait::Unschedulable { blocker, .. } => matches!(**blocker, Why::Filter(_)),
+        GangWait::TimedOut { wait, .. } => for_room(wait),
+        _ => false,
+    }
 }

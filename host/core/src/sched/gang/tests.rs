@@ -604,3 +604,23 @@ fn a_kept_node_still_busy_is_traded_for_one_that_emptied() {
     assert!(s.reservations().is_empty());
     no_partial_gang(&s);
 }
+
+#[test]
+fn a_gang_short_of_room_is_decided_again_to_be_elected_though_no_node_frees() {
+    let cfg = SchedConfig { reserve_after_s: Some(10), ..SchedConfig::default() };
+    let mut s = Scheduler::new(nodes(2), cfg);
+    let mut p = First::default();
+    s.submit(100, pod("a", Tier::Soft, 0, 5), 0).unwrap();
+    s.submit(101, pod("b", Tier::Soft, 0, 5), 0).unwrap();
+    s.schedule(&mut p, 0);
+    s.submit(0, member("wide", 2, "w0", Tier::Soft, 8), 0).unwrap();
+    s.submit(1, member("wide", 2, "w1", Tier::Soft, 8), 0).unwrap();
+    assert!(codes(&s.schedule(&mut p, 0)).iter().all(|(_, c)| c == "SCHED-GANG-UNSCHEDULABLE"));
+    // Nothing ends: no node frees enough for a member to wake the gang.
+    assert!(s.schedule(&mut p, 5).is_empty(), "not yet waited 10 s");
+    assert!(s.reservations().is_empty());
+    let at20 = s.schedule(&mut p, 20);
+    assert_eq!(codes(&at20).len(), 2, "decided again: {at20:?}");
+    assert_eq!(s.reservations()[0].nodes, ["n0", "n1"]);
+    assert!(s.schedule(&mut p, 25).is_empty(), "once elected, not decided again for it");
+}

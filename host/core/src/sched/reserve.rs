@@ -45,7 +45,8 @@
 //!
 //! Deterministic: nodes are chosen by declared end, then use, ties by id.
 //! While nodes are kept, each pass reads every pod once to take their
-//! `ready_at` afresh.
+//! `ready_at` afresh, and every node once per waiting member to find the
+//! nodes a member fits now.
 
 use std::collections::BTreeSet;
 

@@ -147,19 +147,11 @@ impl Scheduler {
             return;
         }
         let kept: BTreeSet<NodeId> = self.reservations.iter().flat_map(|r| r.nodes.iter().copied()).collect();
-        // The widest first: they have the fewest nodes to choose from.
-        pods.sort_by_key(|p| std::cmp::Reverse((p.gpu_count, p.requests.cpu_milli, p.requests.memory_mib)));
+        widest_first(&mut pods);
         // Each node as it would be with nothing running, for the host's
         // own filter ([`check`]) to judge.
         let empty: Vec<Node> = self.cluster.nodes().iter().map(emptied).collect();
-        // Nodes whose pods all declare when they end, the earliest free
-        // first (the gang's start is the latest of its nodes'); then, and
-        // where nothing is declared, the least in use.
         let free_at = self.free_at(now);
-        let order = |n: &Node| match free_at.get(n.id as usize).copied().flatten() {
-            Some(t) => (0, t),
-            None => (1, 0),
-        };
         let mut nodes = BTreeSet::new();
         for pod in pods {
             let best = self
@@ -169,7 +161,7 @@ impl Scheduler {
                 .zip(&empty)
                 .filter(|(n, e)| !nodes.contains(&n.id) && !kept.contains(&n.id) && check(e, pod).is_ok())
                 .map(|(n, _)| n)
-                .min_by_key(|n| (order(n), in_use(n), n.id));
+                .min_by_key(|n| nearest_free(&free_at, n));
             match best {
                 Some(n) => nodes.insert(n.id),
                 None => return,
@@ -268,8 +260,7 @@ impl Scheduler {
             .filter(|e| !matches!(e.state, State::Running { .. }))
             .map(|e| &e.pod)
             .collect();
-        // The widest first, as when elected.
-        pods.sort_by_key(|p| std::cmp::Reverse((p.gpu_count, p.requests.cpu_milli, p.requests.memory_mib)));
+        widest_first(&mut pods);
         let kept = |id: &NodeId| self.reservations.iter().any(|r| r.nodes.contains(id));
         let open: Vec<&Node> = self.cluster.nodes().iter().filter(|n| n.ready && !kept(&n.id)).collect();
         let node = |id: NodeId| self.cluster.node(id);
@@ -291,11 +282,9 @@ impl Scheduler {
             return;
         }
         // Then the kept nodes still draining, the nearest to free first.
-        let order =
-            |n: &Node| (free_at.get(n.id as usize).copied().flatten().map_or((1, 0), |t| (0, t)), in_use(n), n.id);
         let mut draining: Vec<&Node> =
             r.nodes.iter().filter(|id| !keep.contains(id)).filter_map(|&id| node(id)).collect();
-        draining.sort_by_key(|n| order(n));
+        draining.sort_by_key(|n| nearest_free(free_at, n));
         let size = r.nodes.len();
         for n in draining {
             if keep.len() >= size {
@@ -347,6 +336,21 @@ impl Scheduler {
             })
             .collect()
     }
+}
+
+/// A gang's members, the widest first: they have the fewest nodes to
+/// choose from.
+fn widest_first(pods: &mut [&Pod]) {
+    pods.sort_by_key(|p| std::cmp::Reverse((p.gpu_count, p.requests.cpu_milli, p.requests.memory_mib)));
+}
+
+/// The order nodes are kept in (smallest first), from [`Scheduler::free_at`]'s
+/// answer: those whose pods all declare when they end, the earliest free
+/// first (a gang starts when the last of its nodes frees); then, and where
+/// nothing is declared, the least in use; ties by id.
+fn nearest_free(free_at: &[Option<u64>], n: &Node) -> ((u8, u64), (u32, u64), NodeId) {
+    let declared = free_at.get(n.id as usize).copied().flatten().map_or((1, 0), |t| (0, t));
+    (declared, in_use(n), n.id)
 }
 
 /// `node` with nothing running on it: all it has is free.

@@ -69,6 +69,10 @@ pub(super) struct Reservation {
     pub(super) now: u64,
     /// The leaf queue of the gang it is kept for.
     pub(super) leaf: usize,
+    /// When it last gave back a node for running the oldest pods (its
+    /// election, until then): at most one such trade per
+    /// `reserve_after_s`.
+    pub(super) aged_at: u64,
 }
 
 impl Reservation {
@@ -170,7 +174,8 @@ impl Scheduler {
         if !nodes.is_empty() {
             self.stats.reservations += 1;
             let ready_at = ready_at(&free_at, &nodes, now);
-            self.reservations.push(Reservation { gang: name.to_string(), nodes, ready_at, now, leaf });
+            let r = Reservation { gang: name.to_string(), nodes, ready_at, now, leaf, aged_at: now };
+            self.reservations.push(r);
         }
     }
 
@@ -235,7 +240,9 @@ impl Scheduler {
         }
         let free_at = self.free_at(now);
         for i in 0..self.reservations.len() {
-            self.refresh(i, &free_at);
+            if !self.refresh(i, &free_at) {
+                self.trade_oldest(i, &free_at, now);
+            }
         }
         for r in &mut self.reservations {
             r.ready_at = ready_at(&free_at, &r.nodes, now);
@@ -249,10 +256,10 @@ impl Scheduler {
     /// draining, the one furthest from free (by `free_at`, then use) going
     /// back (it takes other pods again). A node where a member fits now is
     /// never given back for one where none does, so nodes do not go back
-    /// and forth.
-    fn refresh(&mut self, i: usize, free_at: &[Option<u64>]) {
+    /// and forth. Whether it changed the kept nodes.
+    fn refresh(&mut self, i: usize, free_at: &[Option<u64>]) -> bool {
         let r = &self.reservations[i];
-        let Some(st) = self.gangs.get(&r.gang) else { return };
+        let Some(st) = self.gangs.get(&r.gang) else { return false };
         let mut pods: Vec<&Pod> = st
             .members
             .iter()
@@ -279,7 +286,7 @@ impl Scheduler {
             }
         }
         if keep.is_subset(&r.nodes) {
-            return;
+            return false;
         }
         // Then the kept nodes still draining, the nearest to free first.
         let mut draining: Vec<&Node> =
@@ -297,6 +304,93 @@ impl Scheduler {
         for n in given_back {
             self.unpark(n);
         }
+        true
+    }
+
+    /// Reservation `i` at a pass's start (at `now`), when no node where a
+    /// member fits came to replace a draining one: once it has waited
+    /// `reserve_after_s` since its election or its last such trade, the
+    /// kept node whose oldest pod has run longest — at least
+    /// `reserve_after_s`, and none of whose pods declares when it ends —
+    /// goes back for a node kept for no one whose pods all started at
+    /// most half as long ago, where every member the given-back node
+    /// could hold would fit once it empties.
+    ///
+    /// Why the age of a pod: run times of training jobs are heavy-tailed
+    /// (the Philly traces span minutes to months), so a job's expected
+    /// time left grows with the time it has run, and a node held by a pod
+    /// that has run for weeks is the one least likely to free soon. With
+    /// nothing declared it is the only sign; the halving and one trade
+    /// per `reserve_after_s` keep a reservation from chasing fresh nodes.
+    fn trade_oldest(&mut self, i: usize, free_at: &[Option<u64>], now: u64) {
+        let Some(after) = self.cfg.reserve_after_s else { return };
+        let r = &self.reservations[i];
+        if now.saturating_sub(r.aged_at) < after {
+            return;
+        }
+        let Some(st) = self.gangs.get(&r.gang) else { return };
+        let pods: Vec<&Pod> = st
+            .members
+            .iter()
+            .filter_map(|m| self.pods.get(m))
+            .filter(|e| !matches!(e.state, State::Running { .. }))
+            .map(|e| &e.pod)
+            .collect();
+        let oldest = self.oldest_start();
+        let age = |id: NodeId| oldest.get(id as usize).copied().flatten().map(|t| now.saturating_sub(t));
+        // The kept node with the longest-running pod, if nothing there
+        // declares its end and it has run at least `reserve_after_s`.
+        let Some((x, x_age)) = r
+            .nodes
+            .iter()
+            .filter(|&&id| free_at.get(id as usize).copied().flatten().is_none())
+            .filter_map(|&id| Some((id, age(id)?)))
+            .max_by_key(|&(id, a)| (a, std::cmp::Reverse(id)))
+        else {
+            return;
+        };
+        if x_age < after {
+            return;
+        }
+        let Some(x_node) = self.cluster.node(x) else { return };
+        let x_empty = emptied(x_node);
+        let holds: Vec<&Pod> = pods.iter().copied().filter(|p| check(&x_empty, p).is_ok()).collect();
+        if holds.is_empty() {
+            return;
+        }
+        let kept = |id: &NodeId| self.reservations.iter().any(|r| r.nodes.contains(id));
+        let y = self
+            .cluster
+            .nodes()
+            .iter()
+            .filter(|n| n.ready && !kept(&n.id))
+            .map(|n| (n, age(n.id).unwrap_or(0)))
+            .filter(|&(_, a)| a.saturating_mul(2) <= x_age)
+            .filter(|(n, _)| {
+                let e = emptied(n);
+                holds.iter().all(|p| check(&e, p).is_ok())
+            })
+            .min_by_key(|&(n, a)| (a, in_use(n), n.id))
+            .map(|(n, _)| n.id);
+        let Some(y) = y else { return };
+        let r = &mut self.reservations[i];
+        r.nodes.remove(&x);
+        r.nodes.insert(y);
+        r.aged_at = now;
+        self.unpark(x);
+    }
+
+    /// Per node (by id): when its longest-running pod started (None where
+    /// nothing runs).
+    fn oldest_start(&self) -> Vec<Option<u64>> {
+        let mut oldest: Vec<Option<u64>> = vec![None; self.cluster.nodes().len()];
+        for e in self.pods.values() {
+            let State::Running { placement, started_at, .. } = e.state else { continue };
+            if let Some(slot) = oldest.get_mut(placement.node as usize) {
+                *slot = Some(slot.map_or(started_at, |t| t.min(started_at)));
+            }
+        }
+        oldest
     }
 
     /// Per node (by id): when every pod running there will have ended by

@@ -624,3 +624,72 @@ fn a_gang_short_of_room_is_decided_again_to_be_elected_though_no_node_frees() {
     assert_eq!(s.reservations()[0].nodes, ["n0", "n1"]);
     assert!(s.schedule(&mut p, 25).is_empty(), "once elected, not decided again for it");
 }
+
+#[test]
+fn a_kept_node_held_by_the_oldest_pod_is_traded_for_one_running_younger_pods() {
+    let cfg = SchedConfig { reserve_after_s: Some(100), ..SchedConfig::default() };
+    let mut s = Scheduler::new(nodes(3), cfg);
+    let mut p = First::default();
+    // n0: `a` (5 GPUs), n1: `b` (5), n2: `c` (6), all from 0; nothing
+    // declares when it ends.
+    s.submit(100, pod("a", Tier::Soft, 0, 5), 0).unwrap();
+    s.submit(101, pod("b", Tier::Soft, 0, 5), 0).unwrap();
+    s.submit(102, pod("c", Tier::Soft, 0, 6), 0).unwrap();
+    s.schedule(&mut p, 0);
+    s.submit(0, member("wide", 2, "w0", Tier::Soft, 8), 0).unwrap();
+    s.submit(1, member("wide", 2, "w1", Tier::Soft, 8), 0).unwrap();
+    s.schedule(&mut p, 0);
+    s.schedule(&mut p, 100);
+    assert_eq!(kept(&s), ["n0", "n1"], "elected at 100, the least in use");
+    // `b` ends: n1 is free for a member. At 150 `d` (2 GPUs) takes what
+    // `c` leaves of n2, then `c` ends.
+    s.remove(101);
+    s.submit(103, pod("d", Tier::Soft, 0, 2), 150).unwrap();
+    let at150 = s.schedule(&mut p, 150);
+    assert!(codes(&at150).contains(&(103, "bound".into())), "{at150:?}");
+    s.remove(102);
+    // Not yet `reserve_after_s` since the election: n0 stays kept
+    // however old `a` is.
+    s.schedule(&mut p, 199);
+    assert_eq!(kept(&s), ["n0", "n1"]);
+    // At 200 `a` has run 200 s, `d` 50: n0 goes back for n2, and `e` (3
+    // GPUs, which n2 would hold) takes what n0 drained.
+    s.submit(104, pod("e", Tier::Soft, 0, 3), 200).unwrap();
+    let at200 = s.schedule(&mut p, 200);
+    assert_eq!(kept(&s), ["n1", "n2"]);
+    let Some(Event::Bound { placement, .. }) = at200.iter().find(|e| matches!(e, Event::Bound { pod: 104, .. })) else {
+        panic!("e takes the node given back: {at200:?}")
+    };
+    assert_eq!(s.cluster().node(placement.node).unwrap().name, "n0");
+    // Once a trade is made, none for another `reserve_after_s`.
+    s.schedule(&mut p, 250);
+    assert_eq!(kept(&s), ["n1", "n2"]);
+    // `d` ends: the gang runs on n1 and n2 while `a` still runs.
+    s.remove(103);
+    let at260 = s.schedule(&mut p, 260);
+    let c260 = codes(&at260);
+    assert!(c260.contains(&(0, "bound".into())) && c260.contains(&(1, "bound".into())), "{at260:?}");
+    assert!(s.reservations().is_empty());
+    no_partial_gang(&s);
+}
+
+#[test]
+fn a_kept_node_is_not_traded_for_one_whose_pods_are_about_as_old() {
+    let cfg = SchedConfig { reserve_after_s: Some(100), ..SchedConfig::default() };
+    let mut s = Scheduler::new(nodes(3), cfg);
+    let mut p = First::default();
+    s.submit(100, pod("a", Tier::Soft, 0, 5), 0).unwrap();
+    s.submit(101, pod("b", Tier::Soft, 0, 5), 0).unwrap();
+    s.submit(102, pod("c", Tier::Soft, 0, 6), 0).unwrap();
+    s.schedule(&mut p, 0);
+    s.submit(0, member("wide", 2, "w0", Tier::Soft, 8), 0).unwrap();
+    s.submit(1, member("wide", 2, "w1", Tier::Soft, 8), 0).unwrap();
+    s.schedule(&mut p, 0);
+    s.schedule(&mut p, 100);
+    assert_eq!(kept(&s), ["n0", "n1"]);
+    // n2's `c` has run as long as n0's `a`: nothing to gain by a trade.
+    for t in [200, 300, 400] {
+        s.schedule(&mut p, t);
+        assert_eq!(kept(&s), ["n0", "n1"], "at {t}");
+    }
+}

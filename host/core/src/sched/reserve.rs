@@ -23,7 +23,13 @@
 //! onto a 96-GPU cluster: a 64-GPU gang kept eight of its twelve nodes for
 //! 73 days). A node kept for no one where a member fits now replaces a
 //! kept node still draining, and the one furthest from free goes back to
-//! the other pods.
+//! the other pods. Where the nodes it does not keep are refilled as soon
+//! as anything ends, none ever empties: then, at most once per
+//! `reserve_after_s`, the kept node whose oldest pod has run longest (at
+//! least `reserve_after_s`, nothing there declaring its end) goes back for
+//! a node kept for no one whose pods all started at most half as long ago
+//! (`trade_oldest`): training jobs' run times are heavy-tailed, so the time
+//! a pod has run is the one sign of how long it still runs.
 //!
 //! **Backfill** (Slurm's, with declared limits): when every pod running
 //! on the kept nodes declares the most it runs (`Pod::run_limit_s`), the
@@ -43,10 +49,11 @@
 //! 0.83–0.89 (docs/BENCHMARKS.md §12, "Backfill"). Without queues every
 //! pod is in the default leaf, and this is plain backfill.
 //!
-//! Deterministic: nodes are chosen by declared end, then use, ties by id.
-//! While nodes are kept, each pass reads every pod once to take their
-//! `ready_at` afresh, and every node once per waiting member to find the
-//! nodes a member fits now.
+//! Deterministic: nodes are chosen by declared end, then use, ties by id;
+//! traded by the start of their oldest pod, then use, then id. While nodes
+//! are kept, each pass reads every pod once to take their `ready_at`
+//! afresh (twice when a trade by age is due), and every node once per
+//! waiting member to find the nodes a member fits now.
 
 use std::collections::BTreeSet;
 

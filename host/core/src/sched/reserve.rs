@@ -199,15 +199,23 @@ impl Scheduler {
             return;
         }
         let (parked, pods, tree) = (&self.parked, &self.pods, &self.queues.tree);
+        let short_of_room = |m: &PodId| {
+            parked.contains(m)
+                && pods.get(m).is_some_and(|e| matches!(&e.last_reason, Some(Why::Gang(w)) if for_room(w)))
+        };
+        // The gangs with a member parked for room, found from the parked
+        // pods rather than from every gang's members (running gangs too).
+        let names: BTreeSet<&str> = parked
+            .iter()
+            .filter(|m| short_of_room(m))
+            .filter_map(|m| pods.get(m)?.pod.gang.as_ref().map(|g| g.name.as_str()))
+            .collect();
         let mut ready = Vec::new();
-        for st in self.gangs.values_mut() {
+        for name in names {
+            let Some(st) = self.gangs.get_mut(name) else { continue };
             if now.saturating_sub(st.since) < after || st.woken_at.is_some_and(|t| now < t.saturating_add(after)) {
                 continue;
             }
-            let short_of_room = |m: &PodId| {
-                parked.contains(m)
-                    && pods.get(m).is_some_and(|e| matches!(&e.last_reason, Some(Why::Gang(w)) if for_room(w)))
-            };
             let waiting: Vec<PodId> = st.members.iter().copied().filter(short_of_room).collect();
             let Some(first) = waiting.first().and_then(|m| pods.get(m)) else { continue };
             let leaf = tree.leaf_of(&first.pod).unwrap_or(tree.default_leaf());

@@ -274,14 +274,7 @@ impl Scheduler {
     /// and forth. Whether it changed the kept nodes.
     fn refresh(&mut self, i: usize, free_at: &[Option<u64>]) -> bool {
         let r = &self.reservations[i];
-        let Some(st) = self.gangs.get(&r.gang) else { return false };
-        let mut pods: Vec<&Pod> = st
-            .members
-            .iter()
-            .filter_map(|m| self.pods.get(m))
-            .filter(|e| !matches!(e.state, State::Running { .. }))
-            .map(|e| &e.pod)
-            .collect();
+        let Some(mut pods) = self.members_not_running(&r.gang) else { return false };
         widest_first(&mut pods);
         let kept = |id: &NodeId| self.reservations.iter().any(|r| r.nodes.contains(id));
         let open: Vec<&Node> = self.cluster.nodes().iter().filter(|n| n.ready && !kept(&n.id)).collect();
@@ -343,14 +336,7 @@ impl Scheduler {
         if now.saturating_sub(r.aged_at) < after {
             return;
         }
-        let Some(st) = self.gangs.get(&r.gang) else { return };
-        let pods: Vec<&Pod> = st
-            .members
-            .iter()
-            .filter_map(|m| self.pods.get(m))
-            .filter(|e| !matches!(e.state, State::Running { .. }))
-            .map(|e| &e.pod)
-            .collect();
+        let Some(pods) = self.members_not_running(&r.gang) else { return };
         let oldest = self.oldest_start();
         let age = |id: NodeId| oldest.get(id as usize).copied().flatten().map(|t| now.saturating_sub(t));
         // The kept node with the longest-running pod, if nothing there
@@ -393,6 +379,19 @@ impl Scheduler {
         r.nodes.insert(y);
         r.aged_at = now;
         self.unpark(x);
+    }
+
+    /// The members of gang `name` not running (None: no such gang).
+    fn members_not_running(&self, name: &str) -> Option<Vec<&Pod>> {
+        let st = self.gangs.get(name)?;
+        let pods = st
+            .members
+            .iter()
+            .filter_map(|m| self.pods.get(m))
+            .filter(|e| !matches!(e.state, State::Running { .. }))
+            .map(|e| &e.pod)
+            .collect();
+        Some(pods)
     }
 
     /// Per node (by id): when its longest-running pod started (None where

@@ -625,22 +625,20 @@ fn a_gang_short_of_room_is_decided_again_to_be_elected_though_no_node_frees() {
     assert!(s.schedule(&mut p, 25).is_empty(), "once elected, not decided again for it");
 }
 
-#[test]
-fn a_kept_node_held_by_the_oldest_pod_is_traded_for_one_running_younger_pods() {
-    let cfg = SchedConfig { reserve_after_s: Some(100), ..SchedConfig::default() };
-    let mut s = Scheduler::new(nodes(3), cfg);
-    let mut p = First::default();
-    // n0: `a` (5 GPUs), n1: `b` (5), n2: `c` (6), all from 0; nothing
-    // declares when it ends.
-    s.submit(100, pod("a", Tier::Soft, 0, 5), 0).unwrap();
-    s.submit(101, pod("b", Tier::Soft, 0, 5), 0).unwrap();
-    s.submit(102, pod("c", Tier::Soft, 0, 6), 0).unwrap();
-    s.schedule(&mut p, 0);
-    s.submit(0, member("wide", 2, "w0", Tier::Soft, 8), 0).unwrap();
-    s.submit(1, member("wide", 2, "w1", Tier::Soft, 8), 0).unwrap();
-    s.schedule(&mut p, 0);
+/// [`kept_for_wide`]'s scene with `reserve_after_s` 100: the gang waits
+/// from 0 and is elected at 100, keeping n0 and n1; nothing declares when
+/// it ends.
+fn elected_at_100() -> (Scheduler, First) {
+    let (mut s, mut p) = kept_for_wide(100);
+    assert!(s.reservations().is_empty(), "not before it waited 100 s");
     s.schedule(&mut p, 100);
     assert_eq!(kept(&s), ["n0", "n1"], "elected at 100, the least in use");
+    (s, p)
+}
+
+#[test]
+fn a_kept_node_held_by_the_oldest_pod_is_traded_for_one_running_younger_pods() {
+    let (mut s, mut p) = elected_at_100();
     // `b` ends: n1 is free for a member. At 150 `d` (2 GPUs) takes what
     // `c` leaves of n2, then `c` ends.
     s.remove(101);
@@ -675,18 +673,7 @@ fn a_kept_node_held_by_the_oldest_pod_is_traded_for_one_running_younger_pods() {
 
 #[test]
 fn a_kept_node_is_not_traded_for_one_whose_pods_are_about_as_old() {
-    let cfg = SchedConfig { reserve_after_s: Some(100), ..SchedConfig::default() };
-    let mut s = Scheduler::new(nodes(3), cfg);
-    let mut p = First::default();
-    s.submit(100, pod("a", Tier::Soft, 0, 5), 0).unwrap();
-    s.submit(101, pod("b", Tier::Soft, 0, 5), 0).unwrap();
-    s.submit(102, pod("c", Tier::Soft, 0, 6), 0).unwrap();
-    s.schedule(&mut p, 0);
-    s.submit(0, member("wide", 2, "w0", Tier::Soft, 8), 0).unwrap();
-    s.submit(1, member("wide", 2, "w1", Tier::Soft, 8), 0).unwrap();
-    s.schedule(&mut p, 0);
-    s.schedule(&mut p, 100);
-    assert_eq!(kept(&s), ["n0", "n1"]);
+    let (mut s, mut p) = elected_at_100();
     // n2's `c` has run as long as n0's `a`: nothing to gain by a trade.
     for t in [200, 300, 400] {
         s.schedule(&mut p, t);

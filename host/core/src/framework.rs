@@ -234,6 +234,16 @@ impl GangWait {
             GangWait::TimedOut { wait, .. } => wait.needs_members(),
         }
     }
+
+    /// Whether the gang is short of room: too few members fit, for the
+    /// host's filter (past its timeout or not).
+    pub fn short_of_room(&self) -> bool {
+        match self {
+            GangWait::Unschedulable { blocker, .. } => matches!(**blocker, Why::Filter(_)),
+            GangWait::TimedOut { wait, .. } => wait.short_of_room(),
+            GangWait::Incomplete { .. } => false,
+        }
+    }
 }
 
 /// Binds `pod` where the placer chose among `candidates` (those that passed

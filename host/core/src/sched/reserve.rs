@@ -59,7 +59,7 @@ use std::collections::BTreeSet;
 
 use super::{Scheduler, State};
 use crate::cluster::check;
-use crate::framework::{GangWait, Why};
+use crate::framework::Why;
 use crate::model::{GPU_MILLI, GpuHealth, Node, NodeId, Pod, PodId};
 
 /// Nodes kept for one gang.
@@ -118,6 +118,11 @@ impl Scheduler {
     /// Whether node `n` is kept for a gang other than `pod`'s.
     pub(super) fn reserved_against(&self, pod: &Pod, n: NodeId) -> bool {
         self.reservations.iter().any(|r| r.nodes.contains(&n) && r.against(pod))
+    }
+
+    /// Whether node `n` is kept for any gang.
+    fn kept(&self, n: NodeId) -> bool {
+        self.reservations.iter().any(|r| r.nodes.contains(&n))
     }
 
     /// Takes the nodes kept for another gang out of `pod`'s candidates,
@@ -201,7 +206,7 @@ impl Scheduler {
         let (parked, pods, tree) = (&self.parked, &self.pods, &self.queues.tree);
         let short_of_room = |m: &PodId| {
             parked.contains(m)
-                && pods.get(m).is_some_and(|e| matches!(&e.last_reason, Some(Why::Gang(w)) if for_room(w)))
+                && pods.get(m).is_some_and(|e| matches!(&e.last_reason, Some(Why::Gang(w)) if w.short_of_room()))
         };
         // The gangs with a member parked for room, found from the parked
         // pods rather than from every gang's members (running gangs too).
@@ -276,8 +281,7 @@ impl Scheduler {
         let r = &self.reservations[i];
         let Some(mut pods) = self.members_not_running(&r.gang) else { return false };
         widest_first(&mut pods);
-        let kept = |id: &NodeId| self.reservations.iter().any(|r| r.nodes.contains(id));
-        let open: Vec<&Node> = self.cluster.nodes().iter().filter(|n| n.ready && !kept(&n.id)).collect();
+        let open: Vec<&Node> = self.cluster.nodes().iter().filter(|n| n.ready && !self.kept(n.id)).collect();
         let node = |id: NodeId| self.cluster.node(id);
         // A node per member where it fits now, its own kept nodes first.
         let mut keep: BTreeSet<NodeId> = BTreeSet::new();
@@ -359,12 +363,11 @@ impl Scheduler {
         if holds.is_empty() {
             return;
         }
-        let kept = |id: &NodeId| self.reservations.iter().any(|r| r.nodes.contains(id));
         let y = self
             .cluster
             .nodes()
             .iter()
-            .filter(|n| n.ready && !kept(&n.id))
+            .filter(|n| n.ready && !self.kept(n.id))
             .map(|n| (n, age(n.id).unwrap_or(0)))
             .filter(|&(_, a)| a.saturating_mul(2) <= x_age)
             .filter(|(n, _)| {
@@ -482,14 +485,4 @@ fn in_use(node: &Node) -> (u32, u64) {
 /// per node; None if that is unknown for one of them.
 fn ready_at(free_at: &[Option<u64>], nodes: &BTreeSet<NodeId>, now: u64) -> Option<u64> {
     nodes.iter().try_fold(now, |ready, &n| Some(ready.max(free_at.get(n as usize).copied().flatten()?)))
-}
-
-/// Whether a gang waits for room: too few members fit, for the host's
-/// filter (past its timeout or not).
-fn for_room(w: &GangWait) -> bool {
-    match w {
-        GangWait::Unschedulable { blocker, .. } => matches!(**blocker, Why::Filter(_)),
-        GangWait::TimedOut { wait, .. } => for_room(wait),
-        _ => false,
-    }
 }

@@ -61,6 +61,11 @@ fn bench_jobs_prints_the_documented_json_and_gangs_hold_nothing_partly() {
         ] {
             assert!(r[key].is_number(), "{key} in {r}");
         }
+        let progress = r["queue_progress"].as_object().unwrap_or_else(|| panic!("queue_progress in {r}"));
+        assert!(
+            !progress.is_empty() && progress.values().all(|p| p.as_f64().is_some_and(|p| p > 0.0 && p <= 1.0)),
+            "{r}"
+        );
         assert_eq!((r["jobs"].as_u64(), r["completed"].as_u64()), (Some(3), Some(3)), "{r}");
         assert_eq!(r["extrapolated"], 1, "the 16-GPU job is past Gavel's 8: {r}");
         assert_eq!(r["gpus"], serde_json::json!([16, 0, 0]), "Gavel's first size for t1");

@@ -172,6 +172,10 @@ pub struct JobSummary {
     /// `jain_share` is the index of.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub queue_share: BTreeMap<String, f64>,
+    /// Per queue, the mean of run time ÷ completion time of its finished
+    /// jobs: what `jain_fairness` is the index of.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub queue_progress: BTreeMap<String, f64>,
     /// GPU-seconds held by members of jobs not all of whose members ran.
     pub partial_gang_gpu_s: u64,
     /// From the first arrival to the last finish, s.
@@ -550,7 +554,9 @@ fn report(
         e.0 += o.run_s.unwrap_or(0) as f64 / jct;
         e.1 += 1;
     }
-    let x: Vec<f64> = by_queue.values().map(|&(sum, n)| sum / f64::from(n)).collect();
+    let progress: BTreeMap<String, f64> =
+        by_queue.iter().map(|(&q, &(sum, n))| (q.to_string(), sum / f64::from(n))).collect();
+    let x: Vec<f64> = progress.values().copied().collect();
     let jain = share::jain(&x);
     let makespan = end.saturating_sub(first);
     let summary = JobSummary {
@@ -563,6 +569,7 @@ fn report(
         jain_fairness: jain,
         jain_share: 1.0,
         queue_share: BTreeMap::new(),
+        queue_progress: progress,
         partial_gang_gpu_s: partial_gpu_s,
         makespan_s: makespan,
     };

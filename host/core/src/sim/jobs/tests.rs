@@ -130,6 +130,12 @@ fn queues_with_guarantees_give_a_late_team_its_share_at_once() {
     // everything (twice its fair half, b nothing); queues give each its half.
     assert!(one.summary.jain_share < 0.6, "{}", one.summary.jain_share);
     assert!(two.summary.jain_share > 0.95, "{}", two.summary.jain_share);
+    // b's jobs ran 100 s each, done 100 and 200 s after they came: a mean
+    // of (1 + 0.5) / 2; the index is Jain's over the queues' means.
+    let progress = &two.summary.queue_progress;
+    assert_eq!(progress.keys().collect::<Vec<_>>(), ["a", "b"]);
+    assert_eq!(progress["b"], 0.75);
+    assert_eq!(two.summary.jain_fairness, super::share::jain(&progress.values().copied().collect::<Vec<_>>()));
     assert_eq!(two.run.preemptions, 1, "one of a's jobs gave back b's half");
     assert_eq!(run_jobs(nodes(&["V100", "V100"]), &jobs, &mut First, JobMode::Gangs, &fair), two, "deterministic");
 }

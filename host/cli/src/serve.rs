@@ -160,17 +160,7 @@ impl tessera_server::FineTuner for CliTuner {
             active: &job.active,
             plugin: &job.plugin,
             record: &record,
-            hyper: crate::train::Hyper {
-                generations: t.generations,
-                pairs: t.pairs,
-                episodes: t.episodes,
-                validation: t.validation,
-                scale: t.scale,
-                sigma: t.sigma,
-                lr: t.lr,
-                aim: None,
-                seed: t.seed,
-            },
+            hyper: crate::train::Hyper::from(t),
         };
         let tuned =
             crate::train::fine_tune(&tune, job.min_gain).map_err(|e| FineTuneError::Failed(format!("{e:#}")))?;

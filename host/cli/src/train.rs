@@ -156,8 +156,8 @@ fn centred_ranks(x: &[f64]) -> Vec<f64> {
 }
 
 /// The optimiser's settings of a run (from [`TrainOptions`] or a
-/// service's fine-tuning configuration).
-#[derive(Debug, Clone, Copy)]
+/// service's fine-tuning configuration), as the record keeps them.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
 pub struct Hyper {
     /// Generations.
     pub generations: usize,
@@ -176,9 +176,19 @@ pub struct Hyper {
     /// The ratio to FGD training aims at: an episode already at or under
     /// it earns no more for going further, so the weights move for the
     /// episodes that miss it (None: the mean gain over all).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub aim: Option<f64>,
     /// Seed of everything.
     pub seed: u64,
+}
+
+impl From<&tessera_server::config::TrainingConfig> for Hyper {
+    /// A service's fine-tuning settings, aiming at no ratio.
+    fn from(t: &tessera_server::config::TrainingConfig) -> Self {
+        let tessera_server::config::TrainingConfig { generations, pairs, episodes, validation, scale, sigma, lr, seed } =
+            *t;
+        Self { generations, pairs, episodes, validation, scale, sigma, lr, aim: None, seed }
+    }
 }
 
 impl Hyper {
@@ -478,19 +488,7 @@ fn evolve(run: Run<'_>) -> Result<(Model, TrainReport)> {
         families,
         holdout,
         started_from,
-        options: OptionsRecord {
-            generations: h.generations,
-            pairs: h.pairs,
-            episodes: h.episodes,
-            validation: h.validation,
-            scale: h.scale,
-            sigma: h.sigma,
-            lr: h.lr,
-            aim: h.aim,
-            with_traces,
-            hidden,
-            seed: h.seed,
-        },
+        options: OptionsRecord { hyper: h, with_traces, hidden },
         generations,
         kept_generation,
         start_gain,

@@ -78,32 +78,16 @@ pub struct TrainReport {
     pub wall_s: f64,
 }
 
-/// The options in the record.
+/// The options in the record: the optimiser's, and the run's own.
 #[derive(Debug, Clone, Serialize)]
 pub struct OptionsRecord {
-    /// See [`super::TrainOptions`].
-    pub generations: usize,
-    /// See [`super::TrainOptions`].
-    pub pairs: usize,
-    /// See [`super::TrainOptions`].
-    pub episodes: usize,
-    /// See [`super::TrainOptions`].
-    pub validation: usize,
-    /// See [`super::TrainOptions`].
-    pub scale: f64,
-    /// See [`super::TrainOptions`].
-    pub sigma: f64,
-    /// See [`super::TrainOptions`].
-    pub lr: f64,
-    /// See [`super::Hyper::aim`].
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub aim: Option<f64>,
+    /// See [`super::Hyper`].
+    #[serde(flatten)]
+    pub hyper: super::Hyper,
     /// See [`super::TrainOptions::with_traces`]; left out of the record when
     /// off.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub with_traces: bool,
     /// See [`super::TrainOptions`].
     pub hidden: usize,
-    /// See [`super::TrainOptions`].
-    pub seed: u64,
 }

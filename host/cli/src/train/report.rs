@@ -54,7 +54,7 @@ pub fn table(r: &TrainReport) -> String {
 
 /// The model card.
 pub fn card(r: &TrainReport) -> String {
-    let o = &r.options;
+    let (o, h) = (&r.options, &r.options.hyper);
     let mut out = String::new();
     let _ = writeln!(out, "# Model card: `learned`\n");
     let _ = writeln!(
@@ -67,17 +67,17 @@ pub fn card(r: &TrainReport) -> String {
     let mut cmd = format!(
         "tessera train --traces ../shared/traces/openb --families {} --generations {} --pairs {} --episodes {} --validation {} --scale {} --sigma {} --lr {} --hidden {} --seed {}",
         r.families.join(","),
-        o.generations,
-        o.pairs,
-        o.episodes,
-        o.validation,
-        o.scale,
-        o.sigma,
-        o.lr,
+        h.generations,
+        h.pairs,
+        h.episodes,
+        h.validation,
+        h.scale,
+        h.sigma,
+        h.lr,
         o.hidden,
-        o.seed
+        h.seed
     );
-    if let Some(aim) = o.aim {
+    if let Some(aim) = h.aim {
         cmd.push_str(&format!(" --aim {aim}"));
     }
     if o.with_traces {
@@ -100,10 +100,10 @@ pub fn card(r: &TrainReport) -> String {
          with the best validation gain is kept.{} No trace row is stored in the model.\n",
         r.families.join(", "),
         if r.holdout.is_empty() { "none".to_string() } else { r.holdout.join(", ") },
-        o.scale * 100.0,
-        o.scale * 100.0,
-        o.episodes,
-        o.validation,
+        h.scale * 100.0,
+        h.scale * 100.0,
+        h.episodes,
+        h.validation,
         if o.with_traces {
             " Among them in turn, the directory's own pod lists (`openb_pod_list_*.csv`), \
              sampled the same way: the shared workloads the published figures are on are \
@@ -134,12 +134,12 @@ pub fn card(r: &TrainReport) -> String {
          lr = {}, {} generations, seed {}; the return of an episode is `1 − ours ÷ FGD` \
          in unallocated GPUs at 130% arrived demand{}, ranked across the population. \
          {} episodes played. Kept: generation {} (`{}`).\n",
-        o.pairs,
-        o.sigma,
-        o.lr,
-        o.generations,
-        o.seed,
-        o.aim.map(|a| format!(", capped at {:.2} (aim: {a} of FGD)", 1.0 - a)).unwrap_or_default(),
+        h.pairs,
+        h.sigma,
+        h.lr,
+        h.generations,
+        h.seed,
+        h.aim.map(|a| format!(", capped at {:.2} (aim: {a} of FGD)", 1.0 - a)).unwrap_or_default(),
         r.episodes_played,
         r.kept_generation,
         r.digest

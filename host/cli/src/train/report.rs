@@ -4,10 +4,10 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use anyhow::{Result, anyhow};
-use plotters::prelude::*;
+use anyhow::Result;
 
 use super::{Comparison, Evaluation, TrainReport};
+use crate::plot::{Curve, Frame, lines_svg};
 
 fn row(out: &mut String, name: &str, e: &Evaluation) {
     let _ = writeln!(
@@ -166,49 +166,27 @@ pub fn card(r: &TrainReport) -> String {
 
 /// Gains per generation as SVG.
 pub fn curve_svg(path: &Path, r: &TrainReport) -> Result<()> {
-    let err = |e: &dyn std::fmt::Display| anyhow!("plot {}: {e}", path.display());
-    type Series<'a> = (&'a str, Vec<(f64, f64)>, usize);
-    let series: [Series<'_>; 3] = [
-        (
-            "model on the generation's episodes",
-            r.generations.iter().map(|g| (g.generation as f64, 100.0 * g.train_gain)).collect(),
-            0,
-        ),
-        ("best perturbation", r.generations.iter().map(|g| (g.generation as f64, 100.0 * g.best_gain)).collect(), 1),
-        (
-            "model on the validation episodes",
-            r.generations.iter().map(|g| (g.generation as f64, 100.0 * g.validation_gain)).collect(),
-            2,
-        ),
+    let gains = |label: &str, colour: usize, gain: fn(&super::Generation) -> f64| Curve {
+        label: label.to_string(),
+        points: r.generations.iter().map(|g| (g.generation as f64, 100.0 * gain(g))).collect(),
+        colour,
+        dashed: false,
+    };
+    let curves = [
+        gains("model on the generation's episodes", 0, |g| g.train_gain),
+        gains("best perturbation", 1, |g| g.best_gain),
+        gains("model on the validation episodes", 2, |g| g.validation_gain),
     ];
-    let ys = series.iter().flat_map(|s| s.1.iter().map(|p| p.1));
+    let ys = curves.iter().flat_map(|c| c.points.iter().map(|p| p.1));
     let (lo, hi) = ys.fold((0.0f64, 0.0f64), |(lo, hi), y| (lo.min(y), hi.max(y)));
     let pad = ((hi - lo) * 0.1).max(0.5);
-    let root = SVGBackend::new(path, (960, 540)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| err(&e))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption("tessera train: gain over FGD (1 − ours ÷ FGD, unallocated GPUs at 130%)", ("sans-serif", 20))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(50)
-        .build_cartesian_2d(0.0f64..(r.generations.len().max(1) as f64 + 1.0), (lo - pad)..(hi + pad))
-        .map_err(|e| err(&e))?;
-    chart.configure_mesh().x_desc("generation").y_desc("gain over FGD (%)").draw().map_err(|e| err(&e))?;
-    for (label, points, colour) in series {
-        let style = Palette99::pick(colour).to_rgba().stroke_width(2);
-        chart
-            .draw_series(LineSeries::new(points, style))
-            .map_err(|e| err(&e))?
-            .label(label)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], style));
-    }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::LowerRight)
-        .draw()
-        .map_err(|e| err(&e))?;
-    root.present().map_err(|e| err(&e))?;
-    Ok(())
+    let frame = Frame {
+        title: ("tessera train: gain over FGD (1 − ours ÷ FGD, unallocated GPUs at 130%)", 20),
+        size: (960, 540),
+        x: 0.0..(r.generations.len().max(1) as f64 + 1.0),
+        y: (lo - pad)..(hi + pad),
+        x_desc: "generation",
+        y_desc: "gain over FGD (%)",
+    };
+    lines_svg(path, &frame, &curves)
 }

@@ -292,10 +292,11 @@ impl Campaign {
         if self.name.trim().is_empty() {
             return bad("name", "must not be empty");
         }
+        let most = tessera_core::synthetic::MAX_LIVE_NODES;
         if let ClusterSpec::Builtin { nodes } = self.cluster
-            && !(1..=100_000).contains(&nodes)
+            && !(1..=most).contains(&nodes)
         {
-            return bad("cluster.builtin.nodes", "must be in 1..=100000");
+            return bad("cluster.builtin.nodes", &format!("must be in 1..={most}"));
         }
         if let WorkloadSpec::Trace { load: Some(load), .. } = self.workload
             && !(load > 0.0 && load <= 3.0)

@@ -9,10 +9,9 @@ pub mod sim;
 pub mod train;
 pub mod workload;
 
-/// Most nodes a synthetic cluster of a benchmark may have: past any
-/// production cluster (Kubernetes is tested to 5,000 nodes, 15,000 with
-/// tuning) while a run still fits a laptop's memory.
-pub const MAX_NODES: u64 = 1_000_000;
+/// Most nodes a synthetic cluster of a benchmark may have
+/// ([`tessera_core::synthetic::MAX_NODES`]).
+pub const MAX_NODES: u64 = tessera_core::synthetic::MAX_NODES as u64;
 
 /// Most pods a benchmark may generate.
 pub const MAX_PODS: u64 = 10_000_000;

@@ -67,6 +67,18 @@ pub fn gpu_models(nodes: &[Node]) -> Vec<String> {
     models
 }
 
+/// Most nodes a built-in cluster of a benchmark or `tessera sim` may have:
+/// past any production cluster (Kubernetes is tested to 5,000 nodes,
+/// 15,000 with tuning) while a run still fits a laptop's memory.
+pub const MAX_NODES: usize = 1_000_000;
+
+/// Most nodes the built-in cluster of a running service (`sim.node_count`)
+/// or of a chaos campaign's twin (`cluster.builtin.nodes`) may have: both
+/// keep the loop's state, a record of every decision and telemetry per
+/// node for as long as they run, so past this they would only run out of
+/// memory.
+pub const MAX_LIVE_NODES: usize = 100_000;
+
 /// `nodes` nodes drawn from the openb node mix, in three zones.
 pub fn cluster(nodes: usize, seed: u64) -> Vec<Node> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);

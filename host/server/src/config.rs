@@ -459,10 +459,9 @@ impl ServeConfig {
         if e.telemetry_interval_s == 0 {
             return bad("engine.telemetry_interval_s", "must be at least 1");
         }
-        // As a chaos campaign's built-in cluster: past that, the twin and
-        // the service would only run out of memory.
-        if s.nodes.is_none() && !(1..=100_000).contains(&s.node_count) {
-            return bad("sim.node_count", "must be in 1..=100000");
+        let most = tessera_core::synthetic::MAX_LIVE_NODES;
+        if s.nodes.is_none() && !(1..=most).contains(&s.node_count) {
+            return bad("sim.node_count", &format!("must be in 1..={most}"));
         }
         if !(0.0..=100.0).contains(&e.max_migrations_pct) {
             return bad("engine.max_migrations_pct", "must be in 0..=100");

@@ -323,4 +323,4 @@ impl Scheduler {
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

@@ -486,3 +486,6 @@ fn in_use(node: &Node) -> (u32, u64) {
 fn ready_at(free_at: &[Option<u64>], nodes: &BTreeSet<NodeId>, now: u64) -> Option<u64> {
     nodes.iter().try_fold(now, |ready, &n| Some(ready.max(free_at.get(n as usize).copied().flatten()?)))
 }
+
+#[cfg(test)]
+mod tests;

@@ -34,6 +34,15 @@ fn starved_gang(reserve_after_s: Option<u64>, extra: Vec<Node>) -> (Scheduler, F
     (s, p, at21)
 }
 
+/// The scenes' gang (members 0 and 1) was bound by the pass that gave
+/// `events`, whole, and its nodes are no longer kept.
+fn gang_ran(s: &Scheduler, events: &[Event]) {
+    let c = codes(events);
+    assert!(c.contains(&(0, "bound".into())) && c.contains(&(1, "bound".into())), "{events:?}");
+    assert!(s.reservations().is_empty(), "{events:?}");
+    no_partial_gang(s);
+}
+
 #[test]
 fn without_reservations_small_pods_starve_a_wide_gang() {
     let (mut s, mut p, at21) = starved_gang(None, Vec::new());
@@ -56,11 +65,8 @@ fn a_gang_that_waited_for_room_gets_nodes_kept_for_it() {
     // `b` ends: the gang runs on both nodes and the reservation ends.
     s.remove(101);
     let at30 = s.schedule(&mut p, 30);
-    let c30 = codes(&at30);
-    assert!(c30.contains(&(0, "bound".into())) && c30.contains(&(1, "bound".into())), "{at30:?}");
-    assert!(s.reservations().into_iter().next().is_none());
+    gang_ran(&s, &at30);
     assert_eq!(s.gangs().next().unwrap().running, 2);
-    no_partial_gang(&s);
 }
 
 #[test]
@@ -160,9 +166,7 @@ fn a_pod_that_ends_before_the_kept_nodes_are_free_backfills_them() {
     assert_eq!(s.reservations().into_iter().next().unwrap().ready_at, Some(100), "ready_at is taken afresh");
     s.remove(101);
     let at100 = s.schedule(&mut p, 100);
-    let c = codes(&at100);
-    assert!(c.contains(&(0, "bound".into())) && c.contains(&(1, "bound".into())), "{at100:?}");
-    assert!(s.reservations().into_iter().next().is_none());
+    gang_ran(&s, &at100);
 }
 
 #[test]
@@ -257,10 +261,7 @@ fn a_kept_node_still_busy_is_traded_for_one_that_emptied() {
     // `a` ends: the gang runs on n0 and n2 without waiting for `b`.
     s.remove(100);
     let at20 = s.schedule(&mut p, 20);
-    let c20 = codes(&at20);
-    assert!(c20.contains(&(0, "bound".into())) && c20.contains(&(1, "bound".into())), "{at20:?}");
-    assert!(s.reservations().is_empty());
-    no_partial_gang(&s);
+    gang_ran(&s, &at20);
 }
 
 #[test]
@@ -323,10 +324,7 @@ fn a_kept_node_held_by_the_oldest_pod_is_traded_for_one_running_younger_pods() {
     // `d` ends: the gang runs on n1 and n2 while `a` still runs.
     s.remove(103);
     let at260 = s.schedule(&mut p, 260);
-    let c260 = codes(&at260);
-    assert!(c260.contains(&(0, "bound".into())) && c260.contains(&(1, "bound".into())), "{at260:?}");
-    assert!(s.reservations().is_empty());
-    no_partial_gang(&s);
+    gang_ran(&s, &at260);
 }
 
 #[test]

@@ -54,7 +54,9 @@ pub fn read_jobs(reader: impl Read, file: &str) -> Result<Vec<JobRow>, TraceErro
         .has_headers(false)
         .delimiter(b'\t')
         .quoting(false)
-        .flexible(false)
+        // Lines are counted here, so that a line of the wrong length is
+        // named as a job line's, not against a header this format has not.
+        .flexible(true)
         .from_reader(reader);
     let mut rows = Vec::new();
     let mut first = None::<f64>;
@@ -315,6 +317,11 @@ mod tests {
         let e = err(&with(4, &long));
         assert!(e.len() < 300, "a 10 MB value is clipped, not echoed: {} bytes", e.len());
         assert!(err("a\tb\tc\n").contains("3 fields; a job line has 7"), "{}", err("a\tb\tc\n"));
+        assert!(
+            err(&format!("{LINE}\n{LINE}\textra\n")).starts_with("j.trace:2: 8 fields; a job line has 7 (job_type,"),
+            "a later line too long is named as a job line: {}",
+            err(&format!("{LINE}\n{LINE}\textra\n"))
+        );
         assert_eq!(err(""), "j.trace: no jobs");
     }
 

@@ -158,6 +158,9 @@ pub struct Scheduler {
     /// Running pods by (tier rank, priority): the least important first,
     /// so a pod that could not preempt it skips the search.
     running_keys: BTreeMap<(u8, i32), u32>,
+    /// The running pods' ids: what preemption and reservations walk,
+    /// instead of every pod known (a backlog is most of them).
+    running: BTreeSet<PodId>,
     /// Nodes changed outside a pass, not yet told to the placer.
     dirty: BTreeSet<NodeId>,
     all_dirty: bool,
@@ -184,6 +187,7 @@ impl Scheduler {
             pods: BTreeMap::new(),
             parked: BTreeSet::new(),
             running_keys: BTreeMap::new(),
+            running: BTreeSet::new(),
             dirty: BTreeSet::new(),
             all_dirty: true,
             next_start: 0,
@@ -245,10 +249,23 @@ impl Scheduler {
 
     /// Running pods and where.
     pub fn running(&self) -> impl Iterator<Item = (PodId, &Pod, Placement)> {
-        self.pods.iter().filter_map(|(&id, e)| match e.state {
+        self.running_entries().filter_map(|(id, e)| match e.state {
             State::Running { placement, .. } => Some((id, &e.pod, placement)),
             _ => None,
         })
+    }
+
+    /// The running pods' entries, by id (the order of `self.pods`).
+    fn running_entries(&self) -> impl Iterator<Item = (PodId, &Entry)> {
+        debug_assert!(
+            self.pods
+                .iter()
+                .filter(|(_, e)| matches!(e.state, State::Running { .. }))
+                .map(|(&id, _)| id)
+                .eq(self.running.iter().copied()),
+            "the running index holds exactly the running pods"
+        );
+        self.running.iter().filter_map(|&id| Some((id, self.pods.get(&id)?)))
     }
 
     /// Running pods grouped by node (index = node id), as telemetry
@@ -393,6 +410,7 @@ impl Scheduler {
 
     /// Running pod `id` stops running: its queue is no longer charged.
     fn forget_running(&mut self, id: PodId, pod: &Pod) {
+        self.running.remove(&id);
         self.uncharge(id, true);
         let key = (Tier::rank(pod.tier), pod.priority);
         if let Some(c) = self.running_keys.get_mut(&key) {
@@ -500,6 +518,7 @@ impl Scheduler {
         e.state = State::Running { placement, started_at: now, level };
         e.last_reason = None;
         *self.running_keys.entry((Tier::rank(e.pod.tier), e.pod.priority)).or_insert(0) += 1;
+        self.running.insert(id);
         self.stats.bound += 1;
         let waited = now.saturating_sub(e.submitted_at);
         self.charge(id, placement.node);

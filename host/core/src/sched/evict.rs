@@ -47,10 +47,10 @@ impl Scheduler {
         // only a reclaim asks).
         let mut gang_use: BTreeMap<&str, Amounts> = BTreeMap::new();
         let mut members: BTreeMap<&str, u32> = BTreeMap::new();
-        for (id, e) in &self.pods {
+        for (id, e) in self.running_entries() {
             if let (State::Running { .. }, Some(g)) = (&e.state, &e.pod.gang) {
                 *members.entry(g.name.as_str()).or_insert(0) += 1;
-                if reclaim && let Some((_, a)) = self.queues.charged.get(id) {
+                if reclaim && let Some((_, a)) = self.queues.charged.get(&id) {
                     gang_use.entry(g.name.as_str()).or_default().add(a);
                 }
             }
@@ -104,13 +104,12 @@ impl Scheduler {
                 };
                 self.may_give_up(qv, &e.pod, victim_use, qp).then_some(true)
             };
-            // Each pod's eligibility, in `self.pods` order (the pass below
-            // walks it again).
+            // Each running pod's eligibility, by id (the pass below walks
+            // them again).
             let mut whole_or_none: BTreeSet<&str> = BTreeSet::new();
             let flags: Vec<Option<bool>> = self
-                .pods
-                .iter()
-                .map(|(&id, e)| {
+                .running_entries()
+                .map(|(id, e)| {
                     let State::Running { placement, .. } = e.state else { return None };
                     let ok = eligible(id, e, placement.node);
                     if let Some(g) = &e.pod.gang
@@ -122,10 +121,9 @@ impl Scheduler {
                 })
                 .collect();
             let (ids, running): (Vec<PodId>, Vec<Running<'_>>) = self
-                .pods
-                .iter()
+                .running_entries()
                 .zip(&flags)
-                .filter_map(|((&id, e), &flag)| match (e.state, flag) {
+                .filter_map(|((id, e), &flag)| match (e.state, flag) {
                     // Nodes kept for another gang take no preemptor.
                     (State::Running { placement, .. }, _) if self.reserved_against(pod, placement.node) => None,
                     (State::Running { placement, started_at, .. }, Some(reclaim)) => {
@@ -201,6 +199,7 @@ impl Scheduler {
         self.cluster.bind(v.placement.node, &e.pod, v.placement.gpus).expect("its room was kept for it");
         e.state = State::Running { placement: v.placement, started_at: v.started_at, level: v.level };
         *self.running_keys.entry((Tier::rank(e.pod.tier), e.pod.priority)).or_insert(0) += 1;
+        self.running.insert(v.id);
         self.charge(v.id, v.placement.node);
     }
 

@@ -140,6 +140,7 @@ impl Scheduler {
         };
         let placement = self.cluster.bind(node, &pod, gpus)?;
         *self.running_keys.entry((Tier::rank(pod.tier), pod.priority)).or_insert(0) += 1;
+        self.running.insert(id);
         self.pods.insert(
             id,
             Entry {

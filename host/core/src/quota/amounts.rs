@@ -70,9 +70,19 @@ impl Amounts {
 
     /// What `pod` uses wherever it runs: CPU, memory and GPUs of any model.
     pub fn anywhere(pod: &Pod) -> Self {
-        let mut a = Self::of(pod, "");
-        a.0.retain(|d, _| !matches!(d, Dim::Model(_)));
-        a
+        Self::from_parts(Self::anywhere_parts(pod))
+    }
+
+    /// [`Amounts::anywhere`] as (CPU, memory, GPU): what sums without a map.
+    pub fn anywhere_parts(pod: &Pod) -> [u64; 3] {
+        let gpu = u64::from(pod.gpu_count) * u64::from(pod.gpu_milli.min(GPU_MILLI));
+        [pod.requests.cpu_milli, pod.requests.memory_mib, gpu]
+    }
+
+    /// CPU, memory and GPU amounts (those above 0).
+    pub fn from_parts([cpu, memory, gpu]: [u64; 3]) -> Self {
+        let dims = [(Dim::Cpu, cpu), (Dim::Memory, memory), (Dim::Gpu, gpu)];
+        Self(dims.into_iter().filter(|&(_, v)| v > 0).collect())
     }
 
     /// Of one resource.

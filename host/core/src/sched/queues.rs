@@ -155,21 +155,29 @@ impl Scheduler {
     fn tally(&self, capacity: &Amounts) -> Tally {
         let tree = &self.queues.tree;
         let n = tree.nodes().len();
-        let (mut pending, mut running) = (vec![0u64; n], vec![0u64; n]);
-        let mut demand = self.queues.used.clone();
+        // Summed per leaf first, then up each leaf's path once: a backlog
+        // is thousands of pods in a few queues.
+        let (mut own_pending, mut own_running) = (vec![0u64; n], vec![0u64; n]);
+        let mut waiting = vec![[0u64; 3]; n];
         for e in self.pods.values() {
             let Ok(leaf) = tree.leaf_of(&e.pod) else { continue };
-            let is_running = matches!(e.state, State::Running { .. });
-            let need = (!is_running).then(|| Amounts::anywhere(&e.pod));
-            for a in tree.path(leaf) {
-                if is_running {
-                    running[a] += 1;
-                } else {
-                    pending[a] += 1;
+            if matches!(e.state, State::Running { .. }) {
+                own_running[leaf] += 1;
+            } else {
+                own_pending[leaf] += 1;
+                for (sum, v) in waiting[leaf].iter_mut().zip(Amounts::anywhere_parts(&e.pod)) {
+                    *sum += v;
                 }
-                if let Some(need) = &need {
-                    demand[a].add(need);
-                }
+            }
+        }
+        let (mut pending, mut running) = (vec![0u64; n], vec![0u64; n]);
+        let mut demand = self.queues.used.clone();
+        for q in (0..n).filter(|&q| own_pending[q] + own_running[q] > 0) {
+            let need = Amounts::from_parts(waiting[q]);
+            for a in tree.path(q) {
+                pending[a] += own_pending[q];
+                running[a] += own_running[q];
+                demand[a].add(&need);
             }
         }
         let fair = fair_shares(tree, capacity, &demand);

@@ -255,7 +255,9 @@ impl Scheduler {
         })
     }
 
-    /// The running pods' entries, by id (the order of `self.pods`).
+    /// The running pods' entries, by id (the order of `self.pods`). A
+    /// lookup costs some ten steps of a walk: where most pods run, walking
+    /// them all is cheaper than looking the running ones up.
     fn running_entries(&self) -> impl Iterator<Item = (PodId, &Entry)> {
         debug_assert!(
             self.pods
@@ -265,7 +267,14 @@ impl Scheduler {
                 .eq(self.running.iter().copied()),
             "the running index holds exactly the running pods"
         );
-        self.running.iter().filter_map(|&id| Some((id, self.pods.get(&id)?)))
+        // `Either` passes `fold` on: a walk of the map folds faster than it steps.
+        if self.running.len() * 8 > self.pods.len() {
+            either::Either::Left(
+                self.pods.iter().filter(|(_, e)| matches!(e.state, State::Running { .. })).map(|(&id, e)| (id, e)),
+            )
+        } else {
+            either::Either::Right(self.running.iter().filter_map(|&id| Some((id, self.pods.get(&id)?))))
+        }
     }
 
     /// Running pods grouped by node (index = node id), as telemetry

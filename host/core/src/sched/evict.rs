@@ -47,7 +47,9 @@ impl Scheduler {
         // only a reclaim asks).
         let mut gang_use: BTreeMap<&str, Amounts> = BTreeMap::new();
         let mut members: BTreeMap<&str, u32> = BTreeMap::new();
-        for (id, e) in self.running_entries() {
+        // Walked once here and twice a round below.
+        let running_now: Vec<(PodId, &super::Entry)> = self.running_entries().collect();
+        for &(id, e) in &running_now {
             if let (State::Running { .. }, Some(g)) = (&e.state, &e.pod.gang) {
                 *members.entry(g.name.as_str()).or_insert(0) += 1;
                 if reclaim && let Some((_, a)) = self.queues.charged.get(&id) {
@@ -107,9 +109,9 @@ impl Scheduler {
             // Each running pod's eligibility, by id (the pass below walks
             // them again).
             let mut whole_or_none: BTreeSet<&str> = BTreeSet::new();
-            let flags: Vec<Option<bool>> = self
-                .running_entries()
-                .map(|(id, e)| {
+            let flags: Vec<Option<bool>> = running_now
+                .iter()
+                .map(|&(id, e)| {
                     let State::Running { placement, .. } = e.state else { return None };
                     let ok = eligible(id, e, placement.node);
                     if let Some(g) = &e.pod.gang
@@ -120,10 +122,10 @@ impl Scheduler {
                     ok
                 })
                 .collect();
-            let (ids, running): (Vec<PodId>, Vec<Running<'_>>) = self
-                .running_entries()
+            let (ids, running): (Vec<PodId>, Vec<Running<'_>>) = running_now
+                .iter()
                 .zip(&flags)
-                .filter_map(|((id, e), &flag)| match (e.state, flag) {
+                .filter_map(|(&(id, e), &flag)| match (e.state, flag) {
                     // Nodes kept for another gang take no preemptor.
                     (State::Running { placement, .. }, _) if self.reserved_against(pod, placement.node) => None,
                     (State::Running { placement, started_at, .. }, Some(reclaim)) => {

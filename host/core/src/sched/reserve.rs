@@ -401,12 +401,12 @@ impl Scheduler {
     /// nothing runs).
     fn oldest_start(&self) -> Vec<Option<u64>> {
         let mut oldest: Vec<Option<u64>> = vec![None; self.cluster.nodes().len()];
-        for (_, e) in self.running_entries() {
-            let State::Running { placement, started_at, .. } = e.state else { continue };
+        self.running_entries().for_each(|(_, e)| {
+            let State::Running { placement, started_at, .. } = e.state else { return };
             if let Some(slot) = oldest.get_mut(placement.node as usize) {
                 *slot = Some(slot.map_or(started_at, |t| t.min(started_at)));
             }
-        }
+        });
         oldest
     }
 
@@ -415,15 +415,15 @@ impl Scheduler {
     /// declares none or has run past it.
     fn free_at(&self, now: u64) -> Vec<Option<u64>> {
         let mut free = vec![Some(now); self.cluster.nodes().len()];
-        for (_, e) in self.running_entries() {
-            let State::Running { placement, started_at, .. } = e.state else { continue };
-            let Some(slot) = free.get_mut(placement.node as usize) else { continue };
+        self.running_entries().for_each(|(_, e)| {
+            let State::Running { placement, started_at, .. } = e.state else { return };
+            let Some(slot) = free.get_mut(placement.node as usize) else { return };
             let end = e.pod.run_limit_s.map(|l| started_at.saturating_add(l)).filter(|&end| end >= now);
             *slot = match (*slot, end) {
                 (Some(t), Some(end)) => Some(t.max(end)),
                 _ => None,
             };
-        }
+        });
         free
     }
 

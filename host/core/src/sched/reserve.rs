@@ -204,16 +204,15 @@ impl Scheduler {
             return;
         }
         let (parked, pods, tree) = (&self.parked, &self.pods, &self.queues.tree);
-        let short_of_room = |m: &PodId| {
-            parked.contains(m)
-                && pods.get(m).is_some_and(|e| matches!(&e.last_reason, Some(Why::Gang(w)) if w.short_of_room()))
-        };
+        let waits_for_room = |e: &super::Entry| matches!(&e.last_reason, Some(Why::Gang(w)) if w.short_of_room());
+        let short_of_room = |m: &PodId| parked.contains(m) && pods.get(m).is_some_and(waits_for_room);
         // The gangs with a member parked for room, found from the parked
-        // pods rather than from every gang's members (running gangs too).
+        // pods rather than from every gang's members (running gangs too):
+        // one lookup each.
         let names: BTreeSet<&str> = parked
             .iter()
-            .filter(|m| short_of_room(m))
-            .filter_map(|m| pods.get(m)?.pod.gang.as_ref().map(|g| g.name.as_str()))
+            .filter_map(|m| pods.get(m).filter(|e| waits_for_room(e)))
+            .filter_map(|e| e.pod.gang.as_ref().map(|g| g.name.as_str()))
             .collect();
         let mut ready = Vec::new();
         for name in names {

@@ -2,7 +2,7 @@
 //! election, kept nodes taken afresh and traded, backfill. The scenes are
 //! built with the gang tests' helpers.
 
-use crate::model::{Node, Pod, Resources, Tier};
+use crate::model::{Node, Pod, PodId, Resources, Tier};
 use crate::sched::gang::tests::{First, codes, member, no_partial_gang, nodes, pod};
 use crate::sched::{Event, SchedConfig, Scheduler};
 
@@ -43,6 +43,16 @@ fn gang_ran(s: &Scheduler, events: &[Event]) {
     no_partial_gang(s);
 }
 
+/// The node `id` was bound to by `events` (a pass's), by name.
+fn bound_to(s: &Scheduler, events: &[Event], id: PodId, why: &str) -> String {
+    let Some(Event::Bound { placement, .. }) =
+        events.iter().find(|e| matches!(e, Event::Bound { pod, .. } if *pod == id))
+    else {
+        panic!("{why}: {events:?}")
+    };
+    s.cluster().node(placement.node).unwrap().name.clone()
+}
+
 #[test]
 fn without_reservations_small_pods_starve_a_wide_gang() {
     let (mut s, mut p, at21) = starved_gang(None, Vec::new());
@@ -81,20 +91,14 @@ fn a_reservation_waits_its_time_keeps_only_what_fits_and_ends_when_its_gang_leav
     let (mut s, mut p, at21) = starved_gang(Some(10), vec![small]);
     let reserved = s.reservations().into_iter().next().expect("the gang waited 20 s for room");
     assert_eq!(reserved.nodes, ["n0", "n1"]);
-    let Some(Event::Bound { placement, .. }) = at21.iter().find(|e| matches!(e, Event::Bound { pod: 102, .. })) else {
-        panic!("c fits the node not kept: {at21:?}")
-    };
-    assert_eq!(s.cluster().node(placement.node).unwrap().name, "n2");
+    assert_eq!(bound_to(&s, &at21, 102, "c fits the node not kept"), "n2");
     // The gang is withdrawn: its nodes are everyone's again.
     s.remove(0);
     s.remove(1);
     s.submit(103, pod("d", Tier::Soft, 0, 1), 22).unwrap();
     let at22 = s.schedule(&mut p, 22);
     assert!(s.reservations().into_iter().next().is_none(), "its gang left");
-    let Some(Event::Bound { placement, .. }) = at22.iter().find(|e| matches!(e, Event::Bound { pod: 103, .. })) else {
-        panic!("{at22:?}")
-    };
-    assert_eq!(s.cluster().node(placement.node).unwrap().name, "n0");
+    assert_eq!(bound_to(&s, &at22, 103, "d is bound"), "n0");
 }
 
 /// Two 8-GPU nodes, each with a 5-GPU pod bound at t=0 (`a` declaring
@@ -254,10 +258,7 @@ fn a_kept_node_still_busy_is_traded_for_one_that_emptied() {
     s.submit(103, pod("d", Tier::Soft, 0, 1), 10).unwrap();
     let at10 = s.schedule(&mut p, 10);
     assert_eq!(kept(&s), ["n0", "n2"]);
-    let Some(Event::Bound { placement, .. }) = at10.iter().find(|e| matches!(e, Event::Bound { pod: 103, .. })) else {
-        panic!("d takes the node given back: {at10:?}")
-    };
-    assert_eq!(s.cluster().node(placement.node).unwrap().name, "n1");
+    assert_eq!(bound_to(&s, &at10, 103, "d takes the node given back"), "n1");
     // `a` ends: the gang runs on n0 and n2 without waiting for `b`.
     s.remove(100);
     let at20 = s.schedule(&mut p, 20);
@@ -314,10 +315,7 @@ fn a_kept_node_held_by_the_oldest_pod_is_traded_for_one_running_younger_pods() {
     s.submit(104, pod("e", Tier::Soft, 0, 3), 200).unwrap();
     let at200 = s.schedule(&mut p, 200);
     assert_eq!(kept(&s), ["n1", "n2"]);
-    let Some(Event::Bound { placement, .. }) = at200.iter().find(|e| matches!(e, Event::Bound { pod: 104, .. })) else {
-        panic!("e takes the node given back: {at200:?}")
-    };
-    assert_eq!(s.cluster().node(placement.node).unwrap().name, "n0");
+    assert_eq!(bound_to(&s, &at200, 104, "e takes the node given back"), "n0");
     // Once a trade is made, none for another `reserve_after_s`.
     s.schedule(&mut p, 250);
     assert_eq!(kept(&s), ["n1", "n2"]);

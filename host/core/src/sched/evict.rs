@@ -50,7 +50,7 @@ impl Scheduler {
         // Walked once here and twice a round below.
         let running_now: Vec<(PodId, &super::Entry)> = self.running_entries().collect();
         for &(id, e) in &running_now {
-            if let (State::Running { .. }, Some(g)) = (&e.state, &e.pod.gang) {
+            if let Some(g) = &e.pod.gang {
                 *members.entry(g.name.as_str()).or_insert(0) += 1;
                 if reclaim && let Some((_, a)) = self.queues.charged.get(&id) {
                     gang_use.entry(g.name.as_str()).or_default().add(a);
